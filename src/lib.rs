@@ -1,0 +1,7 @@
+//! twinlog: a transaction log kept on two boxes.
+//!
+//! [`log::Log`] is the segmented transaction log every other part stands on;
+//! [`wal::Wal`] is the small embedding API over the same files.
+
+pub mod log;
+pub mod wal;

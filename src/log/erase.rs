@@ -1,0 +1,137 @@
+//! Erase in place: the frames of named repositories rewritten as
+//! `Kind::Redacted` and their blobs punched out, in two durable steps per
+//! segment, with sequence numbers, offsets and the index untouched.
+
+use std::sync::atomic::Ordering;
+
+use super::format::{self, FrameHeader, FRAME_HEADER_LEN};
+use super::segment::{Next, SegmentReader};
+use super::storage::OpenMode;
+use super::{lock, read_lock, Error, Kind, Log, Meta, Result};
+
+/// What an erase did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Erased {
+    /// Frames rewritten as erased by this call.
+    pub frames: u64,
+    /// Frames whose blobs were punched (again, for frames erased before).
+    pub punched: u64,
+    /// Blob bytes punched.
+    pub bytes: u64,
+    /// Segments touched.
+    pub segments: u64,
+}
+
+/// A frame to erase: where it is and its header.
+struct Target {
+    at: u64,
+    header: FrameHeader,
+}
+
+impl Log {
+    /// Erase every frame before `before` that carries data of one of
+    /// `repos`: the Pack, Refs, LfsPut and LfsDelete frames whose meta names
+    /// one of them exactly. RepoStore frames stay, and frames at or after
+    /// `before` are never touched.
+    ///
+    /// Per segment, the matching headers are rewritten as
+    /// [`Kind::Redacted`] and made durable with one fdatasync (from then on
+    /// every reader reads them as erased, and a crash leaves erased frames,
+    /// never a frame whose checksum fails), then the blobs are punched out
+    /// (zeros where the file system cannot punch), then one fsync: two per
+    /// segment touched. Idempotent: an erased frame is punched again, so an
+    /// erase a crash cut between its two steps is finished by the next.
+    /// Appends do not wait for it; one erase runs at a time; it considers
+    /// published frames only.
+    pub fn erase(&self, before: u64, repos: &[String]) -> Result<Erased> {
+        let _one = lock(&self.erase_lock);
+        self.check_poison()?;
+        if self.is_released() {
+            return Err(Error::Released);
+        }
+        let mut done = Erased::default();
+        let limit = before.saturating_sub(1).min(self.head_seq());
+        if repos.is_empty() || limit == 0 {
+            return Ok(done);
+        }
+        let plan: Vec<(u64, u64)> = read_lock(&self.segs)
+            .iter()
+            .filter(|s| s.first <= limit && s.first <= s.last)
+            .map(|s| (s.first, s.last.min(limit)))
+            .collect();
+        for (first, last) in plan {
+            let targets = self.erase_targets(first, last, repos)?;
+            if targets.is_empty() {
+                continue;
+            }
+            self.erase_segment(first, &targets, &mut done)?;
+        }
+        if done.segments > 0 {
+            tracing::info!(
+                dir = %self.dir.display(), before, ?repos, frames = done.frames,
+                bytes = done.bytes, segments = done.segments, "erased"
+            );
+        }
+        Ok(done)
+    }
+
+    fn erase_targets(&self, first: u64, last: u64, repos: &[String]) -> Result<Vec<Target>> {
+        let path = self.segment_file(first);
+        let file = self.fs.open(&path, OpenMode::Read)?;
+        let mut r = SegmentReader::new(file, format::SEGMENT_HEADER_LEN as u64)?;
+        let mut meta = Vec::new();
+        let mut targets = Vec::new();
+        for seq in first..=last {
+            let at = r.pos();
+            let header = match r.next_header()? {
+                Next::Frame(h) if h.seq == seq => h,
+                other => {
+                    return Err(Error::corrupt(
+                        &path,
+                        at,
+                        format!("expected frame {seq}, found {other:?}"),
+                    ))
+                }
+            };
+            r.read_into(u64::from(header.meta_len), &mut meta)?;
+            r.skip(header.blob_len);
+            let carries = Kind::from_u16(header.kind).is_ok_and(Kind::carries_repo_data);
+            if carries && Meta::repo_of(&meta).is_ok_and(|repo| repos.iter().any(|r| r == repo)) {
+                targets.push(Target { at, header });
+            }
+        }
+        Ok(targets)
+    }
+
+    fn erase_segment(&self, first: u64, targets: &[Target], done: &mut Erased) -> Result<()> {
+        let path = self.segment_file(first);
+        let file = self.fs.open(&path, OpenMode::Write)?;
+        for t in targets
+            .iter()
+            .filter(|t| t.header.kind != Kind::Redacted.as_u16())
+        {
+            let redacted = FrameHeader {
+                kind: Kind::Redacted.as_u16(),
+                ..t.header
+            };
+            file.write_all_at(&redacted.encode(), t.at)
+                .map_err(|e| self.poison_io("erase: rewrite header", e))?;
+            done.frames += 1;
+        }
+        file.sync_data()
+            .map_err(|e| self.poison_io("erase: fdatasync headers", e))?;
+        self.erase_syncs.fetch_add(1, Ordering::SeqCst);
+        for t in targets {
+            let blob_at = t.at + FRAME_HEADER_LEN as u64 + u64::from(t.header.meta_len);
+            file.punch(blob_at, t.header.blob_len)
+                .map_err(|e| self.poison_io("erase: punch blob", e))?;
+            done.punched += 1;
+            done.bytes += t.header.blob_len;
+        }
+        file.sync_all()
+            .map_err(|e| self.poison_io("erase: fsync punches", e))?;
+        self.erase_syncs.fetch_add(1, Ordering::SeqCst);
+        done.segments += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,314 @@
+//! The transaction log: one writer, any number of readers, one directory.
+//!
+//! Frames are numbered from 1 without gaps and kept in segment files, each
+//! with an index of 8 bytes per frame. `docs/FORMAT.md` is the byte-level
+//! description; this module is its implementation:
+//!
+//! - [`format`]: headers, names, offsets;
+//! - `open`: recovery, which cuts a torn tail in the last segment only;
+//! - `write`: append, staging, group commit, streaming appends, rolls;
+//! - `read`: whole frames, pieces, meta scans;
+//! - `erase`, `retention`: in-place erase, dropping and restarting;
+//! - `guard`: the mutation/freeze gate a snapshot takes;
+//! - [`storage`] and [`SimStorage`]: the I/O seam and its crash simulator.
+
+mod erase;
+mod error;
+pub mod format;
+mod guard;
+mod kind;
+mod open;
+pub(crate) mod read;
+mod retention;
+mod segment;
+mod sim;
+pub mod storage;
+mod tail;
+mod write;
+
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+pub use erase::Erased;
+pub use error::{Error, Result};
+pub use guard::{FreezeGuard, MutationGuard};
+pub use kind::{Kind, Meta, APP_KIND_FIRST};
+pub use open::{OpenOptions, Recovery};
+pub use read::{Entry, Located};
+pub use sim::{CrashMode, SimStorage};
+pub use tail::{Tail, TailFrame};
+pub use write::Pending;
+
+use guard::FreezeGate;
+use storage::{Storage, StorageFile};
+use write::{SyncState, Writer};
+
+/// The environment variable that makes a group-commit leader hold this many
+/// microseconds before its fsync, so tests can gather groups on demand.
+pub const TEST_GROUP_ENV: &str = "TWINLOG_TEST_GROUP_HOLD_US";
+
+/// The default segment size.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+/// The smallest segment size accepted.
+pub const MIN_SEGMENT_BYTES: u64 = 256;
+
+/// A log's history id: minted when the log is created, kept in its
+/// directory. Two logs with the same id descend from one log.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HistoryId(pub [u8; 16]);
+
+impl HistoryId {
+    /// A fresh random id.
+    pub fn mint() -> std::io::Result<HistoryId> {
+        let mut id = [0u8; 16];
+        let mut filled = 0;
+        while filled < id.len() {
+            // SAFETY: the pointer and length describe the unfilled tail of
+            // `id`, which lives across the call; getrandom writes at most
+            // that many bytes.
+            let n =
+                unsafe { libc::getrandom(id[filled..].as_mut_ptr().cast(), id.len() - filled, 0) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            } else {
+                filled += n as usize;
+            }
+        }
+        Ok(HistoryId(id))
+    }
+}
+
+impl std::fmt::Display for HistoryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for HistoryId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HistoryId({self})")
+    }
+}
+
+/// A segment as readers and retention see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seg {
+    first: u64,
+    /// The last published sequence in it; `first - 1` while it has none.
+    last: u64,
+    /// Bytes on disk (the preallocated length for the open segment).
+    bytes: u64,
+}
+
+/// The transaction log: one writer, any number of readers, one directory.
+///
+/// `append` is O(1) in the size of the log: a positioned write at the known
+/// end of the open segment, one fdatasync, one 8-byte index append.
+pub struct Log {
+    dir: PathBuf,
+    fs: Arc<dyn Storage>,
+    segment_bytes: u64,
+    history: RwLock<HistoryId>,
+    /// The writer lock: staging, rolls, retention and publication.
+    writer: Mutex<Writer>,
+    /// Published segments, oldest first, the open one last.
+    segs: RwLock<Vec<Seg>>,
+    /// The newest published (durable and readable) sequence.
+    head: AtomicU64,
+    sync: Mutex<SyncState>,
+    poisoned: AtomicBool,
+    poison: Mutex<Option<String>>,
+    follower: AtomicBool,
+    released: AtomicBool,
+    frame_syncs: AtomicU64,
+    erase_syncs: AtomicU64,
+    erase_lock: Mutex<()>,
+    gate: FreezeGate,
+    group_hold: Option<usize>,
+    recovery: Recovery,
+    _lock: Box<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.dir)
+            .field("history", &self.history())
+            .field("first_seq", &self.first_seq())
+            .field("head_seq", &self.head_seq())
+            .field("follower", &self.is_follower())
+            .field("released", &self.is_released())
+            .field("poisoned_by", &self.poisoned_by())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves its state consistent before anything
+    // that can panic, so a poisoned std mutex carries no torn state.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Log {
+    /// Open or create the log at `dir`, cutting a torn tail if there is one.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_opts(dir, OpenOptions::default())
+    }
+
+    /// [`Log::open`] with a segment size (tests roll segments small).
+    pub fn open_with(dir: impl AsRef<Path>, segment_bytes: u64) -> Result<Self> {
+        Self::open_opts(
+            dir,
+            OpenOptions {
+                segment_bytes,
+                ..OpenOptions::default()
+            },
+        )
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The history id this log belongs to.
+    pub fn history(&self) -> HistoryId {
+        *read_lock(&self.history)
+    }
+
+    /// What `open` found and cut.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The segment size new segments are preallocated to.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// Make this log follower-only (a twin; a box being restored): `append`
+    /// and `begin(None)` refuse with [`Error::Follower`], `append_at` works.
+    pub fn set_follower(&self, on: bool) {
+        self.follower.store(on, Ordering::SeqCst);
+    }
+
+    /// See [`Log::set_follower`].
+    pub fn is_follower(&self) -> bool {
+        self.follower.load(Ordering::SeqCst)
+    }
+
+    /// The test hold of a group commit this log honours ([`TEST_GROUP_ENV`],
+    /// in microseconds); None on every box.
+    pub fn group_hold(&self) -> Option<usize> {
+        self.group_hold
+    }
+
+    /// The newest committed sequence; 0 when nothing has been committed.
+    pub fn head_seq(&self) -> u64 {
+        self.head.load(Ordering::SeqCst)
+    }
+
+    /// The oldest sequence still retained; head + 1 when the log is empty.
+    pub fn first_seq(&self) -> u64 {
+        read_lock(&self.segs).first().map_or(1, |s| s.first)
+    }
+
+    /// What poisoned the log, if anything did ([`Error::Poisoned`]).
+    pub fn poisoned_by(&self) -> Option<String> {
+        lock(&self.poison).clone()
+    }
+
+    /// How many fdatasyncs made frames durable since this log was opened.
+    /// Rolls, releases and cuts sync too, rarely, and are not counted.
+    pub fn frame_syncs(&self) -> u64 {
+        self.frame_syncs.load(Ordering::SeqCst)
+    }
+
+    /// How many fsyncs [`Log::erase`] made since this log was opened.
+    pub fn erase_syncs(&self) -> u64 {
+        self.erase_syncs.load(Ordering::SeqCst)
+    }
+
+    /// The files are given up ([`Log::release`]).
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::SeqCst)
+    }
+
+    /// The segments as retention sees them, oldest first, the open one last:
+    /// `(first, last, bytes)`; `last` is `first - 1` for a segment that holds
+    /// no frame yet. Only whole segments are ever dropped, so the bytes a
+    /// `from` keeps are the sum of the segments at and after the one holding it.
+    pub fn layout(&self) -> Vec<(u64, u64, u64)> {
+        read_lock(&self.segs)
+            .iter()
+            .map(|s| (s.first, s.last, s.bytes))
+            .collect()
+    }
+
+    /// Bytes on disk across all segments.
+    pub fn bytes(&self) -> u64 {
+        read_lock(&self.segs).iter().map(|s| s.bytes).sum()
+    }
+
+    fn poison_with(&self, what: String) -> Error {
+        let mut p = lock(&self.poison);
+        if p.is_none() {
+            tracing::error!(dir = %self.dir.display(), %what, "log poisoned");
+            *p = Some(what.clone());
+        }
+        self.poisoned.store(true, Ordering::SeqCst);
+        Error::Poisoned(what)
+    }
+
+    /// Latch a failed write or fsync: the log refuses every later write.
+    /// Answers the original error, so the caller that hit it sees the cause.
+    fn poison_io(&self, doing: &str, e: std::io::Error) -> Error {
+        let _ = self.poison_with(format!("{doing}: {e}"));
+        Error::Io(e)
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(Error::Poisoned(self.poisoned_by().unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    fn segment_file(&self, first: u64) -> PathBuf {
+        format::segment_path(&self.dir, first)
+    }
+
+    fn index_file(&self, first: u64) -> PathBuf {
+        format::index_path(&self.dir, first)
+    }
+
+    fn hold(&self) {
+        if let Some(us) = self.group_hold {
+            std::thread::sleep(Duration::from_micros(us as u64));
+        }
+    }
+}
+
+/// An open segment's files, shared by the writer and a group-commit leader.
+#[derive(Clone, Debug)]
+struct OpenFiles {
+    log: Arc<dyn StorageFile>,
+    idx: Arc<dyn StorageFile>,
+}

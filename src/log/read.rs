@@ -1,0 +1,432 @@
+//! Reading: whole frames, a frame's blob in pieces, meta scans and the
+//! sequential cursor behind `range` and the embedding reader.
+//!
+//! Readers open the files per call and never take the writer lock: they
+//! resolve a sequence to its segment, read its offset from the index (written
+//! only once the frame is durable) and check every crc they can.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::format::{self, FrameHeader, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN};
+use super::segment::{Next, SegmentReader};
+use super::storage::{OpenMode, StorageFile};
+use super::{read_lock, Error, Kind, Log, Result};
+
+/// One frame, read whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: u64,
+    pub kind: u16,
+    pub meta: Vec<u8>,
+    /// Empty for an erased frame.
+    pub blob: Vec<u8>,
+    /// The crc written at the first append, over meta then blob.
+    pub payload_crc: u32,
+}
+
+impl Entry {
+    /// The frame's kind.
+    pub fn kind(&self) -> Result<Kind> {
+        Kind::from_u16(self.kind)
+    }
+}
+
+/// A frame's header and meta, and where its blob is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    pub seq: u64,
+    pub kind: u16,
+    pub meta: Vec<u8>,
+    pub blob_len: u64,
+    /// The crc stored in the header; checked by `read_pieces`, handed over
+    /// unchecked by `read_pieces_from` past byte 0.
+    pub payload_crc: u32,
+    /// The segment file holding the frame.
+    pub segment: PathBuf,
+    /// The blob's offset in that file.
+    pub blob_offset: u64,
+}
+
+impl Located {
+    /// Whether the frame was erased in place.
+    pub fn is_erased(&self) -> bool {
+        self.kind == Kind::Redacted.as_u16()
+    }
+}
+
+fn invalid(msg: String) -> Error {
+    Error::Io(io::Error::new(io::ErrorKind::InvalidInput, msg))
+}
+
+impl Log {
+    /// The first sequence of the segment holding `seq`.
+    fn segment_of(&self, seq: u64) -> Result<u64> {
+        let head = self.head_seq();
+        if seq == 0 || seq > head {
+            return Err(Error::PastHead { seq, head });
+        }
+        let segs = read_lock(&self.segs);
+        let first = segs.first().map_or(head + 1, |s| s.first);
+        if seq < first {
+            return Err(Error::BelowFloor { seq, first });
+        }
+        let i = segs.partition_point(|s| s.first <= seq) - 1;
+        Ok(segs[i].first)
+    }
+
+    /// Open a file of a retained segment; a file that retention removed
+    /// between the lookup and the open is the floor error it is.
+    fn open_retained(&self, path: &std::path::Path, seq: u64) -> Result<Arc<dyn StorageFile>> {
+        match self.fs.open(path, OpenMode::Read) {
+            Ok(f) => Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && seq < self.first_seq() => {
+                Err(Error::BelowFloor {
+                    seq,
+                    first: self.first_seq(),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The segment file, the frame's offset and its decoded header.
+    fn frame_at(&self, seq: u64) -> Result<(Arc<dyn StorageFile>, PathBuf, u64, FrameHeader)> {
+        let first = self.segment_of(seq)?;
+        let idx_path = self.index_file(first);
+        let idx = self.open_retained(&idx_path, seq)?;
+        let mut b = [0u8; INDEX_ENTRY_LEN];
+        let at = INDEX_HEADER_LEN as u64 + (seq - first) * INDEX_ENTRY_LEN as u64;
+        idx.read_exact_at(&mut b, at)
+            .map_err(|e| Error::corrupt(&idx_path, at, format!("index entry of {seq}: {e}")))?;
+        let offset = u64::from_le_bytes(b);
+        let path = self.segment_file(first);
+        let file = self.open_retained(&path, seq)?;
+        let mut hb = [0u8; FRAME_HEADER_LEN];
+        file.read_exact_at(&mut hb, offset)
+            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e}")))?;
+        let h = FrameHeader::decode(&hb)
+            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e:?}")))?;
+        if h.seq != seq {
+            return Err(Error::corrupt(
+                &path,
+                offset,
+                format!("frame holds sequence {}, the index says {seq}", h.seq),
+            ));
+        }
+        Ok((file, path, offset, h))
+    }
+
+    /// Read one frame whole, its crc checked (an erased frame has no blob
+    /// and is not checked).
+    pub fn read(&self, seq: u64) -> Result<Entry> {
+        let (file, path, offset, h) = self.frame_at(seq)?;
+        let body_len = usize::try_from(h.frame_len() - FRAME_HEADER_LEN as u64)
+            .map_err(|_| invalid(format!("frame {seq} is too large to read whole")))?;
+        let erased = h.kind == Kind::Redacted.as_u16();
+        let want = if erased {
+            h.meta_len as usize
+        } else {
+            body_len
+        };
+        let mut body = vec![0u8; want];
+        file.read_exact_at(&mut body, offset + FRAME_HEADER_LEN as u64)
+            .map_err(|e| Error::corrupt(&path, offset, format!("body of {seq}: {e}")))?;
+        if !erased && crc32fast::hash(&body) != h.payload_crc {
+            return Err(Error::corrupt(
+                &path,
+                offset,
+                format!("payload crc of {seq}"),
+            ));
+        }
+        let blob = body.split_off(h.meta_len as usize);
+        Ok(Entry {
+            seq,
+            kind: h.kind,
+            meta: body,
+            blob,
+            payload_crc: h.payload_crc,
+        })
+    }
+
+    fn locate_in(&self, seq: u64) -> Result<(Arc<dyn StorageFile>, Located)> {
+        let (file, path, offset, h) = self.frame_at(seq)?;
+        let mut meta = vec![0u8; h.meta_len as usize];
+        file.read_exact_at(&mut meta, offset + FRAME_HEADER_LEN as u64)
+            .map_err(|e| Error::corrupt(&path, offset, format!("meta of {seq}: {e}")))?;
+        let loc = Located {
+            seq,
+            kind: h.kind,
+            meta,
+            blob_len: h.blob_len,
+            payload_crc: h.payload_crc,
+            blob_offset: offset + FRAME_HEADER_LEN as u64 + u64::from(h.meta_len),
+            segment: path,
+        };
+        Ok((file, loc))
+    }
+
+    /// Read a frame's header and meta, and say where its blob is, so a
+    /// caller can stream the blob in chunks.
+    pub fn locate_blob(&self, seq: u64) -> Result<Located> {
+        Ok(self.locate_in(seq)?.1)
+    }
+
+    /// One frame's blob in pieces of at most `piece` bytes, never whole.
+    /// `each` gets the header and meta ([`Located`]), one piece, and whether
+    /// it is the last. The last piece is handed over only after the payload
+    /// crc checked out: a frame that fails it ends in [`Error::Corrupt`] with
+    /// every piece but the last delivered. An erased frame is one empty last
+    /// piece, unchecked; an empty blob checks the crc over the meta and is
+    /// one empty last piece. Memory is one piece, whatever the blob's size.
+    pub fn read_pieces<E: From<Error>>(
+        &self,
+        seq: u64,
+        piece: usize,
+        each: impl FnMut(&Located, &[u8], bool) -> Result<(), E>,
+    ) -> Result<Located, E> {
+        self.read_pieces_from(seq, 0, piece, each)
+    }
+
+    /// [`Log::read_pieces`] from byte `from` of the blob on: a restore
+    /// resuming an entry the receiver holds part of. 0 is `read_pieces`
+    /// exactly. Otherwise only the blob from `from` is read and the crc,
+    /// which is over all of it, is not checked: the last piece carries the
+    /// stored crc in [`Located::payload_crc`], and the receiver checks it
+    /// over the entry it put together. `from` at the blob's end is one empty
+    /// last piece; past it, or on an erased frame, is refused with an
+    /// `InvalidInput` I/O error naming both numbers.
+    pub fn read_pieces_from<E: From<Error>>(
+        &self,
+        seq: u64,
+        from: u64,
+        piece: usize,
+        mut each: impl FnMut(&Located, &[u8], bool) -> Result<(), E>,
+    ) -> Result<Located, E> {
+        if piece == 0 {
+            return Err(invalid("a piece of 0 bytes".into()).into());
+        }
+        let (file, loc) = self.locate_in(seq)?;
+        if loc.is_erased() {
+            if from != 0 {
+                return Err(invalid(format!(
+                    "frame {seq} is erased: no byte {from} to resume at"
+                ))
+                .into());
+            }
+            each(&loc, &[], true)?;
+            return Ok(loc);
+        }
+        if from > loc.blob_len {
+            return Err(invalid(format!(
+                "byte {from} is past the end of frame {seq}'s blob of {} bytes",
+                loc.blob_len
+            ))
+            .into());
+        }
+        let checked = from == 0;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&loc.meta);
+        let verify = |crc: crc32fast::Hasher| -> Result<()> {
+            if crc.finalize() == loc.payload_crc {
+                Ok(())
+            } else {
+                Err(Error::corrupt(
+                    &loc.segment,
+                    loc.blob_offset,
+                    format!("payload crc of {seq}"),
+                ))
+            }
+        };
+        if from == loc.blob_len {
+            if checked {
+                verify(crc)?;
+            }
+            each(&loc, &[], true)?;
+            return Ok(loc);
+        }
+        let mut buf = vec![0u8; piece.min((loc.blob_len - from) as usize)];
+        let mut pos = from;
+        while pos < loc.blob_len {
+            let n = (piece as u64).min(loc.blob_len - pos) as usize;
+            file.read_exact_at(&mut buf[..n], loc.blob_offset + pos)
+                .map_err(|e| Error::corrupt(&loc.segment, loc.blob_offset + pos, e))?;
+            let last = pos + n as u64 == loc.blob_len;
+            if checked {
+                crc.update(&buf[..n]);
+                if last {
+                    verify(crc.clone())?;
+                }
+            }
+            each(&loc, &buf[..n], last)?;
+            pos += n as u64;
+        }
+        Ok(loc)
+    }
+
+    /// Walk every retained frame's header and meta, oldest first, without
+    /// its blob: one open and one sequential buffered read per segment, each
+    /// blob skipped inside the buffer, one meta buffer reused for every
+    /// frame. Bounded by the head at call time; a frame whose header does
+    /// not decode, or whose sequence is not the one its position says, is
+    /// [`Error::Corrupt`].
+    pub fn scan_meta(&self, mut each: impl FnMut(u64, u16, &[u8])) -> Result<()> {
+        let head = self.head_seq();
+        let segs: Vec<(u64, u64)> = read_lock(&self.segs)
+            .iter()
+            .map(|s| (s.first, s.last))
+            .collect();
+        let mut meta = Vec::new();
+        for (first, last) in segs {
+            let last = last.min(head);
+            if first > last {
+                continue;
+            }
+            let path = self.segment_file(first);
+            let file = self.open_retained(&path, first)?;
+            let mut r = SegmentReader::new(file, format::SEGMENT_HEADER_LEN as u64)?;
+            for seq in first..=last {
+                let at = r.pos();
+                let h = match r.next_header()? {
+                    Next::Frame(h) if h.seq == seq => h,
+                    Next::Frame(h) => {
+                        return Err(Error::corrupt(
+                            &path,
+                            at,
+                            format!("frame holds sequence {}, expected {seq}", h.seq),
+                        ))
+                    }
+                    other => {
+                        return Err(Error::corrupt(
+                            &path,
+                            at,
+                            format!("header of {seq}: {other:?}"),
+                        ))
+                    }
+                };
+                r.read_into(u64::from(h.meta_len), &mut meta)
+                    .map_err(|e| Error::corrupt(&path, at, format!("meta of {seq}: {e}")))?;
+                r.skip(h.blob_len);
+                each(seq, h.kind, &meta);
+            }
+        }
+        Ok(())
+    }
+
+    /// Read `from..=to` whole (bounded by the head).
+    pub fn range(&self, from: u64, to: u64) -> Result<Vec<Entry>> {
+        let to = to.min(self.head_seq());
+        let mut out = Vec::new();
+        if from > to {
+            return Ok(out);
+        }
+        let mut cursor = Cursor::new(self, from)?;
+        while cursor.next_seq() <= to {
+            match cursor.next_frame()? {
+                Some((h, body)) => {
+                    let (meta, blob) = body.split_at(h.meta_len as usize);
+                    out.push(Entry {
+                        seq: h.seq,
+                        kind: h.kind,
+                        meta: meta.to_vec(),
+                        blob: blob.to_vec(),
+                        payload_crc: h.payload_crc,
+                    });
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Frames in order from a sequence on, across segments, through one reused
+/// buffer; each read only once the head covers it.
+#[derive(Debug)]
+pub(crate) struct Cursor<'a> {
+    log: &'a Log,
+    next: u64,
+    /// The reader over the segment holding `next`, with that segment's first
+    /// sequence and the head when its buffer was last filled.
+    reader: Option<(u64, SegmentReader, u64)>,
+    body: Vec<u8>,
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at `from`; 0 means the oldest retained. Below the floor is
+    /// [`Error::BelowFloor`], never a silent jump to the oldest.
+    pub fn new(log: &'a Log, from: u64) -> Result<Self> {
+        let first = log.first_seq();
+        let from = if from == 0 { first } else { from };
+        if from < first {
+            return Err(Error::BelowFloor { seq: from, first });
+        }
+        Ok(Cursor {
+            log,
+            next: from,
+            reader: None,
+            body: Vec::new(),
+        })
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// The next frame's header and body (meta then blob; the blob is empty
+    /// for an erased frame), or None at the head.
+    pub fn next_frame(&mut self) -> Result<Option<(FrameHeader, &[u8])>> {
+        let head = self.log.head_seq();
+        let seq = self.next;
+        if seq > head {
+            return Ok(None);
+        }
+        let in_reader = match &self.reader {
+            Some((first, _, _)) => {
+                let segs = read_lock(&self.log.segs);
+                let i = segs.partition_point(|s| s.first <= seq);
+                i > 0 && segs[i - 1].first == *first
+            }
+            None => false,
+        };
+        if !in_reader {
+            let (file, _, offset, _) = self.log.frame_at(seq)?;
+            let first = self.log.segment_of(seq)?;
+            self.reader = Some((first, SegmentReader::new(file, offset)?, head));
+        }
+        let Some((first, r, filled_at)) = self.reader.as_mut() else {
+            return Ok(None);
+        };
+        if seq > *filled_at {
+            // The buffer may hold zeros read before this frame was written.
+            r.refresh_len()?;
+            *filled_at = head;
+        }
+        let path = self.log.segment_file(*first);
+        let at = r.pos();
+        let h = match r.next_header()? {
+            Next::Frame(h) if h.seq == seq => h,
+            other => {
+                return Err(Error::corrupt(
+                    &path,
+                    at,
+                    format!("expected frame {seq}, found {other:?}"),
+                ))
+            }
+        };
+        let body_len = h.frame_len() - FRAME_HEADER_LEN as u64;
+        if h.kind == Kind::Redacted.as_u16() {
+            r.read_into(u64::from(h.meta_len), &mut self.body)?;
+            r.skip(h.blob_len);
+        } else {
+            r.read_into(body_len, &mut self.body)
+                .map_err(|e| Error::corrupt(&path, at, format!("body of {seq}: {e}")))?;
+            if crc32fast::hash(&self.body) != h.payload_crc {
+                return Err(Error::corrupt(&path, at, format!("payload crc of {seq}")));
+            }
+        }
+        self.next += 1;
+        Ok(Some((h, &self.body)))
+    }
+}

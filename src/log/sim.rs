@@ -1,0 +1,457 @@
+//! A simulated file system for crash and fault tests.
+//!
+//! Every file has a live image (what reads see) and a durable image (what a
+//! power cut leaves): `sync_data`/`sync_all` copy one to the other. Names are
+//! the same: a created, removed or renamed name is durable only once its
+//! directory is synced. [`SimStorage::crash`] throws away everything not
+//! durable, optionally keeping a prefix of each file's unsynced writes (the
+//! order a disk may have written them in), and every handle opened before the
+//! crash fails from then on. Faults are armed by count: the n-th sync or
+//! write from now fails with an I/O error, or the n-th sync crashes the
+//! machine before it happens.
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::storage::{OpenMode, Storage, StorageFile};
+
+#[derive(Debug, Default, Clone)]
+struct Inode {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    /// Writes since the last sync, oldest first, for a torn crash.
+    unsynced: Vec<Write>,
+}
+
+#[derive(Debug, Clone)]
+enum Write {
+    At(u64, Vec<u8>),
+    Len(u64),
+}
+
+impl Inode {
+    fn apply(image: &mut Vec<u8>, write: &Write) {
+        match write {
+            Write::At(offset, bytes) => {
+                let end = *offset as usize + bytes.len();
+                if image.len() < end {
+                    image.resize(end, 0);
+                }
+                image[*offset as usize..end].copy_from_slice(bytes);
+            }
+            Write::Len(len) => image.resize(*len as usize, 0),
+        }
+    }
+
+    fn record(&mut self, write: Write) {
+        Self::apply(&mut self.live, &write);
+        self.unsynced.push(write);
+    }
+
+    fn sync(&mut self) {
+        self.durable.clone_from(&self.live);
+        self.unsynced.clear();
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    inodes: Vec<Inode>,
+    live_names: BTreeMap<PathBuf, usize>,
+    durable_names: BTreeMap<PathBuf, usize>,
+    locks: HashSet<PathBuf>,
+    /// Bumped by every crash; a handle from an older epoch is dead.
+    epoch: u64,
+    crashed: bool,
+    syncs: u64,
+    writes: u64,
+    fail_sync_in: Option<u64>,
+    fail_write_in: Option<u64>,
+    crash_sync_in: Option<u64>,
+    enospc_after_bytes: Option<u64>,
+}
+
+/// Which of the unsynced writes a crash keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Only what was synced survives.
+    LoseUnsynced,
+    /// Each file keeps its first `n % (unsynced + 1)` unsynced writes, with
+    /// `n` derived from the seed and the file: a disk that wrote some of
+    /// the page cache out in order before the power went.
+    KeepPrefix(u64),
+}
+
+/// The simulated file system. Cheap to clone: clones share one disk.
+#[derive(Debug, Clone, Default)]
+pub struct SimStorage {
+    state: Arc<Mutex<State>>,
+}
+
+fn crashed() -> io::Error {
+    io::Error::other("simulated machine has crashed")
+}
+
+fn injected(what: &str) -> io::Error {
+    io::Error::other(format!("injected {what} failure"))
+}
+
+impl SimStorage {
+    /// An empty disk.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock is a test failure already; the
+        // state itself is still consistent enough to inspect.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Syncs (file and directory) made so far.
+    pub fn syncs(&self) -> u64 {
+        self.lock_state().syncs
+    }
+
+    /// Writes made so far.
+    pub fn writes(&self) -> u64 {
+        self.lock_state().writes
+    }
+
+    /// The `n`-th sync from now (1 = the next) fails with an I/O error.
+    pub fn fail_sync_in(&self, n: u64) {
+        self.lock_state().fail_sync_in = Some(n);
+    }
+
+    /// The `n`-th write from now (1 = the next) fails with an I/O error.
+    pub fn fail_write_in(&self, n: u64) {
+        self.lock_state().fail_write_in = Some(n);
+    }
+
+    /// Writes fail with ENOSPC once `bytes` more have been written.
+    pub fn fill_disk_after(&self, bytes: u64) {
+        self.lock_state().enospc_after_bytes = Some(bytes);
+    }
+
+    /// The `n`-th sync from now crashes the machine instead of happening.
+    pub fn crash_at_sync(&self, n: u64) {
+        self.lock_state().crash_sync_in = Some(n);
+    }
+
+    /// Whether an armed crash has happened.
+    pub fn has_crashed(&self) -> bool {
+        self.lock_state().crashed
+    }
+
+    /// Power cut now: keep what `mode` says survives, drop every lock and
+    /// kill every open handle. The disk is usable again right after.
+    pub fn crash(&self, mode: CrashMode) {
+        let mut s = self.lock_state();
+        let live: Vec<usize> = s.durable_names.values().copied().collect();
+        for (i, inode) in s.inodes.iter_mut().enumerate() {
+            let mut image = inode.durable.clone();
+            if let CrashMode::KeepPrefix(seed) = mode {
+                if live.contains(&i) && !inode.unsynced.is_empty() {
+                    let mix = seed
+                        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                        .wrapping_add(i as u64 * 0x2545_F491);
+                    let keep = (mix % (inode.unsynced.len() as u64 + 1)) as usize;
+                    for write in &inode.unsynced[..keep] {
+                        Inode::apply(&mut image, write);
+                    }
+                }
+            }
+            inode.live = image.clone();
+            inode.durable = image;
+            inode.unsynced.clear();
+        }
+        s.live_names = s.durable_names.clone();
+        s.locks.clear();
+        s.epoch += 1;
+        s.crashed = false;
+        s.fail_sync_in = None;
+        s.fail_write_in = None;
+        s.crash_sync_in = None;
+        s.enospc_after_bytes = None;
+    }
+
+    /// The live bytes of a file, for tests that damage or inspect files.
+    pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
+        let s = self.lock_state();
+        s.live_names.get(path).map(|&i| s.inodes[i].live.clone())
+    }
+
+    /// Replace a file's bytes, durably (a test's damage, made on a disk).
+    pub fn write_file(&self, path: &Path, bytes: &[u8]) {
+        let mut s = self.lock_state();
+        let i = match s.live_names.get(path) {
+            Some(&i) => i,
+            None => {
+                s.inodes.push(Inode::default());
+                let i = s.inodes.len() - 1;
+                s.live_names.insert(path.to_owned(), i);
+                s.durable_names.insert(path.to_owned(), i);
+                i
+            }
+        };
+        s.inodes[i].live = bytes.to_vec();
+        s.inodes[i].sync();
+    }
+
+    /// Every live file name.
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.lock_state().live_names.keys().cloned().collect()
+    }
+
+    fn count_sync(s: &mut State) -> io::Result<()> {
+        if s.crashed {
+            return Err(crashed());
+        }
+        s.syncs += 1;
+        if let Some(n) = s.crash_sync_in.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                s.crash_sync_in = None;
+                s.crashed = true;
+                return Err(crashed());
+            }
+        }
+        if let Some(n) = s.fail_sync_in.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                s.fail_sync_in = None;
+                return Err(injected("fsync"));
+            }
+        }
+        Ok(())
+    }
+
+    fn count_write(s: &mut State, bytes: u64) -> io::Result<()> {
+        if s.crashed {
+            return Err(crashed());
+        }
+        s.writes += 1;
+        if let Some(n) = s.fail_write_in.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                s.fail_write_in = None;
+                return Err(injected("write"));
+            }
+        }
+        if let Some(left) = s.enospc_after_bytes.as_mut() {
+            if *left < bytes {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            *left -= bytes;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct SimFile {
+    disk: SimStorage,
+    inode: usize,
+    epoch: u64,
+    writable: bool,
+}
+
+impl SimFile {
+    fn state(&self) -> io::Result<MutexGuard<'_, State>> {
+        let s = self.disk.lock_state();
+        if s.epoch != self.epoch || s.crashed {
+            return Err(crashed());
+        }
+        Ok(s)
+    }
+
+    fn write(&self, write: Write, bytes: u64) -> io::Result<()> {
+        if !self.writable {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        let mut s = self.state()?;
+        SimStorage::count_write(&mut s, bytes)?;
+        s.inodes[self.inode].record(write);
+        Ok(())
+    }
+}
+
+impl StorageFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let s = self.state()?;
+        let data = &s.inodes[self.inode].live;
+        if offset >= data.len() as u64 {
+            return Ok(0);
+        }
+        let n = buf.len().min(data.len() - offset as usize);
+        buf[..n].copy_from_slice(&data[offset as usize..offset as usize + n]);
+        Ok(n)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write(Write::At(offset, buf.to_vec()), buf.len() as u64)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let mut s = self.state()?;
+        SimStorage::count_sync(&mut s)?;
+        s.inodes[self.inode].sync();
+        Ok(())
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.state()?.inodes[self.inode].live.len() as u64)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.write(Write::Len(len), 0)
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = offset + len;
+        if self.len()? < end {
+            self.write(Write::Len(end), len)?;
+        }
+        Ok(())
+    }
+
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
+        let file_len = self.len()?;
+        let end = (offset + len).min(file_len);
+        if offset >= end {
+            return Ok(());
+        }
+        self.write(Write::At(offset, vec![0; (end - offset) as usize]), 0)
+    }
+}
+
+#[derive(Debug)]
+struct SimLock {
+    disk: SimStorage,
+    path: PathBuf,
+    epoch: u64,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut s = self.disk.lock_state();
+        if s.epoch == self.epoch {
+            s.locks.remove(&self.path);
+        }
+    }
+}
+
+impl SimStorage {
+    fn live(&self) -> io::Result<MutexGuard<'_, State>> {
+        let s = self.lock_state();
+        if s.crashed {
+            return Err(crashed());
+        }
+        Ok(s)
+    }
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: no such file", path.display()),
+    )
+}
+
+impl Storage for SimStorage {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        let mut s = self.live()?;
+        let inode = match (s.live_names.get(path).copied(), mode) {
+            (Some(_), OpenMode::CreateNew) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{}: exists", path.display()),
+                ))
+            }
+            (Some(i), _) => i,
+            (None, OpenMode::CreateNew) => {
+                s.inodes.push(Inode::default());
+                let i = s.inodes.len() - 1;
+                s.live_names.insert(path.to_owned(), i);
+                i
+            }
+            (None, _) => return Err(not_found(path)),
+        };
+        Ok(Arc::new(SimFile {
+            disk: self.clone(),
+            inode,
+            epoch: s.epoch,
+            writable: mode != OpenMode::Read,
+        }))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut s = self.live()?;
+        s.live_names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut s = self.live()?;
+        let i = s.live_names.remove(from).ok_or_else(|| not_found(from))?;
+        s.live_names.insert(to.to_owned(), i);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut s = self.live()?;
+        SimStorage::count_sync(&mut s)?;
+        let in_dir = |p: &PathBuf| p.parent() == Some(dir);
+        s.durable_names.retain(|p, _| !in_dir(p));
+        let live: Vec<(PathBuf, usize)> = s
+            .live_names
+            .iter()
+            .filter(|(p, _)| in_dir(p))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        s.durable_names.extend(live);
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let s = self.live()?;
+        Ok(s.live_names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect())
+    }
+
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        // Directories are implicit: a name's parent exists once named.
+        self.live().map(|_| ())
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let mut s = self.live()?;
+        if !s.locks.insert(path.to_owned()) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("{}: locked", path.display()),
+            ));
+        }
+        Ok(Box::new(SimLock {
+            disk: self.clone(),
+            path: path.to_owned(),
+            epoch: s.epoch,
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        Ok(self.live()?.live_names.contains_key(path))
+    }
+}

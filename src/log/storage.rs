@@ -1,0 +1,281 @@
+//! The I/O seam under the log: every byte the log reads or writes, every
+//! fsync, rename and directory listing goes through [`Storage`].
+//!
+//! [`StdStorage`] is the real file system. [`crate::log::SimStorage`] keeps a
+//! live and a durable image of every file and name so that tests can crash at
+//! any sync and reopen what a power cut would have left, or inject write and
+//! fsync failures.
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write; the file must exist.
+    Write,
+    /// Read and write; the file must not exist yet.
+    CreateNew,
+}
+
+/// A file of the log. Every method takes `&self`: positioned I/O needs no
+/// cursor, so one handle is shared by the writer and a group-commit leader.
+// `len` is a file's length, not a collection's: there is no `is_empty`.
+#[allow(clippy::len_without_is_empty)]
+pub trait StorageFile: Send + Sync + Debug {
+    /// Read at `offset`; fewer bytes than asked only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Write all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// fdatasync(2).
+    fn sync_data(&self) -> io::Result<()>;
+    /// fsync(2).
+    fn sync_all(&self) -> io::Result<()>;
+    /// The file's length.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncate or extend.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserve blocks for `offset..offset + len`, extending the file
+    /// (fallocate mode 0): later writes there need no allocation.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Turn `offset..offset + len` into zeros without changing the length:
+    /// FALLOC_FL_PUNCH_HOLE, or written zeros where the file system cannot.
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()>;
+
+    /// Read exactly `buf.len()` bytes at `offset`.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset)? {
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("file ends before offset {}", offset + buf.len() as u64),
+                    ))
+                }
+                n => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A directory of files: the log's whole view of the file system.
+pub trait Storage: Send + Sync + Debug {
+    /// Open a file.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>>;
+    /// Remove a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Rename a file, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// fsync a directory, making the names in it durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// The names of the files in a directory, unordered.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Create a directory and its parents; fsyncs the parent it created in.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Take an exclusive lock on `path` (created when missing), held until
+    /// the returned value is dropped. `WouldBlock` when another holder has it.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+    /// Whether a file exists.
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdStorage;
+
+impl StdStorage {
+    /// The shared instance.
+    pub fn shared() -> Arc<dyn Storage> {
+        Arc::new(StdStorage)
+    }
+}
+
+#[derive(Debug)]
+struct StdFile(File);
+
+fn cvt(ret: libc::c_int) -> io::Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl StorageFile for StdFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        loop {
+            match self.0.read_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (off, len) = off_len(offset, len)?;
+        // SAFETY: fallocate reads only its integer arguments; the descriptor
+        // is owned by `self.0` and open for the duration of the call.
+        let ret = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, off, len) };
+        match cvt(ret) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                // A file system without fallocate: extend the length, which
+                // is what callers rely on; blocks are allocated at write time.
+                let end = offset.saturating_add(len as u64);
+                if self.len()? < end {
+                    self.0.set_len(end)?;
+                }
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let (off, l) = off_len(offset, len)?;
+        // SAFETY: as in `allocate`: integers only, on a descriptor we own.
+        let ret = unsafe {
+            libc::fallocate(
+                self.0.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                l,
+            )
+        };
+        match cvt(ret) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => write_zeros(self, offset, len),
+            other => other,
+        }
+    }
+}
+
+fn off_len(offset: u64, len: u64) -> io::Result<(libc::off_t, libc::off_t)> {
+    let off = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    let l = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length out of range"))?;
+    Ok((off, l))
+}
+
+/// Zeros written in 64 KiB pieces: the fallback where a hole cannot be punched.
+pub(crate) fn write_zeros(file: &dyn StorageFile, offset: u64, len: u64) -> io::Result<()> {
+    const CHUNK: u64 = 64 * 1024;
+    let zeros = vec![0u8; CHUNK.min(len) as usize];
+    let mut at = offset;
+    let end = offset + len;
+    while at < end {
+        let n = (end - at).min(CHUNK) as usize;
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct StdLock(#[allow(dead_code)] File);
+
+impl Storage for StdStorage {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        let mut opts = OpenOptions::new();
+        opts.read(true);
+        match mode {
+            OpenMode::Read => {}
+            OpenMode::Write => {
+                opts.write(true);
+            }
+            OpenMode::CreateNew => {
+                opts.write(true).create_new(true);
+            }
+        }
+        opts.custom_flags(libc::O_CLOEXEC);
+        Ok(Arc::new(StdFile(opts.open(path)?)))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if let Some(name) = entry.file_name().to_str() {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        // SAFETY: flock takes a descriptor we own and an integer flag.
+        cvt(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })?;
+        Ok(Box::new(StdLock(file)))
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+}
