@@ -24,9 +24,11 @@
 //! ```
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::log::format::{FrameHeader, FRAME_HEADER_LEN};
+use crate::log::storage::Storage;
 use crate::log::{self, Error, Kind, Log, OpenOptions, Tail, DEFAULT_SEGMENT_BYTES};
 
 /// A log sequence number. `Lsn(0)` is "none": records start at `Lsn(1)` and
@@ -72,12 +74,14 @@ impl From<Error> for WalError {
 }
 
 /// How to open a [`Wal`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct WalOptions {
     /// The largest payload `append` takes.
     pub max_record_size: usize,
     /// The segment size.
     pub segment_bytes: u64,
+    /// The file system; the real one when None.
+    pub storage: Option<Arc<dyn Storage>>,
 }
 
 impl Default for WalOptions {
@@ -85,6 +89,7 @@ impl Default for WalOptions {
         WalOptions {
             max_record_size: 1 << 20,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            storage: None,
         }
     }
 }
@@ -112,7 +117,8 @@ impl Wal {
             dir,
             OpenOptions {
                 segment_bytes: opts.segment_bytes,
-                ..OpenOptions::default()
+                repair: false,
+                storage: opts.storage,
             },
         )?;
         Ok(Wal {

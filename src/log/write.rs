@@ -313,6 +313,7 @@ impl Log {
             let mut segs = write_lock(&self.segs);
             if let Some(old) = segs.last_mut() {
                 old.bytes = sealed_bytes;
+                old.last = staged;
             }
             segs.push(Seg {
                 first,
@@ -494,7 +495,8 @@ impl Log {
     /// [`Pending::commit_unsynced`] (or staged) since the last sync is
     /// fdatasynced once, indexed with one write, and published; readers see
     /// it and the head moves only now. Answers the head. Nothing pending:
-    /// no I/O.
+    /// no I/O. A segment roll inside a group is a sync too: the frames
+    /// before it are durable and published when the roll returns.
     pub fn sync(&self) -> Result<u64> {
         let staged = {
             let w = lock(&self.writer);
