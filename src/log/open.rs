@@ -479,8 +479,11 @@ impl Log {
             // later follow a shorter frame and read as a header.
             log_file.punch(scanned.end, file_len - scanned.end)?;
         }
-        if file_len < capacity {
-            log_file.allocate(file_len, capacity - file_len)?;
+        let capacity = capacity.max(file_len);
+        if scanned.end < capacity {
+            // The punch left a hole; reserve the blocks again so appends
+            // never allocate on their fsync path.
+            log_file.allocate(scanned.end, capacity - scanned.end)?;
         }
         if scanned.damage.is_some() || file_len < capacity {
             log_file.sync_all()?;
@@ -490,12 +493,12 @@ impl Log {
         segs.push(Seg {
             first,
             last,
-            bytes: capacity.max(file_len),
+            bytes: capacity,
         });
         let mut w = Writer::new(
             first,
             scanned.end,
-            capacity.max(file_len),
+            capacity,
             Some(OpenFiles { log: log_file, idx }),
         );
         w.next_seq = next_seq;
