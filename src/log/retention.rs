@@ -163,12 +163,16 @@ impl Log {
 
     /// Give up the writer's files so the file system under the log can be
     /// unmounted. Waits for an in-flight streaming append (it holds the
-    /// writer lock) and an erase, makes everything staged durable and
+    /// writer lock), a group-commit leader's fsync and an erase, makes everything staged durable and
     /// published, syncs both files and closes them; readers open per call
     /// and are unaffected until the unmount itself. Every write refuses with
     /// [`Error::Released`] until [`Log::reacquire`]. Idempotent.
     pub fn release(&self) -> Result<()> {
         let _erase = lock(&self.erase_lock);
+        self.as_leader(|| self.release_files())
+    }
+
+    fn release_files(&self) -> Result<()> {
         let mut w = lock(&self.writer);
         let Some(files) = w.files.clone() else {
             return Ok(());

@@ -23,6 +23,9 @@ use super::{lock, write_lock, Error, Kind, Log, Meta, OpenFiles, Result, Seg};
 /// positioned write; larger blobs are written from the caller's slice.
 const COPY_LIMIT: usize = 1 << 20;
 
+/// How long a group-commit waiter sleeps before it looks again on its own.
+const WAITER_SAFETY_NET: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The writer's state, behind the writer lock.
 #[derive(Debug)]
 pub(super) struct Writer {
@@ -419,20 +422,29 @@ impl Log {
     /// not, to lead next. No lock is held across the fsync.
     pub fn sync_through(&self, seq: u64) -> Result<()> {
         let me = thread::current();
+        let mut waited = false;
         loop {
-            if self.head_seq() >= seq {
-                return Ok(());
-            }
-            self.check_poison()?;
             let mut s = lock(&self.sync);
             if self.head_seq() >= seq {
+                if waited && !s.leader {
+                    // Woken by a publication that covered us but not every
+                    // waiter: make sure somebody leads for the rest.
+                    Self::hand_off(&mut s);
+                }
                 return Ok(());
+            }
+            if let Err(e) = self.check_poison() {
+                Self::hand_off(&mut s);
+                return Err(e);
             }
             if s.leader {
                 s.waiters.push((seq, me.id(), me.clone()));
                 drop(s);
-                thread::park();
+                // The timeout is a safety net only: every path that ends a
+                // leadership or publishes wakes the waiters it must.
+                thread::park_timeout(WAITER_SAFETY_NET);
                 lock(&self.sync).waiters.retain(|(_, id, _)| *id != me.id());
+                waited = true;
                 continue;
             }
             s.leader = true;
@@ -442,7 +454,6 @@ impl Log {
             s.leader = false;
             let head = self.head_seq();
             let failed = led.is_err();
-            let mut next: Option<usize> = None;
             s.waiters.retain(|(wseq, _, thread)| {
                 if *wseq <= head || failed {
                     thread.unpark();
@@ -451,17 +462,43 @@ impl Log {
                     true
                 }
             });
-            for (i, (wseq, _, _)) in s.waiters.iter().enumerate() {
-                if next.is_none_or(|j| *wseq < s.waiters[j].0) {
-                    next = Some(i);
-                }
-            }
-            if let Some(i) = next {
-                let (_, _, thread) = s.waiters.swap_remove(i);
-                thread.unpark();
-            }
+            Self::hand_off(&mut s);
             drop(s);
             led?;
+        }
+    }
+
+    /// Run `f` as the group-commit leader, once no other leader is in its
+    /// fsync: what must not overlap a leader's use of the open segment's
+    /// file (release).
+    pub(super) fn as_leader<T>(&self, f: impl FnOnce() -> T) -> T {
+        loop {
+            let mut s = lock(&self.sync);
+            if !s.leader {
+                s.leader = true;
+                break;
+            }
+            drop(s);
+            thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let out = f();
+        let mut s = lock(&self.sync);
+        s.leader = false;
+        Self::hand_off(&mut s);
+        out
+    }
+
+    /// Wake the waiter with the lowest sequence, to lead next.
+    fn hand_off(s: &mut SyncState) {
+        let next = s
+            .waiters
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, (seq, _, _))| *seq)
+            .map(|(i, _)| i);
+        if let Some(i) = next {
+            let (_, _, thread) = s.waiters.swap_remove(i);
+            thread.unpark();
         }
     }
 
