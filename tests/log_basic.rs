@@ -194,3 +194,25 @@ fn release_reacquire_refuses_a_changed_segment() {
     f.set_len(100).expect("shrink");
     assert!(matches!(log.reacquire(), Err(Error::SegmentChanged { .. })));
 }
+
+#[test]
+fn verify_finds_a_flipped_payload_byte_in_a_sealed_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open_with(dir.path(), 1024).expect("open");
+    for i in 0..40u8 {
+        log.append_raw(2, b"", &[i; 100]).expect("append");
+    }
+    assert_eq!(log.verify().expect("verify"), 40);
+    drop(log);
+    let seg = dir.path().join("00000000000000000001.log");
+    let mut bytes = std::fs::read(&seg).expect("read seg");
+    bytes[64 + 32 + 50] ^= 0x40;
+    std::fs::write(&seg, bytes).expect("write seg");
+    let log = Log::open_with(dir.path(), 1024).expect("a payload flip in a sealed segment opens");
+    assert!(matches!(log.read(1), Err(Error::Corrupt(_))));
+    assert!(matches!(log.verify(), Err(Error::Corrupt(_))));
+    assert_eq!(
+        log.read(2).expect("the next frame reads").blob,
+        vec![1u8; 100]
+    );
+}
