@@ -170,6 +170,14 @@ fn check_sealed(
     if first_at != SEGMENT_HEADER_LEN as u64 {
         return Err(format!("first frame indexed at {first_at}"));
     }
+    let mut hb = [0u8; format::FRAME_HEADER_LEN];
+    log.read_exact_at(&mut hb, first_at)
+        .map_err(|e| format!("first frame: {e}"))?;
+    match FrameHeader::decode(&hb) {
+        Ok(h) if h.seq == first => {}
+        Ok(h) => return Err(format!("first frame holds sequence {}", h.seq)),
+        Err(e) => return Err(format!("first frame: {e:?}")),
+    }
     let last_at = read_u64(&*idx, idx_len - INDEX_ENTRY_LEN as u64).map_err(|e| e.to_string())?;
     let mut hb = [0u8; format::FRAME_HEADER_LEN];
     log.read_exact_at(&mut hb, last_at)
@@ -371,7 +379,20 @@ impl Log {
         if let Some(&last) = firsts.last() {
             let path = self.segment_file(last);
             let f = fs.open(&path, OpenMode::Read)?;
-            if read_header(&*f).is_err() {
+            if let Err(what) = read_header(&*f) {
+                // A roll that stopped before the header was whole wrote no
+                // frame: a frame header after it is damage, not a half-made
+                // segment, and is never deleted.
+                if !zeros_at(
+                    &f,
+                    SEGMENT_HEADER_LEN as u64,
+                    format::FRAME_HEADER_LEN as u64,
+                )? {
+                    return Err(Error::Corrupt(format!(
+                        "{}: {what}, and frames follow it",
+                        path.display()
+                    )));
+                }
                 tracing::warn!(segment = %path.display(), "removing a segment a crash left half made");
                 fs.remove(&path)?;
                 let idx = self.index_file(last);
@@ -485,10 +506,13 @@ impl Log {
             // never allocate on their fsync path.
             log_file.allocate(scanned.end, capacity - scanned.end)?;
         }
-        if scanned.damage.is_some() || file_len < capacity {
-            log_file.sync_all()?;
-        }
+        // The scan may have found frames that a writer which died before
+        // its fdatasync left in the page cache only, and the segment's name
+        // may never have been synced (a roll that failed after creating it):
+        // make both durable before anything in them is published.
+        log_file.sync_all()?;
         let idx = self.rebuild_index(first, &scanned.offsets)?;
+        fs.sync_dir(&self.dir)?;
         let last = next_seq - 1;
         segs.push(Seg {
             first,
