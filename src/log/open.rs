@@ -213,7 +213,6 @@ struct Scanned {
 fn scan_last(file: &Arc<dyn StorageFile>, first: u64) -> Result<Scanned> {
     let mut r = SegmentReader::new(file.clone(), SEGMENT_HEADER_LEN as u64)?;
     let mut offsets = Vec::new();
-    let mut payload = Vec::new();
     let damage = loop {
         let at = r.pos();
         let expected = first + offsets.len() as u64;
@@ -244,11 +243,8 @@ fn scan_last(file: &Arc<dyn StorageFile>, first: u64) -> Result<Scanned> {
         }
         if h.kind == Kind::Redacted.as_u16() {
             r.skip(body);
-        } else {
-            r.read_into(body, &mut payload)?;
-            if crc32fast::hash(&payload) != h.payload_crc {
-                break Some("payload crc mismatch".to_string());
-            }
+        } else if r.crc_of(body)? != h.payload_crc {
+            break Some("payload crc mismatch".to_string());
         }
         offsets.push(at);
     };

@@ -136,6 +136,34 @@ impl SegmentReader {
         Ok(())
     }
 
+    /// The crc32 of the next `n` bytes, read through the buffer one chunk at
+    /// a time: memory stays one chunk whatever `n` is. `UnexpectedEof` when
+    /// the file ends first.
+    pub fn crc_of(&mut self, n: u64) -> io::Result<u32> {
+        if self.pos + n > self.file_len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{n} bytes at {} run past the end {}",
+                    self.pos, self.file_len
+                ),
+            ));
+        }
+        let mut crc = crc32fast::Hasher::new();
+        let mut left = n;
+        while left > 0 {
+            let want = left.min(READ_CHUNK as u64) as usize;
+            let bytes = self.fill(want)?;
+            if bytes.len() < want {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            crc.update(bytes);
+            self.pos += want as u64;
+            left -= want as u64;
+        }
+        Ok(crc.finalize())
+    }
+
     /// Skip `n` bytes.
     pub fn skip(&mut self, n: u64) {
         self.pos += n;

@@ -387,8 +387,17 @@ impl Log {
 
     /// Move the head to `target`, whose frames are durable and indexed.
     fn publish(&self, w: &mut Writer, target: u64) {
+        if self.publish_quiet(w, target) {
+            self.wake_covered(target);
+        }
+    }
+
+    /// [`Log::publish`] without waking anybody: a group-commit leader wakes
+    /// the waiters it covered once it holds no lock. Answers whether the
+    /// head moved.
+    fn publish_quiet(&self, w: &mut Writer, target: u64) -> bool {
         if target <= w.published {
-            return;
+            return false;
         }
         w.published = target;
         while w.unsynced.front().is_some_and(|&s| s <= target) {
@@ -398,7 +407,7 @@ impl Log {
             last.last = target.max(last.first - 1);
         }
         self.head.store(target, Ordering::SeqCst);
-        self.wake_covered(target);
+        true
     }
 
     /// Wake every waiter a publication through `head` covered.
@@ -454,9 +463,10 @@ impl Log {
             s.leader = false;
             let head = self.head_seq();
             let failed = led.is_err();
+            let mut covered = Vec::new();
             s.waiters.retain(|(wseq, _, thread)| {
                 if *wseq <= head || failed {
-                    thread.unpark();
+                    covered.push(thread.clone());
                     false
                 } else {
                     true
@@ -464,6 +474,11 @@ impl Log {
             });
             Self::hand_off(&mut s);
             drop(s);
+            // The next leader is woken first; the covered ones are woken
+            // holding no lock, while its fsync runs.
+            for thread in covered {
+                thread.unpark();
+            }
             led?;
         }
     }
@@ -522,8 +537,11 @@ impl Log {
             .map_err(|e| self.poison_io("fdatasync", e))?;
         self.frame_syncs.fetch_add(1, Ordering::SeqCst);
         let mut w = lock(&self.writer);
-        if w.generation == generation && w.files.is_some() {
-            self.publish_through(&mut w, target)?;
+        if w.generation == generation && w.files.is_some() && target > w.published {
+            // Quietly: waking the covered waiters here would hold the writer
+            // lock (and every appender) across one futex wake per waiter.
+            self.write_index(&mut w, target)?;
+            self.publish_quiet(&mut w, target);
         }
         Ok(())
     }
