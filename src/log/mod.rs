@@ -44,7 +44,7 @@ pub use write::Pending;
 
 use guard::FreezeGate;
 use storage::{Storage, StorageFile};
-use write::{SyncState, Writer};
+use write::{Pacing, SyncState, Writer};
 
 /// The environment variable that makes a group-commit leader hold this many
 /// microseconds before its fsync, so tests can gather groups on demand.
@@ -124,6 +124,7 @@ pub struct Log {
     segs: RwLock<Vec<Seg>>,
     /// The newest published (durable and readable) sequence.
     head: AtomicU64,
+    pacing: Pacing,
     sync: Mutex<SyncState>,
     poisoned: AtomicBool,
     poison: Mutex<Option<String>>,

@@ -329,6 +329,7 @@ impl Log {
             writer: Mutex::new(Writer::placeholder()),
             segs: RwLock::new(Vec::new()),
             head: AtomicU64::new(0),
+            pacing: Default::default(),
             sync: Mutex::new(SyncState::default()),
             poisoned: AtomicBool::new(false),
             poison: Mutex::new(None),

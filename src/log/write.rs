@@ -8,9 +8,10 @@
 //! published only after it is durable, and in order.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::MutexGuard;
 use std::thread::{self, Thread, ThreadId};
+use std::time::{Duration, Instant};
 
 use super::format::{
     self, FrameHeader, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, MAX_META_LEN,
@@ -24,7 +25,7 @@ use super::{lock, write_lock, Error, Kind, Log, Meta, OpenFiles, Result, Seg};
 const COPY_LIMIT: usize = 1 << 20;
 
 /// How long a group-commit waiter sleeps before it looks again on its own.
-const WAITER_SAFETY_NET: std::time::Duration = std::time::Duration::from_millis(50);
+const WAITER_SAFETY_NET: Duration = Duration::from_millis(50);
 
 /// The writer's state, behind the writer lock.
 #[derive(Debug)]
@@ -84,6 +85,39 @@ impl Writer {
     /// Whether the open segment holds any staged frame.
     pub fn open_has_frames(&self) -> bool {
         self.next_seq > self.open_first
+    }
+}
+
+/// What group-commit leaders learn from the fsyncs before theirs.
+#[derive(Debug, Default)]
+pub(super) struct Pacing {
+    /// Threads the next group is expected to hold.
+    expected: AtomicU64,
+    /// A moving average of the fdatasync time, in nanoseconds.
+    fsync_ns: AtomicU64,
+}
+
+/// The longest a leader waits for its group.
+const MAX_PATIENCE: Duration = Duration::from_micros(500);
+
+impl Pacing {
+    fn expected(&self) -> u64 {
+        self.expected.load(Ordering::Relaxed)
+    }
+
+    fn expect(&self, frames: u64) {
+        self.expected.store(frames, Ordering::Relaxed);
+    }
+
+    fn fsynced(&self, took: Duration) {
+        let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let old = self.fsync_ns.load(Ordering::Relaxed);
+        let avg = if old == 0 { ns } else { old - old / 8 + ns / 8 };
+        self.fsync_ns.store(avg, Ordering::Relaxed);
+    }
+
+    fn patience(&self) -> Duration {
+        Duration::from_nanos(self.fsync_ns.load(Ordering::Relaxed) / 2).min(MAX_PATIENCE)
     }
 }
 
@@ -472,6 +506,10 @@ impl Log {
                     true
                 }
             });
+            // Those released, the ones still waiting and this leader are the
+            // threads about to take part in the next group.
+            self.pacing
+                .expect(covered.len() as u64 + s.waiters.len() as u64 + 1);
             Self::hand_off(&mut s);
             drop(s);
             // The next leader is woken first; the covered ones are woken
@@ -521,6 +559,7 @@ impl Log {
     /// fdatasync it outside the writer lock, publish what it covered.
     fn lead(&self, seq: u64) -> Result<()> {
         self.hold();
+        self.gather();
         let (target, log, generation) = {
             let w = lock(&self.writer);
             self.check_writable(&w)?;
@@ -533,8 +572,10 @@ impl Log {
             }
             (target, w.files()?.log.clone(), w.generation)
         };
+        let started = Instant::now();
         log.sync_data()
             .map_err(|e| self.poison_io("fdatasync", e))?;
+        self.pacing.fsynced(started.elapsed());
         self.frame_syncs.fetch_add(1, Ordering::SeqCst);
         let mut w = lock(&self.writer);
         if w.generation == generation && w.files.is_some() && target > w.published {
@@ -544,6 +585,23 @@ impl Log {
             self.publish_quiet(&mut w, target);
         }
         Ok(())
+    }
+
+    /// Before a leader captures its group: the threads the last fsync
+    /// released are about to stage again, and a leader that captured at
+    /// once would leave them for the next fsync, splitting the appenders
+    /// into two halves that take turns. Wait, yielding the processor, until
+    /// as many threads wait as took part in the last group, for at most half
+    /// an fsync. A lone appender expects only itself and never waits.
+    fn gather(&self) {
+        let expected = self.pacing.expected();
+        if expected <= 1 {
+            return;
+        }
+        let deadline = Instant::now() + self.pacing.patience();
+        while (lock(&self.sync).waiters.len() as u64 + 1) < expected && Instant::now() < deadline {
+            thread::yield_now();
+        }
     }
 
     /// Make a group commit durable and visible: every frame committed with
