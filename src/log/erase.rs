@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::format::{self, FrameHeader, FRAME_HEADER_LEN};
-use super::segment::{Next, SegmentReader};
+use super::segment::SegmentReader;
 use super::storage::OpenMode;
 use super::{lock, read_lock, Error, Kind, Log, Meta, Result};
 
@@ -83,16 +83,7 @@ impl Log {
         let mut targets = Vec::new();
         for seq in first..=last {
             let at = r.pos();
-            let header = match r.next_header()? {
-                Next::Frame(h) if h.seq == seq => h,
-                other => {
-                    return Err(Error::corrupt(
-                        &path,
-                        at,
-                        format!("expected frame {seq}, found {other:?}"),
-                    ))
-                }
-            };
+            let header = r.expect_frame(seq, &path)?;
             r.read_into(u64::from(header.meta_len), &mut meta)?;
             r.skip(header.blob_len);
             let carries = Kind::from_u16(header.kind).is_ok_and(Kind::carries_repo_data);

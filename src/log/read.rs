@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::format::{self, FrameHeader, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN};
-use super::segment::{Next, SegmentReader};
+use super::segment::SegmentReader;
 use super::storage::{OpenMode, StorageFile};
 use super::{read_lock, Error, Kind, Log, Result};
 
@@ -272,44 +272,38 @@ impl Log {
     /// not decode, or whose sequence is not the one its position says, is
     /// [`Error::Corrupt`].
     pub fn scan_meta(&self, mut each: impl FnMut(u64, u16, &[u8])) -> Result<()> {
-        let head = self.head_seq();
-        let segs: Vec<(u64, u64)> = read_lock(&self.segs)
-            .iter()
-            .map(|s| (s.first, s.last))
-            .collect();
         let mut meta = Vec::new();
-        for (first, last) in segs {
-            let last = last.min(head);
-            if first > last {
-                continue;
-            }
-            let path = self.segment_file(first);
-            let file = self.open_retained(&path, first)?;
-            let mut r = SegmentReader::new(file, format::SEGMENT_HEADER_LEN as u64)?;
+        self.walk_segments(|first, last, path, r| {
             for seq in first..=last {
+                let h = r.expect_frame(seq, path)?;
                 let at = r.pos();
-                let h = match r.next_header()? {
-                    Next::Frame(h) if h.seq == seq => h,
-                    Next::Frame(h) => {
-                        return Err(Error::corrupt(
-                            &path,
-                            at,
-                            format!("frame holds sequence {}, expected {seq}", h.seq),
-                        ))
-                    }
-                    other => {
-                        return Err(Error::corrupt(
-                            &path,
-                            at,
-                            format!("header of {seq}: {other:?}"),
-                        ))
-                    }
-                };
                 r.read_into(u64::from(h.meta_len), &mut meta)
-                    .map_err(|e| Error::corrupt(&path, at, format!("meta of {seq}: {e}")))?;
+                    .map_err(|e| Error::corrupt(path, at, format!("meta of {seq}: {e}")))?;
                 r.skip(h.blob_len);
                 each(seq, h.kind, &meta);
             }
+            Ok(())
+        })
+    }
+
+    /// Every retained segment holding a published frame, oldest first, as
+    /// `(first, last, path, reader at the first frame)`, bounded by the head
+    /// at call time: one open and one sequential buffered read each.
+    fn walk_segments(
+        &self,
+        mut each: impl FnMut(u64, u64, &std::path::Path, &mut SegmentReader) -> Result<()>,
+    ) -> Result<()> {
+        let head = self.head_seq();
+        let segs: Vec<(u64, u64)> = read_lock(&self.segs)
+            .iter()
+            .map(|s| (s.first, s.last.min(head)))
+            .filter(|(first, last)| first <= last)
+            .collect();
+        for (first, last) in segs {
+            let path = self.segment_file(first);
+            let file = self.open_retained(&path, first)?;
+            let mut r = SegmentReader::new(file, format::SEGMENT_HEADER_LEN as u64)?;
+            each(first, last, &path, &mut r)?;
         }
         Ok(())
     }
@@ -319,42 +313,26 @@ impl Log {
     /// Answers how many frames were checked; the first bad one is
     /// [`Error::Corrupt`].
     pub fn verify(&self) -> Result<u64> {
-        let head = self.head_seq();
-        let segs: Vec<(u64, u64)> = read_lock(&self.segs)
-            .iter()
-            .map(|s| (s.first, s.last.min(head)))
-            .collect();
         let mut checked = 0;
-        for (first, last) in segs.into_iter().filter(|(f, l)| f <= l) {
-            let path = self.segment_file(first);
-            let file = self.open_retained(&path, first)?;
-            // One chunk of memory whatever the frames' sizes.
-            let mut r = SegmentReader::new(file, format::SEGMENT_HEADER_LEN as u64)?;
+        // One buffer of memory whatever the frames' sizes.
+        self.walk_segments(|first, last, path, r| {
             for seq in first..=last {
+                let h = r.expect_frame(seq, path)?;
                 let at = r.pos();
-                let h = match r.next_header()? {
-                    Next::Frame(h) if h.seq == seq => h,
-                    other => {
-                        return Err(Error::corrupt(
-                            &path,
-                            at,
-                            format!("expected frame {seq}, found {other:?}"),
-                        ))
-                    }
-                };
                 let body = h.frame_len() - FRAME_HEADER_LEN as u64;
                 if h.kind == Kind::Redacted.as_u16() {
                     r.skip(body);
                 } else if r
                     .crc_of(body)
-                    .map_err(|e| Error::corrupt(&path, at, format!("body of {seq}: {e}")))?
+                    .map_err(|e| Error::corrupt(path, at, format!("body of {seq}: {e}")))?
                     != h.payload_crc
                 {
-                    return Err(Error::corrupt(&path, at, format!("payload crc of {seq}")));
+                    return Err(Error::corrupt(path, at, format!("payload crc of {seq}")));
                 }
                 checked += 1;
             }
-        }
+            Ok(())
+        })?;
         Ok(checked)
     }
 
@@ -449,16 +427,7 @@ impl<'a> Cursor<'a> {
         }
         let path = self.log.segment_file(*first);
         let at = r.pos();
-        let h = match r.next_header()? {
-            Next::Frame(h) if h.seq == seq => h,
-            other => {
-                return Err(Error::corrupt(
-                    &path,
-                    at,
-                    format!("expected frame {seq}, found {other:?}"),
-                ))
-            }
-        };
+        let h = r.expect_frame(seq, &path)?;
         let body_len = h.frame_len() - FRAME_HEADER_LEN as u64;
         if h.kind == Kind::Redacted.as_u16() {
             r.read_into(u64::from(h.meta_len), &mut self.body)?;

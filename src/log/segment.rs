@@ -2,10 +2,12 @@
 //! by recovery, `scan_meta`, `range`, `erase` and the tailing readers.
 
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::format::{FrameHeader, HeaderError, FRAME_HEADER_LEN};
 use super::storage::StorageFile;
+use super::{Error, Result};
 
 /// Bytes read per refill: large enough that a segment of small frames costs
 /// few system calls, small enough to stay out of the way of memory bounds.
@@ -107,11 +109,22 @@ impl SegmentReader {
         }
     }
 
-    /// Read `n` bytes into `out` (cleared first); `UnexpectedEof` when the
-    /// file ends first.
-    pub fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> io::Result<()> {
-        out.clear();
-        if self.pos + n > self.file_len {
+    /// The header of frame `seq`, which must be at the position; anything
+    /// else is [`Error::Corrupt`] naming `path` and the offset.
+    pub fn expect_frame(&mut self, seq: u64, path: &Path) -> Result<FrameHeader> {
+        let at = self.pos;
+        match self.next_header()? {
+            Next::Frame(h) if h.seq == seq => Ok(h),
+            other => Err(Error::corrupt(
+                path,
+                at,
+                format!("expected frame {seq}, found {other:?}"),
+            )),
+        }
+    }
+
+    fn check_within(&self, n: u64) -> io::Result<()> {
+        if self.pos.saturating_add(n) > self.file_len {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
@@ -120,6 +133,14 @@ impl SegmentReader {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Read `n` bytes into `out` (cleared first); `UnexpectedEof` when the
+    /// file ends first.
+    pub fn read_into(&mut self, n: u64, out: &mut Vec<u8>) -> io::Result<()> {
+        out.clear();
+        self.check_within(n)?;
         let n = usize::try_from(n)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
         if n <= READ_CHUNK {
@@ -140,15 +161,7 @@ impl SegmentReader {
     /// a time: memory stays one chunk whatever `n` is. `UnexpectedEof` when
     /// the file ends first.
     pub fn crc_of(&mut self, n: u64) -> io::Result<u32> {
-        if self.pos + n > self.file_len {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!(
-                    "{n} bytes at {} run past the end {}",
-                    self.pos, self.file_len
-                ),
-            ));
-        }
+        self.check_within(n)?;
         let mut crc = crc32fast::Hasher::new();
         let mut left = n;
         while left > 0 {
