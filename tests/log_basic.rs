@@ -216,3 +216,65 @@ fn verify_finds_a_flipped_payload_byte_in_a_sealed_segment() {
         vec![1u8; 100]
     );
 }
+
+#[test]
+fn history_is_minted_once_kept_across_reopens_and_adopted_only_when_empty() {
+    let a = tempfile::tempdir().expect("tempdir");
+    let b = tempfile::tempdir().expect("tempdir");
+    let la = Log::open(a.path()).expect("open a");
+    let lb = Log::open(b.path()).expect("open b");
+    let ha = la.history();
+    assert_ne!(ha, lb.history(), "two new logs have two histories");
+    lb.adopt_history(ha).expect("an empty log adopts a history");
+    assert_eq!(lb.history(), ha);
+    la.append_raw(2, b"", b"x").expect("append");
+    assert!(matches!(
+        la.adopt_history(twinlog::log::HistoryId([1; 16])),
+        Err(Error::History(_))
+    ));
+    drop((la, lb));
+    assert_eq!(Log::open(a.path()).expect("reopen a").history(), ha);
+    assert_eq!(Log::open(b.path()).expect("reopen b").history(), ha);
+}
+
+#[test]
+fn freeze_waits_for_mutations_in_flight_and_holds_back_new_ones() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path()).expect("open");
+    let stage = AtomicU32::new(0);
+    let entered = Barrier::new(2);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _outer = log.mutation();
+            let _nested = log.mutation();
+            entered.wait();
+            std::thread::sleep(Duration::from_millis(50));
+            stage.store(1, Ordering::SeqCst);
+        });
+        entered.wait();
+        let frozen = log.freeze();
+        assert_eq!(
+            stage.load(Ordering::SeqCst),
+            1,
+            "freeze returned before the mutation ended"
+        );
+        let _mine = log.mutation(); // the freezing thread itself passes
+        let blocked = s.spawn(|| {
+            let _m = log.mutation();
+            stage.load(Ordering::SeqCst)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        stage.store(2, Ordering::SeqCst);
+        drop(_mine);
+        drop(frozen);
+        assert_eq!(
+            blocked.join().expect("join"),
+            2,
+            "a mutation started during the freeze"
+        );
+    });
+}
