@@ -4,4 +4,5 @@
 //! [`wal::Wal`] is the small embedding API over the same files.
 
 pub mod log;
+pub mod repl;
 pub mod wal;

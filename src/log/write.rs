@@ -188,6 +188,45 @@ impl Log {
         Ok(seq)
     }
 
+    /// Stage, at `seq` (head + 1 only), a frame another log erased: kind
+    /// Redacted, the meta and the payload crc it kept, and a blob of
+    /// `blob_len` bytes that were punched out there and are zeros here (a
+    /// hole, never written). Not durable until a sync; works on a follower.
+    pub fn stage_erased_at(
+        &self,
+        seq: u64,
+        meta: &[u8],
+        blob_len: u64,
+        payload_crc: u32,
+    ) -> Result<u64> {
+        let mut w = lock(&self.writer);
+        self.check_writable(&w)?;
+        self.check_frame(Kind::Redacted.as_u16(), meta)?;
+        let seq = Self::check_seq(&w, Some(seq))?;
+        let header = FrameHeader {
+            seq,
+            kind: Kind::Redacted.as_u16(),
+            meta_len: meta.len() as u32,
+            blob_len,
+            payload_crc,
+        };
+        let len = header.frame_len();
+        self.make_room(&mut w, len)?;
+        let at = w.end;
+        let mut head = Vec::with_capacity(FRAME_HEADER_LEN + meta.len());
+        head.extend_from_slice(&header.encode());
+        head.extend_from_slice(meta);
+        w.files()?
+            .log
+            .write_all_at(&head, at)
+            .map_err(|e| self.poison_io("write", e))?;
+        w.unindexed.push(at);
+        w.unsynced.push_back(seq);
+        w.end = at + len;
+        w.next_seq = seq + 1;
+        Ok(seq)
+    }
+
     /// [`Log::append`] without waiting for durability, for a frame that a
     /// later frame's sync covers. Refused on a follower.
     pub fn stage(&self, kind: Kind, meta: &Meta, blob: &[u8]) -> Result<u64> {
@@ -670,6 +709,7 @@ impl Log {
             blob_len,
             written: 0,
             crc,
+            expected_crc: None,
             offset,
             done: false,
         })
@@ -688,6 +728,8 @@ pub struct Pending<'a> {
     blob_len: u64,
     written: u64,
     crc: crc32fast::Hasher,
+    /// The crc the frame must carry: the one its first append computed.
+    expected_crc: Option<u32>,
     offset: u64,
     done: bool,
 }
@@ -717,6 +759,14 @@ impl Pending<'_> {
     /// The announced blob length.
     pub fn blob_len(&self) -> u64 {
         self.blob_len
+    }
+
+    /// Refuse to commit unless the payload crc over the meta and the blob
+    /// taken equals `crc`: a frame received from another log keeps the crc
+    /// its first append computed, checked here before it becomes visible,
+    /// never recomputed from what arrived.
+    pub fn expect_payload_crc(&mut self, crc: u32) {
+        self.expected_crc = Some(crc);
     }
 
     /// Take the next chunk of the blob. More bytes than announced are
@@ -750,12 +800,20 @@ impl Pending<'_> {
             return Err(e);
         }
         self.log.check_poison()?;
+        let payload_crc = self.crc.clone().finalize();
+        if let Some(expected) = self.expected_crc.filter(|&c| c != payload_crc) {
+            self.abort_inner()?;
+            return Err(Error::Corrupt(format!(
+                "frame {} arrived with payload crc {payload_crc:08x}, its header says {expected:08x}",
+                self.seq
+            )));
+        }
         let header = FrameHeader {
             seq: self.seq,
             kind: self.kind,
             meta_len: self.meta.len() as u32,
             blob_len: self.blob_len,
-            payload_crc: self.crc.clone().finalize(),
+            payload_crc,
         };
         let mut head = Vec::with_capacity(FRAME_HEADER_LEN + self.meta.len());
         head.extend_from_slice(&header.encode());

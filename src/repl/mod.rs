@@ -1,0 +1,105 @@
+//! Replication as pure state machines.
+//!
+//! This module imports no tokio, quinn or file system: its cores take
+//! messages, frame-stream bytes, local events and the time as arguments and
+//! answer messages to send and actions to carry out, the way quinn-proto is
+//! driven by quinn. The network driver only moves bytes, timers and events;
+//! [`pair::ReplPair`] drives both cores over a simulated link with
+//! simulated time, which is how every interleaving is tested without a
+//! socket.
+//!
+//! - [`msg`]: the control messages and their encoding;
+//! - [`wire`]: the frame stream, a log's own bytes;
+//! - [`primary`]: the shipping side; [`twin`]: the receiving side;
+//! - [`Backoff`]: capped reconnect delays.
+
+pub mod msg;
+pub mod pair;
+pub mod primary;
+pub mod twin;
+pub mod wire;
+
+use std::time::{Duration, Instant};
+
+pub use msg::{Position, PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+pub use primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers};
+pub use twin::{TwinAction, TwinCore, TwinState, TwinView};
+pub use wire::{FrameDecoder, FrameEvent};
+
+/// The time, as the cores take it: a monotonic instant for timers and the
+/// wall clock (milliseconds since the Unix epoch) for what is reported to
+/// the other side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    pub at: Instant,
+    pub unix_ms: u64,
+}
+
+impl Now {
+    /// The machine's clocks.
+    pub fn system() -> Now {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Now {
+            at: Instant::now(),
+            unix_ms,
+        }
+    }
+
+    /// `d` later.
+    pub fn after(self, d: Duration) -> Now {
+        Now {
+            at: self.at + d,
+            unix_ms: self.unix_ms + d.as_millis() as u64,
+        }
+    }
+}
+
+/// Reconnect delays: doubling from `base` up to `cap`, back to `base` once a
+/// connection streams.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+    failures: u32,
+}
+
+impl Backoff {
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Backoff {
+            base,
+            cap,
+            failures: 0,
+        }
+    }
+
+    /// The delay before the next attempt, after one more failure.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = self
+            .base
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(self.cap);
+        self.failures = self.failures.saturating_add(1);
+        d
+    }
+
+    /// A connection worked: start again from `base`.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(70));
+        let got: Vec<u128> = (0..5).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(got, vec![10, 20, 40, 70, 70]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,174 @@
+//! Control messages: serde values encoded with postcard, each sent as a
+//! 4-byte little-endian length and the encoded bytes. `docs/PROTOCOL.md`
+//! documents every message.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version both sides put in their first message.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest encoded control message either side accepts; a longer
+/// length prefix is refused before anything is allocated.
+pub const MAX_CONTROL_LEN: usize = 64 * 1024;
+
+/// A position in a log: a sequence and the payload crc of the frame there.
+/// Two logs of one history holding the same position hold the same frame.
+/// `seq` 0 is "no frame" (crc 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub seq: u64,
+    pub crc: u32,
+}
+
+/// Twin → primary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TwinMsg {
+    /// The first message of a connection: who the twin is and what it holds.
+    Hello {
+        version: u32,
+        history: [u8; 16],
+        /// The twin's durable head.
+        head: Position,
+        /// The twin's oldest retained sequence.
+        first: u64,
+    },
+    /// Every frame through `durable` is durable on the twin.
+    Ack { durable: u64 },
+    /// The twin refuses the connection, and says why.
+    Refuse(Refusal),
+}
+
+/// Primary → twin.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PrimaryMsg {
+    /// The handshake's answer: frames follow on the frame stream from `from`.
+    Welcome {
+        version: u32,
+        history: [u8; 16],
+        from: u64,
+        head: u64,
+        first: u64,
+    },
+    /// The twin's head is below the primary's retention floor: frames from
+    /// `twin_head + 1` are gone, and the twin needs a snapshot.
+    BelowFloor { first: u64, head: u64 },
+    /// The primary's head and clock (milliseconds since the Unix epoch), so
+    /// the twin knows its lag even when nothing is appended.
+    Heartbeat { head: u64, unix_ms: u64 },
+    /// The primary refuses the connection, and says why.
+    Refuse(Refusal),
+}
+
+/// Why a side refuses a connection. Nothing is written on either side once
+/// a refusal is decided.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    #[error("protocol version {theirs} is not {ours}")]
+    Version { ours: u32, theirs: u32 },
+    #[error("the logs belong to different histories")]
+    History { primary: [u8; 16], twin: [u8; 16] },
+    #[error("the twin's frame {seq} differs from the primary's (crc {twin_crc:08x} vs {primary_crc:08x})")]
+    Diverged {
+        seq: u64,
+        primary_crc: u32,
+        twin_crc: u32,
+    },
+    #[error("the twin's head {twin_head} is ahead of the primary's {primary_head}")]
+    TwinAhead { twin_head: u64, primary_head: u64 },
+    #[error("sequence gap: expected frame {expected}, got {got}")]
+    Gap { expected: u64, got: u64 },
+    #[error("bad frame on the wire: {0}")]
+    BadFrame(String),
+    #[error("{what} of {len} bytes exceeds the limit of {max}")]
+    TooLarge { what: String, len: u64, max: u64 },
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+    #[error("the peer was silent for longer than the idle timeout")]
+    Timeout,
+}
+
+/// Why bytes do not decode as a control message.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// More bytes are needed: not an error yet.
+    #[error("incomplete message")]
+    Incomplete,
+    /// The length prefix exceeds [`MAX_CONTROL_LEN`].
+    #[error("control message of {0} bytes exceeds the limit")]
+    TooLarge(usize),
+    /// The bytes are not a message.
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+}
+
+/// Length-prefixed postcard bytes of a message.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // Encoding an in-memory value of these types cannot fail: postcard only
+    // fails on unsupported types or a full fixed buffer, neither used here.
+    let body = postcard::to_stdvec(msg).unwrap_or_default();
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The length a prefix announces, checked against the limit before the
+/// body is read or allocated.
+pub fn announced_len(prefix: [u8; 4]) -> Result<usize, DecodeError> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_CONTROL_LEN {
+        return Err(DecodeError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decode one length-prefixed message from the front of `buf`; answers it
+/// and the bytes it took.
+pub fn decode<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<(T, usize), DecodeError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Err(DecodeError::Incomplete);
+    };
+    let len = announced_len([prefix[0], prefix[1], prefix[2], prefix[3]])?;
+    let Some(body) = buf.get(4..4 + len) else {
+        return Err(DecodeError::Incomplete);
+    };
+    let msg = postcard::from_bytes(body).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    Ok((msg, 4 + len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_malformed() {
+        let msgs = vec![
+            TwinMsg::Hello {
+                version: PROTOCOL_VERSION,
+                history: [3; 16],
+                head: Position { seq: 9, crc: 77 },
+                first: 1,
+            },
+            TwinMsg::Ack { durable: 1 << 40 },
+            TwinMsg::Refuse(Refusal::Gap {
+                expected: 4,
+                got: 6,
+            }),
+        ];
+        for m in &msgs {
+            let b = encode(m);
+            assert_eq!(decode::<TwinMsg>(&b), Ok((m.clone(), b.len())));
+            for cut in 0..b.len() {
+                assert!(decode::<TwinMsg>(&b[..cut]).is_err());
+            }
+        }
+        assert!(matches!(
+            decode::<TwinMsg>(&[1, 0, 0, 0, 0xff]),
+            Err(DecodeError::Malformed(_))
+        ));
+        assert_eq!(
+            decode::<TwinMsg>(&(MAX_CONTROL_LEN as u32 + 1).to_le_bytes()),
+            Err(DecodeError::TooLarge(MAX_CONTROL_LEN + 1))
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! The shipping side: one [`PrimaryCore`] per twin connection.
+//!
+//! Call order: [`PrimaryCore::new`] when a connection is accepted; feed the
+//! twin's first message to [`PrimaryCore::handle_hello`] with the primary's
+//! crc at the twin's head, later ones to [`PrimaryCore::handle_message`];
+//! report local appends with [`PrimaryCore::handle_appended`] and timers with
+//! [`PrimaryCore::handle_timeout`]. After each call, drain
+//! [`PrimaryCore::poll_transmit`] (control messages to send) and
+//! [`PrimaryCore::poll_action`] (frames to ship, acks to report, the end of
+//! the connection); [`PrimaryCore::poll_timeout`] says when to call again.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::msg::{PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+use super::Now;
+
+/// Timers of a connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Timers {
+    /// How often a side tells the other it is alive.
+    pub heartbeat: Duration,
+    /// Silence after which a side gives the connection up.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers {
+            heartbeat: Duration::from_millis(500),
+            idle_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The primary's log as a connection starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrimaryView {
+    pub history: [u8; 16],
+    pub head: u64,
+    pub first: u64,
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrimaryAction {
+    /// Stream frames `from..=through` on the frame stream, in order, after
+    /// every frame shipped before.
+    Ship { from: u64, through: u64 },
+    /// Every frame through this sequence is durable on the twin: clients
+    /// waiting for `twin` durability up to it may be answered.
+    Acked(u64),
+    /// The twin's head is below this log's retention floor: it needs a
+    /// snapshot before frames can follow.
+    BelowFloor { twin_head: u64, first: u64 },
+    /// End the connection: a refusal was sent or received, or the twin
+    /// went silent.
+    Close(Refusal),
+}
+
+/// Where a connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrimaryState {
+    AwaitingHello,
+    Streaming,
+    BelowFloor,
+    Closed,
+}
+
+/// The replication lag of a twin as the primary sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrimaryStatus {
+    pub state: PrimaryState,
+    pub head: u64,
+    pub shipped: u64,
+    pub acked: u64,
+    /// Frames appended here that the twin has not acknowledged.
+    pub lag_frames: u64,
+    /// Their bytes, as far as this connection saw them appended.
+    pub lag_bytes: u64,
+    /// Since the oldest of them was appended (zero when there is none).
+    pub lag: Duration,
+}
+
+/// Appends seen during the connection, for lag in bytes and time.
+const MAX_APPEND_MARKS: usize = 1 << 16;
+
+/// The shipping side of one connection.
+#[derive(Debug)]
+pub struct PrimaryCore {
+    timers: Timers,
+    state: PrimaryState,
+    history: [u8; 16],
+    head: u64,
+    first: u64,
+    shipped: u64,
+    acked: u64,
+    started: Now,
+    heard: Now,
+    next_heartbeat: std::time::Instant,
+    /// `(through, when, bytes)` of appends after `acked`, oldest first.
+    marks: VecDeque<(u64, std::time::Instant, u64)>,
+    transmit: VecDeque<PrimaryMsg>,
+    actions: VecDeque<PrimaryAction>,
+}
+
+impl PrimaryCore {
+    /// A connection accepted from a twin; it speaks first.
+    pub fn new(timers: Timers, view: PrimaryView, now: Now) -> Self {
+        PrimaryCore {
+            timers,
+            state: PrimaryState::AwaitingHello,
+            history: view.history,
+            head: view.head,
+            first: view.first,
+            shipped: 0,
+            acked: 0,
+            started: now,
+            heard: now,
+            next_heartbeat: now.at + timers.heartbeat,
+            marks: VecDeque::new(),
+            transmit: VecDeque::new(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// Where the connection stands.
+    pub fn state(&self) -> PrimaryState {
+        self.state
+    }
+
+    /// The highest sequence the twin has acknowledged as durable.
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    fn refuse(&mut self, why: Refusal) {
+        if self.state == PrimaryState::Closed {
+            return;
+        }
+        tracing::warn!(%why, "refusing the twin");
+        self.transmit.push_back(PrimaryMsg::Refuse(why.clone()));
+        self.close(why);
+    }
+
+    fn close(&mut self, why: Refusal) {
+        self.state = PrimaryState::Closed;
+        self.actions.push_back(PrimaryAction::Close(why));
+    }
+
+    /// The twin's first message. `crc_at_twin_head` is this log's payload
+    /// crc of the frame at the twin's head, when that frame is retained here.
+    ///
+    /// Same history and the same frame at the twin's head: frames follow
+    /// from its head + 1. A twin ahead, holding another frame at its head,
+    /// or of another history is refused by name (a twin that holds no frame
+    /// at all takes this log's history). A twin whose head frame is no
+    /// longer retained here is below the floor.
+    pub fn handle_hello(&mut self, hello: TwinMsg, crc_at_twin_head: Option<u32>, now: Now) {
+        self.heard = now;
+        let TwinMsg::Hello {
+            version,
+            history,
+            head,
+            first: _,
+        } = hello
+        else {
+            return self.refuse(Refusal::Protocol("the first message must be Hello".into()));
+        };
+        if self.state != PrimaryState::AwaitingHello {
+            return self.refuse(Refusal::Protocol("a second Hello".into()));
+        }
+        if version != PROTOCOL_VERSION {
+            return self.refuse(Refusal::Version {
+                ours: PROTOCOL_VERSION,
+                theirs: version,
+            });
+        }
+        let fresh = head.seq == 0;
+        if history != self.history && !fresh {
+            return self.refuse(Refusal::History {
+                primary: self.history,
+                twin: history,
+            });
+        }
+        if head.seq > self.head {
+            return self.refuse(Refusal::TwinAhead {
+                twin_head: head.seq,
+                primary_head: self.head,
+            });
+        }
+        if head.seq > 0 {
+            match crc_at_twin_head {
+                Some(crc) if crc == head.crc => {}
+                Some(crc) => {
+                    return self.refuse(Refusal::Diverged {
+                        seq: head.seq,
+                        primary_crc: crc,
+                        twin_crc: head.crc,
+                    })
+                }
+                // The frame that would prove a shared past is gone here.
+                None => return self.below_floor(head.seq),
+            }
+        } else if self.first > 1 {
+            return self.below_floor(0);
+        }
+        self.state = PrimaryState::Streaming;
+        self.shipped = head.seq;
+        self.acked = head.seq;
+        self.transmit.push_back(PrimaryMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            history: self.history,
+            from: head.seq + 1,
+            head: self.head,
+            first: self.first,
+        });
+        if head.seq > 0 {
+            self.actions.push_back(PrimaryAction::Acked(head.seq));
+        }
+        self.ship();
+    }
+
+    fn below_floor(&mut self, twin_head: u64) {
+        self.state = PrimaryState::BelowFloor;
+        self.transmit.push_back(PrimaryMsg::BelowFloor {
+            first: self.first,
+            head: self.head,
+        });
+        self.actions.push_back(PrimaryAction::BelowFloor {
+            twin_head,
+            first: self.first,
+        });
+    }
+
+    fn ship(&mut self) {
+        if self.state == PrimaryState::Streaming && self.head > self.shipped {
+            self.actions.push_back(PrimaryAction::Ship {
+                from: self.shipped + 1,
+                through: self.head,
+            });
+            self.shipped = self.head;
+        }
+    }
+
+    /// A message after the Hello.
+    pub fn handle_message(&mut self, msg: TwinMsg, now: Now) {
+        self.heard = now;
+        match msg {
+            TwinMsg::Hello { .. } => self.refuse(Refusal::Protocol("a second Hello".into())),
+            TwinMsg::Ack { durable } => self.handle_ack(durable),
+            TwinMsg::Refuse(why) => {
+                if self.state != PrimaryState::Closed {
+                    tracing::warn!(%why, "the twin refused");
+                    self.close(why);
+                }
+            }
+        }
+    }
+
+    fn handle_ack(&mut self, durable: u64) {
+        match self.state {
+            PrimaryState::Streaming => {}
+            PrimaryState::Closed => return,
+            _ => return self.refuse(Refusal::Protocol("an Ack before streaming".into())),
+        }
+        if durable > self.shipped {
+            return self.refuse(Refusal::Protocol(format!(
+                "Ack of {durable}, only {} shipped",
+                self.shipped
+            )));
+        }
+        // An older or repeated ack says nothing new.
+        if durable > self.acked {
+            self.acked = durable;
+            while self.marks.front().is_some_and(|m| m.0 <= durable) {
+                self.marks.pop_front();
+            }
+            self.actions.push_back(PrimaryAction::Acked(durable));
+        }
+    }
+
+    /// Frames were appended here: the head is now `head`, `bytes` more on
+    /// disk.
+    pub fn handle_appended(&mut self, head: u64, bytes: u64, now: Now) {
+        if head <= self.head {
+            return;
+        }
+        self.head = head;
+        if self.marks.len() == MAX_APPEND_MARKS {
+            // Merge the two newest marks: the oldest time, which lag needs,
+            // stays exact.
+            if let (Some(last), Some(prev)) = (self.marks.pop_back(), self.marks.pop_back()) {
+                self.marks.push_back((last.0, prev.1, prev.2 + last.2));
+            }
+        }
+        self.marks.push_back((head, now.at, bytes));
+        self.ship();
+    }
+
+    /// Retention moved this log's floor.
+    pub fn handle_retained(&mut self, first: u64) {
+        self.first = first;
+    }
+
+    /// Timers: heartbeats, and giving up on a silent twin. A call before
+    /// anything is due does nothing.
+    pub fn handle_timeout(&mut self, now: Now) {
+        if self.state == PrimaryState::Closed {
+            return;
+        }
+        if now.at.duration_since(self.heard.at) >= self.timers.idle_timeout {
+            return self.refuse(Refusal::Timeout);
+        }
+        if now.at >= self.next_heartbeat {
+            self.transmit.push_back(PrimaryMsg::Heartbeat {
+                head: self.head,
+                unix_ms: now.unix_ms,
+            });
+            self.next_heartbeat = now.at + self.timers.heartbeat;
+        }
+    }
+
+    /// When [`PrimaryCore::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<std::time::Instant> {
+        (self.state != PrimaryState::Closed).then(|| {
+            self.next_heartbeat
+                .min(self.heard.at + self.timers.idle_timeout)
+        })
+    }
+
+    /// The next control message to send.
+    pub fn poll_transmit(&mut self) -> Option<PrimaryMsg> {
+        self.transmit.pop_front()
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll_action(&mut self) -> Option<PrimaryAction> {
+        self.actions.pop_front()
+    }
+
+    /// The twin's lag as seen from here.
+    pub fn status(&self, now: Now) -> PrimaryStatus {
+        let pending = self.marks.iter().filter(|m| m.0 > self.acked);
+        let lag = match self.marks.iter().find(|m| m.0 > self.acked) {
+            Some(m) => now.at.duration_since(m.1),
+            None if self.head > self.acked => now.at.duration_since(self.started.at),
+            None => Duration::ZERO,
+        };
+        PrimaryStatus {
+            state: self.state,
+            head: self.head,
+            shipped: self.shipped,
+            acked: self.acked,
+            lag_frames: self.head.saturating_sub(self.acked),
+            lag_bytes: pending.map(|m| m.2).sum(),
+            lag,
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The receiving side: one [`TwinCore`] per connection to the primary.
+//!
+//! Call order: [`TwinCore::new`] sends the Hello; feed control messages to
+//! [`TwinCore::handle_message`] and frame-stream bytes, once streaming, to
+//! [`TwinCore::handle_frame_data`], applying each event it returns to the
+//! log (begin, pieces, then a commit without sync that checks the
+//! primary's crc) and reporting it with [`TwinCore::handle_committed`].
+//! When the input at hand is drained and [`TwinCore::needs_sync`], sync the
+//! log once and report the head with [`TwinCore::handle_synced`]: only that
+//! head is ever acknowledged. Drain [`TwinCore::poll_transmit`] and
+//! [`TwinCore::poll_action`] after each call.
+
+use std::collections::VecDeque;
+
+use super::msg::{Position, PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+use super::primary::Timers;
+use super::wire::{FrameDecoder, FrameEvent};
+use super::Now;
+
+/// The twin's log as a connection starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TwinView {
+    pub history: [u8; 16],
+    /// The durable head and its frame's crc.
+    pub head: Position,
+    pub first: u64,
+}
+
+/// What the driver must do besides applying frame events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TwinAction {
+    /// Take the primary's history before the first frame: this log holds
+    /// no frame yet.
+    AdoptHistory([u8; 16]),
+    /// The primary no longer holds what follows this log's head: a snapshot
+    /// is needed.
+    BelowFloor { first: u64, primary_head: u64 },
+    /// End the connection.
+    Close(Refusal),
+}
+
+/// Where a connection stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TwinState {
+    AwaitingWelcome,
+    Streaming,
+    BelowFloor,
+    Closed,
+}
+
+/// The receiving side of one connection.
+#[derive(Debug)]
+pub struct TwinCore {
+    timers: Timers,
+    state: TwinState,
+    history: [u8; 16],
+    /// The durable head: the only sequence ever acknowledged.
+    durable: u64,
+    acked: u64,
+    /// The sequence the next frame on the stream must carry.
+    next: u64,
+    /// The last frame committed (not yet synced).
+    committed: u64,
+    primary_head: u64,
+    primary_unix_ms: u64,
+    heard: Now,
+    next_heartbeat: std::time::Instant,
+    decoder: FrameDecoder,
+    transmit: VecDeque<TwinMsg>,
+    actions: VecDeque<TwinAction>,
+}
+
+impl TwinCore {
+    /// A connection to the primary: the Hello is queued.
+    pub fn new(timers: Timers, view: TwinView, now: Now) -> Self {
+        let mut transmit = VecDeque::new();
+        transmit.push_back(TwinMsg::Hello {
+            version: PROTOCOL_VERSION,
+            history: view.history,
+            head: view.head,
+            first: view.first,
+        });
+        TwinCore {
+            timers,
+            state: TwinState::AwaitingWelcome,
+            history: view.history,
+            durable: view.head.seq,
+            acked: view.head.seq,
+            next: view.head.seq + 1,
+            committed: view.head.seq,
+            primary_head: 0,
+            primary_unix_ms: 0,
+            heard: now,
+            next_heartbeat: now.at + timers.heartbeat,
+            decoder: FrameDecoder::default(),
+            transmit,
+            actions: VecDeque::new(),
+        }
+    }
+
+    pub fn state(&self) -> TwinState {
+        self.state
+    }
+
+    /// The durable head this connection knows.
+    pub fn durable(&self) -> u64 {
+        self.durable
+    }
+
+    /// The primary's head as last heard, and its clock then.
+    pub fn primary_head(&self) -> (u64, u64) {
+        (self.primary_head, self.primary_unix_ms)
+    }
+
+    /// Frames the primary holds that are not durable here.
+    pub fn lag_frames(&self) -> u64 {
+        self.primary_head.saturating_sub(self.durable)
+    }
+
+    fn refuse(&mut self, why: Refusal) -> Refusal {
+        if self.state != TwinState::Closed {
+            tracing::warn!(%why, "refusing the primary");
+            self.transmit.push_back(TwinMsg::Refuse(why.clone()));
+            self.state = TwinState::Closed;
+            self.actions.push_back(TwinAction::Close(why.clone()));
+        }
+        why
+    }
+
+    /// A control message from the primary.
+    pub fn handle_message(&mut self, msg: PrimaryMsg, now: Now) {
+        self.heard = now;
+        if self.state == TwinState::Closed {
+            return;
+        }
+        match msg {
+            PrimaryMsg::Welcome {
+                version,
+                history,
+                from,
+                head,
+                first: _,
+            } => {
+                if self.state != TwinState::AwaitingWelcome {
+                    self.refuse(Refusal::Protocol("a second Welcome".into()));
+                    return;
+                }
+                if version != PROTOCOL_VERSION {
+                    self.refuse(Refusal::Version {
+                        ours: PROTOCOL_VERSION,
+                        theirs: version,
+                    });
+                    return;
+                }
+                if history != self.history {
+                    if self.durable != 0 {
+                        self.refuse(Refusal::History {
+                            primary: history,
+                            twin: self.history,
+                        });
+                        return;
+                    }
+                    self.history = history;
+                    self.actions.push_back(TwinAction::AdoptHistory(history));
+                }
+                if head < self.durable {
+                    self.refuse(Refusal::TwinAhead {
+                        twin_head: self.durable,
+                        primary_head: head,
+                    });
+                    return;
+                }
+                if from != self.durable + 1 {
+                    self.refuse(Refusal::Protocol(format!(
+                        "frames offered from {from}, this log's head is {}",
+                        self.durable
+                    )));
+                    return;
+                }
+                self.primary_head = head;
+                self.state = TwinState::Streaming;
+            }
+            PrimaryMsg::BelowFloor { first, head } => {
+                if self.state != TwinState::AwaitingWelcome {
+                    self.refuse(Refusal::Protocol("BelowFloor after the handshake".into()));
+                    return;
+                }
+                self.primary_head = head;
+                self.state = TwinState::BelowFloor;
+                self.actions.push_back(TwinAction::BelowFloor {
+                    first,
+                    primary_head: head,
+                });
+            }
+            PrimaryMsg::Heartbeat { head, unix_ms } => {
+                self.primary_head = self.primary_head.max(head);
+                self.primary_unix_ms = unix_ms;
+                if self.state == TwinState::Streaming {
+                    // Tells the primary this side is alive, and repeats the
+                    // durable head in case an ack went missing.
+                    self.transmit.push_back(TwinMsg::Ack {
+                        durable: self.durable,
+                    });
+                }
+            }
+            PrimaryMsg::Refuse(why) => {
+                tracing::warn!(%why, "the primary refused");
+                self.state = TwinState::Closed;
+                self.actions.push_back(TwinAction::Close(why));
+            }
+        }
+    }
+
+    /// Bytes of the frame stream. Answers how many were taken and the event
+    /// they completed (a `Piece` is the bytes taken; a frame's meta is
+    /// [`TwinCore::meta`]); call again with the rest until nothing is taken
+    /// and nothing given. A header that does not decode, a frame out of
+    /// sequence, or data before the handshake is refused by name.
+    pub fn handle_frame_data(
+        &mut self,
+        input: &[u8],
+    ) -> Result<(usize, Option<FrameEvent>), Refusal> {
+        if self.state != TwinState::Streaming {
+            return Err(self.refuse(Refusal::Protocol("frame data outside streaming".into())));
+        }
+        let (n, ev) = match self.decoder.decode(input) {
+            Ok(x) => x,
+            Err(e) => return Err(self.refuse(Refusal::BadFrame(e.0))),
+        };
+        match ev {
+            Some(FrameEvent::Begin(h) | FrameEvent::Erased(h)) if h.seq != self.next => Err(self
+                .refuse(Refusal::Gap {
+                    expected: self.next,
+                    got: h.seq,
+                })),
+            Some(FrameEvent::End(h) | FrameEvent::Erased(h)) => {
+                self.next = h.seq + 1;
+                Ok((n, ev))
+            }
+            _ => Ok((n, ev)),
+        }
+    }
+
+    /// The meta of the frame last begun on the stream.
+    pub fn meta(&self) -> &[u8] {
+        self.decoder.meta()
+    }
+
+    /// The frame `seq` is committed in the log (not yet synced).
+    pub fn handle_committed(&mut self, seq: u64) {
+        debug_assert_eq!(seq, self.committed + 1);
+        self.committed = seq;
+    }
+
+    /// Committing a frame failed: its crc did not match the header's, or the
+    /// log refused it. Nothing of it is visible; the connection ends.
+    pub fn handle_commit_failed(&mut self, why: String) {
+        self.refuse(Refusal::BadFrame(why));
+    }
+
+    /// Whether frames are committed that no sync has covered yet.
+    pub fn needs_sync(&self) -> bool {
+        self.committed > self.durable
+    }
+
+    /// The log was synced and its head is `head`: acknowledge it.
+    pub fn handle_synced(&mut self, head: u64) {
+        if head > self.durable {
+            self.durable = head;
+        }
+        if self.durable > self.acked && self.state == TwinState::Streaming {
+            self.acked = self.durable;
+            self.transmit.push_back(TwinMsg::Ack {
+                durable: self.durable,
+            });
+        }
+    }
+
+    /// Timers: giving up on a silent primary, and keepalives when nothing
+    /// else is sent. A call before anything is due does nothing.
+    pub fn handle_timeout(&mut self, now: Now) {
+        if self.state == TwinState::Closed {
+            return;
+        }
+        if now.at.duration_since(self.heard.at) >= self.timers.idle_timeout {
+            self.refuse(Refusal::Timeout);
+            return;
+        }
+        if now.at >= self.next_heartbeat {
+            if self.state == TwinState::Streaming {
+                self.transmit.push_back(TwinMsg::Ack {
+                    durable: self.durable,
+                });
+            }
+            self.next_heartbeat = now.at + self.timers.heartbeat;
+        }
+    }
+
+    /// When [`TwinCore::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<std::time::Instant> {
+        (self.state != TwinState::Closed).then(|| {
+            self.next_heartbeat
+                .min(self.heard.at + self.timers.idle_timeout)
+        })
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<TwinMsg> {
+        self.transmit.pop_front()
+    }
+
+    pub fn poll_action(&mut self) -> Option<TwinAction> {
+        self.actions.pop_front()
+    }
+}

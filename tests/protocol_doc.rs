@@ -1,0 +1,118 @@
+//! docs/PROTOCOL.md names each message's variant index: the encoder must
+//! put exactly that index first.
+
+use twinlog::repl::msg::encode;
+use twinlog::repl::{Position, PrimaryMsg, Refusal, TwinMsg};
+
+fn documented(name: &str) -> u8 {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md"))
+        .expect("read PROTOCOL.md");
+    let needle = format!("| `{name}` |");
+    let row = doc
+        .lines()
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| panic!("PROTOCOL.md documents {name}"));
+    row.trim_start_matches('|')
+        .split('|')
+        .next()
+        .expect("index cell")
+        .trim()
+        .parse()
+        .expect("an index")
+}
+
+/// The variant index: the first byte after the 4-byte length prefix.
+fn index_of(bytes: &[u8]) -> u8 {
+    bytes[4]
+}
+
+#[test]
+fn documented_indices_are_the_encoder_s() {
+    let twin = [
+        (
+            "Hello",
+            TwinMsg::Hello {
+                version: 1,
+                history: [0; 16],
+                head: Position::default(),
+                first: 1,
+            },
+        ),
+        ("Ack", TwinMsg::Ack { durable: 1 }),
+    ];
+    for (name, m) in twin {
+        assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
+    }
+    let primary = [
+        (
+            "Welcome",
+            PrimaryMsg::Welcome {
+                version: 1,
+                history: [0; 16],
+                from: 1,
+                head: 1,
+                first: 1,
+            },
+        ),
+        ("BelowFloor", PrimaryMsg::BelowFloor { first: 1, head: 1 }),
+        (
+            "Heartbeat",
+            PrimaryMsg::Heartbeat {
+                head: 1,
+                unix_ms: 1,
+            },
+        ),
+    ];
+    for (name, m) in primary {
+        assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
+    }
+    assert_eq!(index_of(&encode(&TwinMsg::Refuse(Refusal::Timeout))), 2);
+    assert_eq!(index_of(&encode(&PrimaryMsg::Refuse(Refusal::Timeout))), 3);
+    let refusals = [
+        ("Version", Refusal::Version { ours: 1, theirs: 2 }),
+        (
+            "History",
+            Refusal::History {
+                primary: [0; 16],
+                twin: [1; 16],
+            },
+        ),
+        (
+            "Diverged",
+            Refusal::Diverged {
+                seq: 1,
+                primary_crc: 1,
+                twin_crc: 2,
+            },
+        ),
+        (
+            "TwinAhead",
+            Refusal::TwinAhead {
+                twin_head: 2,
+                primary_head: 1,
+            },
+        ),
+        (
+            "Gap",
+            Refusal::Gap {
+                expected: 1,
+                got: 2,
+            },
+        ),
+        ("BadFrame", Refusal::BadFrame("x".into())),
+        (
+            "TooLarge",
+            Refusal::TooLarge {
+                what: "x".into(),
+                len: 2,
+                max: 1,
+            },
+        ),
+        ("Protocol", Refusal::Protocol("x".into())),
+        ("Timeout", Refusal::Timeout),
+    ];
+    for (name, r) in refusals {
+        // A Refuse message: the refusal's index follows the message's.
+        assert_eq!(encode(&TwinMsg::Refuse(r))[5], documented(name), "{name}");
+    }
+}

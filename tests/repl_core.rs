@@ -1,0 +1,382 @@
+//! The cores' refusals, each by name and with nothing written: a twin of
+//! another history, ahead, diverged, below the floor, a sequence gap, a
+//! damaged header, a bad version, an ack of what was never sent, silence.
+
+use std::time::Duration;
+
+use twinlog::log::format::{payload_crc, FrameHeader};
+use twinlog::repl::wire::frame_prefix;
+use twinlog::repl::{
+    Now, Position, PrimaryAction, PrimaryCore, PrimaryMsg, PrimaryState, PrimaryView, Refusal,
+    Timers, TwinAction, TwinCore, TwinMsg, TwinState, TwinView, PROTOCOL_VERSION,
+};
+
+const H: [u8; 16] = [7; 16];
+
+fn primary(head: u64, first: u64) -> PrimaryCore {
+    PrimaryCore::new(
+        Timers::default(),
+        PrimaryView {
+            history: H,
+            head,
+            first,
+        },
+        Now::system(),
+    )
+}
+
+fn hello(history: [u8; 16], seq: u64, crc: u32) -> TwinMsg {
+    TwinMsg::Hello {
+        version: PROTOCOL_VERSION,
+        history,
+        head: Position { seq, crc },
+        first: 1,
+    }
+}
+
+fn refused(core: &mut PrimaryCore) -> Refusal {
+    let mut sent = None;
+    while let Some(m) = core.poll_transmit() {
+        if let PrimaryMsg::Refuse(r) = m {
+            sent = Some(r);
+        }
+    }
+    let mut closed = None;
+    while let Some(a) = core.poll_action() {
+        assert!(
+            !matches!(a, PrimaryAction::Ship { .. }),
+            "nothing is shipped to a refused twin"
+        );
+        if let PrimaryAction::Close(r) = a {
+            closed = Some(r);
+        }
+    }
+    assert_eq!(core.state(), PrimaryState::Closed);
+    let r = sent.expect("a refusal is sent");
+    assert_eq!(
+        closed.as_ref(),
+        Some(&r),
+        "and the connection closes for it"
+    );
+    r
+}
+
+#[test]
+fn the_primary_refuses_each_kind_of_twin_by_name() {
+    let now = Now::system();
+    let mut c = primary(10, 1);
+    c.handle_hello(hello([9; 16], 3, 1), Some(1), now);
+    assert!(matches!(refused(&mut c), Refusal::History { .. }));
+
+    let mut c = primary(10, 1);
+    c.handle_hello(hello(H, 11, 1), None, now);
+    assert_eq!(
+        refused(&mut c),
+        Refusal::TwinAhead {
+            twin_head: 11,
+            primary_head: 10
+        }
+    );
+
+    let mut c = primary(10, 1);
+    c.handle_hello(hello(H, 5, 0xaaaa), Some(0xbbbb), now);
+    assert_eq!(
+        refused(&mut c),
+        Refusal::Diverged {
+            seq: 5,
+            primary_crc: 0xbbbb,
+            twin_crc: 0xaaaa
+        }
+    );
+
+    let mut c = primary(10, 1);
+    c.handle_hello(
+        TwinMsg::Hello {
+            version: 99,
+            history: H,
+            head: Position::default(),
+            first: 1,
+        },
+        None,
+        now,
+    );
+    assert_eq!(
+        refused(&mut c),
+        Refusal::Version {
+            ours: PROTOCOL_VERSION,
+            theirs: 99
+        }
+    );
+
+    let mut c = primary(10, 1);
+    c.handle_message(TwinMsg::Ack { durable: 3 }, now);
+    assert!(matches!(refused(&mut c), Refusal::Protocol(_)));
+}
+
+#[test]
+fn a_twin_below_the_floor_enters_its_named_state() {
+    let now = Now::system();
+    let mut c = primary(100, 50);
+    c.handle_hello(hello(H, 20, 1), None, now);
+    assert_eq!(c.state(), PrimaryState::BelowFloor);
+    assert_eq!(
+        c.poll_transmit(),
+        Some(PrimaryMsg::BelowFloor {
+            first: 50,
+            head: 100
+        })
+    );
+    assert_eq!(
+        c.poll_action(),
+        Some(PrimaryAction::BelowFloor {
+            twin_head: 20,
+            first: 50
+        })
+    );
+
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position { seq: 20, crc: 1 },
+            first: 1,
+        },
+        now,
+    );
+    t.handle_message(
+        PrimaryMsg::BelowFloor {
+            first: 50,
+            head: 100,
+        },
+        now,
+    );
+    assert_eq!(t.state(), TwinState::BelowFloor);
+    assert_eq!(
+        t.poll_action(),
+        Some(TwinAction::BelowFloor {
+            first: 50,
+            primary_head: 100
+        })
+    );
+}
+
+#[test]
+fn streaming_is_pipelined_and_acks_are_checked() {
+    let now = Now::system();
+    let mut c = primary(10, 1);
+    c.handle_hello(hello(H, 4, 9), Some(9), now);
+    assert_eq!(c.state(), PrimaryState::Streaming);
+    assert!(matches!(
+        c.poll_transmit(),
+        Some(PrimaryMsg::Welcome {
+            from: 5,
+            head: 10,
+            ..
+        })
+    ));
+    assert_eq!(c.poll_action(), Some(PrimaryAction::Acked(4)));
+    assert_eq!(
+        c.poll_action(),
+        Some(PrimaryAction::Ship {
+            from: 5,
+            through: 10
+        })
+    );
+    c.handle_appended(11, 100, now);
+    c.handle_appended(12, 100, now);
+    assert_eq!(
+        c.poll_action(),
+        Some(PrimaryAction::Ship {
+            from: 11,
+            through: 11
+        })
+    );
+    assert_eq!(
+        c.poll_action(),
+        Some(PrimaryAction::Ship {
+            from: 12,
+            through: 12
+        })
+    );
+    c.handle_message(TwinMsg::Ack { durable: 8 }, now);
+    assert_eq!(c.poll_action(), Some(PrimaryAction::Acked(8)));
+    c.handle_message(TwinMsg::Ack { durable: 7 }, now);
+    assert_eq!(c.poll_action(), None, "an older ack says nothing");
+    let later = now.after(Duration::from_millis(30));
+    let s = c.status(later);
+    assert_eq!((s.lag_frames, s.lag_bytes), (4, 200));
+    assert!(s.lag >= Duration::from_millis(30));
+    c.handle_message(TwinMsg::Ack { durable: 13 }, now);
+    assert!(
+        matches!(refused(&mut c), Refusal::Protocol(_)),
+        "an ack of what was never shipped"
+    );
+}
+
+#[test]
+fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
+    let now = Now::system();
+    let timers = Timers {
+        heartbeat: Duration::from_millis(10),
+        idle_timeout: Duration::from_millis(100),
+    };
+    let mut c = PrimaryCore::new(
+        timers,
+        PrimaryView {
+            history: H,
+            head: 3,
+            first: 1,
+        },
+        now,
+    );
+    c.handle_hello(hello(H, 3, 5), Some(5), now);
+    while c.poll_transmit().is_some() {}
+    let t1 = now.after(Duration::from_millis(10));
+    c.handle_timeout(t1);
+    assert_eq!(
+        c.poll_transmit(),
+        Some(PrimaryMsg::Heartbeat {
+            head: 3,
+            unix_ms: t1.unix_ms
+        })
+    );
+    c.handle_timeout(t1);
+    assert_eq!(c.poll_transmit(), None, "a spurious timeout does nothing");
+    c.handle_timeout(now.after(Duration::from_millis(100)));
+    assert_eq!(refused(&mut c), Refusal::Timeout);
+}
+
+fn twin_streaming(head: u64) -> TwinCore {
+    let now = Now::system();
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position { seq: head, crc: 1 },
+            first: 1,
+        },
+        now,
+    );
+    t.handle_message(
+        PrimaryMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            history: H,
+            from: head + 1,
+            head: head + 10,
+            first: 1,
+        },
+        now,
+    );
+    assert_eq!(t.state(), TwinState::Streaming);
+    t
+}
+
+fn frame(seq: u64, blob: &[u8]) -> Vec<u8> {
+    let h = FrameHeader {
+        seq,
+        kind: 2,
+        meta_len: 0,
+        blob_len: blob.len() as u64,
+        payload_crc: payload_crc(&[], blob),
+    };
+    let mut b = frame_prefix(&h, &[]);
+    b.extend_from_slice(blob);
+    b
+}
+
+/// Feed the whole of `bytes`, as a driver does.
+fn feed(t: &mut TwinCore, bytes: &[u8]) -> Result<(), Refusal> {
+    let mut pos = 0;
+    loop {
+        let (n, ev) = t.handle_frame_data(&bytes[pos..])?;
+        pos += n;
+        if n == 0 && ev.is_none() {
+            return Ok(());
+        }
+    }
+}
+
+#[test]
+fn the_twin_refuses_a_gap_and_a_damaged_header() {
+    let mut t = twin_streaming(4);
+    feed(&mut t, &frame(5, b"x")).expect("frame 5 is next");
+    let err = feed(&mut t, &frame(7, b"x")).expect_err("a gap");
+    assert_eq!(
+        err,
+        Refusal::Gap {
+            expected: 6,
+            got: 7
+        }
+    );
+    assert_eq!(
+        t.poll_transmit()
+            .map(|m| matches!(m, TwinMsg::Hello { .. })),
+        Some(true)
+    );
+    assert_eq!(t.poll_transmit(), Some(TwinMsg::Refuse(err)));
+
+    let mut t = twin_streaming(4);
+    let mut bad = frame(5, b"x");
+    bad[3] ^= 1;
+    assert!(matches!(feed(&mut t, &bad), Err(Refusal::BadFrame(_))));
+    assert_eq!(t.state(), TwinState::Closed);
+}
+
+#[test]
+fn the_twin_acks_only_what_a_sync_made_durable() {
+    let mut t = twin_streaming(0);
+    while t.poll_transmit().is_some() {}
+    t.handle_committed(1);
+    t.handle_committed(2);
+    assert!(t.needs_sync());
+    assert_eq!(t.poll_transmit(), None, "nothing acked before the sync");
+    t.handle_synced(2);
+    assert_eq!(t.poll_transmit(), Some(TwinMsg::Ack { durable: 2 }));
+    assert!(!t.needs_sync());
+}
+
+#[test]
+fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
+    let now = Now::system();
+    let welcome = PrimaryMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        history: [1; 16],
+        from: 4,
+        head: 9,
+        first: 1,
+    };
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position { seq: 3, crc: 1 },
+            first: 1,
+        },
+        now,
+    );
+    t.handle_message(welcome, now);
+    assert!(matches!(
+        t.poll_action(),
+        Some(TwinAction::Close(Refusal::History { .. }))
+    ));
+
+    let welcome = PrimaryMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        history: [1; 16],
+        from: 1,
+        head: 9,
+        first: 1,
+    };
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position::default(),
+            first: 1,
+        },
+        now,
+    );
+    t.handle_message(welcome, now);
+    assert_eq!(t.poll_action(), Some(TwinAction::AdoptHistory([1; 16])));
+    assert_eq!(t.state(), TwinState::Streaming);
+}
