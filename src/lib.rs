@@ -4,5 +4,6 @@
 //! [`wal::Wal`] is the small embedding API over the same files.
 
 pub mod log;
+pub mod net;
 pub mod repl;
 pub mod wal;

@@ -1,0 +1,178 @@
+//! QUIC endpoints with mutual TLS, pinned peers and bounded messages.
+//!
+//! - [`tls`]: identities, fingerprints, pins and roles;
+//! - endpoints: a server that accepts pinned peers, a client that dials
+//!   one, both with UDP buffers large enough not to drop packets at full
+//!   speed;
+//! - [`read_msg`]/[`write_msg`]: length-prefixed control messages, every
+//!   length checked before anything is allocated.
+
+pub mod tls;
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{RecvStream, SendStream};
+use rustls::pki_types::CertificateDer;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::repl::msg::{self, DecodeError, MAX_CONTROL_LEN};
+pub use tls::{Fingerprint, Identity, Pins, Role, TlsError};
+
+/// UDP socket buffers: the default 208 KiB overflows at full speed and
+/// loses packets; 2 MiB loses none on loopback.
+pub const UDP_BUFFER_BYTES: usize = 2 << 20;
+
+/// What the network layer fails at.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("connect: {0}")]
+    Connect(#[from] quinn::ConnectError),
+    #[error("connection: {0}")]
+    Connection(#[from] quinn::ConnectionError),
+    #[error("stream write: {0}")]
+    Write(#[from] quinn::WriteError),
+    #[error("stream read: {0}")]
+    Read(#[from] quinn::ReadExactError),
+    #[error("message: {0}")]
+    Message(#[from] DecodeError),
+    #[error("the peer is not pinned")]
+    Unpinned,
+}
+
+fn transport() -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    // Windows large enough for a loopback or LAN link at full speed.
+    t.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
+    t.receive_window(quinn::VarInt::from_u32(64 << 20));
+    t.send_window(64 << 20);
+    t.keep_alive_interval(Some(Duration::from_secs(1)));
+    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(10)) {
+        t.max_idle_timeout(Some(idle));
+    }
+    t
+}
+
+fn set_buffer(sock: &UdpSocket, force: libc::c_int, plain: libc::c_int) {
+    let size = UDP_BUFFER_BYTES as libc::c_int;
+    for opt in [force, plain] {
+        // SAFETY: the pointer is to a live c_int of the length passed; the
+        // descriptor is owned by `sock` for the duration of the call.
+        let ret = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if ret == 0 {
+            return;
+        }
+    }
+    tracing::warn!(
+        "could not raise a UDP buffer to {UDP_BUFFER_BYTES} bytes: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    let sock = UdpSocket::bind(addr)?;
+    set_buffer(&sock, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+    set_buffer(&sock, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+    Ok(sock)
+}
+
+/// An endpoint that accepts pinned peers on `addr` and can dial them.
+pub fn server(
+    addr: SocketAddr,
+    identity: &Identity,
+    pins: Arc<Pins>,
+) -> Result<quinn::Endpoint, NetError> {
+    let tls = QuicServerConfig::try_from(tls::server_tls(identity, pins.clone())?)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(tls));
+    cfg.transport_config(Arc::new(transport()));
+    let mut endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(cfg),
+        socket(addr)?,
+        Arc::new(quinn::TokioRuntime),
+    )?;
+    endpoint.set_default_client_config(client_config(identity, pins)?);
+    Ok(endpoint)
+}
+
+/// An endpoint that only dials out.
+pub fn client(identity: &Identity, pins: Arc<Pins>) -> Result<quinn::Endpoint, NetError> {
+    let any: SocketAddr = ([0, 0, 0, 0], 0).into();
+    let mut endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        socket(any)?,
+        Arc::new(quinn::TokioRuntime),
+    )?;
+    endpoint.set_default_client_config(client_config(identity, pins)?);
+    Ok(endpoint)
+}
+
+fn client_config(identity: &Identity, pins: Arc<Pins>) -> Result<quinn::ClientConfig, NetError> {
+    let tls = QuicClientConfig::try_from(tls::client_tls(identity, pins)?)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(tls));
+    cfg.transport_config(Arc::new(transport()));
+    Ok(cfg)
+}
+
+/// Dial a pinned peer.
+pub async fn connect(
+    endpoint: &quinn::Endpoint,
+    addr: SocketAddr,
+) -> Result<quinn::Connection, NetError> {
+    Ok(endpoint.connect(addr, tls::SERVER_NAME)?.await?)
+}
+
+/// The fingerprint and role of a connection's peer (always pinned: the
+/// handshake refused anything else).
+pub fn peer(conn: &quinn::Connection, pins: &Pins) -> Result<(Fingerprint, Role), NetError> {
+    let certs = conn
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or(NetError::Unpinned)?;
+    let fp = Fingerprint::of(certs.first().ok_or(NetError::Unpinned)?);
+    let role = pins.role(&fp).ok_or(NetError::Unpinned)?;
+    Ok((fp, role))
+}
+
+/// Send one control message.
+pub async fn write_msg<T: Serialize>(send: &mut SendStream, msg: &T) -> Result<(), NetError> {
+    send.write_all(&msg::encode(msg)).await?;
+    Ok(())
+}
+
+/// Receive one control message; None when the peer finished the stream
+/// between messages. The announced length is checked against
+/// [`MAX_CONTROL_LEN`] before the body is read.
+pub async fn read_msg<T: DeserializeOwned>(recv: &mut RecvStream) -> Result<Option<T>, NetError> {
+    let mut prefix = [0u8; 4];
+    match recv.read_exact(&mut prefix).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = msg::announced_len(prefix)?;
+    debug_assert!(len <= MAX_CONTROL_LEN);
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body).await?;
+    let msg = postcard::from_bytes(&body).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+    Ok(Some(msg))
+}

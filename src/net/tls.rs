@@ -1,0 +1,383 @@
+//! Mutual TLS without a CA: every box has a self-signed certificate, and
+//! each side pins the peers it accepts by the SHA-256 fingerprint of their
+//! certificate, with a role per pinned peer. A certificate that is not
+//! pinned is refused inside the TLS handshake, before any application byte.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use serde::{Deserialize, Serialize};
+
+/// The ALPN protocol name of twinlog connections.
+pub const ALPN: &[u8] = b"twinlog/1";
+/// The server name every certificate carries; identity is the fingerprint.
+pub const SERVER_NAME: &str = "twinlog";
+
+/// What a TLS set-up refuses.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("certificate: {0}")]
+    Certificate(String),
+    #[error("key: {0}")]
+    Key(String),
+    #[error("TLS configuration: {0}")]
+    Config(String),
+    #[error("bad fingerprint {0:?}: expected 64 hex digits")]
+    Fingerprint(String),
+}
+
+/// The SHA-256 of a certificate's DER bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    pub fn of(cert: &CertificateDer<'_>) -> Fingerprint {
+        let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_ref());
+        let mut fp = [0u8; 32];
+        fp.copy_from_slice(digest.as_ref());
+        Fingerprint(fp)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+impl FromStr for Fingerprint {
+    type Err = TlsError;
+
+    /// 64 hex digits; colons and a `sha256:` prefix are allowed.
+    fn from_str(s: &str) -> Result<Self, TlsError> {
+        let hex: String = s
+            .trim()
+            .trim_start_matches("sha256:")
+            .chars()
+            .filter(|&c| c != ':')
+            .collect();
+        if hex.len() != 64 || !hex.is_ascii() {
+            return Err(TlsError::Fingerprint(s.to_string()));
+        }
+        let mut fp = [0u8; 32];
+        for (i, b) in fp.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                .map_err(|_| TlsError::Fingerprint(s.to_string()))?;
+        }
+        Ok(Fingerprint(fp))
+    }
+}
+
+/// What a pinned peer may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The primary a twin follows.
+    Primary,
+    /// The twin a primary streams to.
+    Twin,
+    /// A client appending and reading.
+    Client,
+    /// A box being restored from a twin.
+    Restore,
+}
+
+/// The peers a box accepts, by fingerprint, each with its role.
+#[derive(Clone, Debug, Default)]
+pub struct Pins(HashMap<Fingerprint, Role>);
+
+impl Pins {
+    pub fn new() -> Pins {
+        Pins::default()
+    }
+
+    /// Accept `fp` in `role`.
+    pub fn pin(mut self, fp: Fingerprint, role: Role) -> Pins {
+        self.0.insert(fp, role);
+        self
+    }
+
+    /// The role of a pinned peer.
+    pub fn role(&self, fp: &Fingerprint) -> Option<Role> {
+        self.0.get(fp).copied()
+    }
+}
+
+/// A box's own certificate and key.
+pub struct Identity {
+    pub cert: CertificateDer<'static>,
+    key: PrivatePkcs8KeyDer<'static>,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl fmt::Debug for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Identity")
+            .field("fingerprint", &self.fingerprint())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// A new key and a self-signed certificate for it.
+    pub fn mint() -> Result<Identity, TlsError> {
+        let minted = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
+            .map_err(|e| TlsError::Certificate(e.to_string()))?;
+        Self::from_pem(&minted.cert.pem(), &minted.signing_key.serialize_pem())
+    }
+
+    /// From PEM text of the certificate and of the PKCS#8 key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Identity, TlsError> {
+        let cert = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| TlsError::Certificate(e.to_string()))?;
+        let key = PrivatePkcs8KeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|e| TlsError::Key(e.to_string()))?;
+        Ok(Identity {
+            cert,
+            key,
+            cert_pem: cert_pem.to_string(),
+            key_pem: key_pem.to_string(),
+        })
+    }
+
+    /// The certificate as PEM.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// The key as PEM (keep it 0600).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// What a peer pins to accept this box.
+    pub fn fingerprint(&self) -> Fingerprint {
+        Fingerprint::of(&self.cert)
+    }
+
+    fn key(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(self.key.clone_key())
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Accepts exactly the pinned certificates; the handshake signature is
+/// checked as usual, so the peer proves it holds the pinned key.
+#[derive(Debug)]
+struct PinnedVerifier {
+    pins: Arc<Pins>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl PinnedVerifier {
+    fn check(&self, cert: &CertificateDer<'_>) -> Result<(), rustls::Error> {
+        let fp = Fingerprint::of(cert);
+        if self.pins.role(&fp).is_some() {
+            Ok(())
+        } else {
+            tracing::warn!(fingerprint = %fp, "refused a certificate that is not pinned");
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::ApplicationVerificationFailure,
+            ))
+        }
+    }
+
+    fn tls12(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            m,
+            c,
+            d,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn tls13(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            m,
+            c,
+            d,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls12(m, c, d)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(m, c, d)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.schemes()
+    }
+}
+
+impl ClientCertVerifier for PinnedVerifier {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls12(m, c, d)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.tls13(m, c, d)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.schemes()
+    }
+}
+
+/// The rustls server side: this identity, client certificates required and
+/// pinned.
+pub fn server_tls(identity: &Identity, pins: Arc<Pins>) -> Result<rustls::ServerConfig, TlsError> {
+    let verifier = Arc::new(PinnedVerifier {
+        pins,
+        provider: provider(),
+    });
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![identity.cert.clone()], identity.key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(cfg)
+}
+
+/// The rustls client side: this identity as client certificate, the
+/// server's certificate pinned.
+pub fn client_tls(identity: &Identity, pins: Arc<Pins>) -> Result<rustls::ClientConfig, TlsError> {
+    let verifier = Arc::new(PinnedVerifier {
+        pins,
+        provider: provider(),
+    });
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(vec![identity.cert.clone()], identity.key())
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    cfg.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_print_and_parse_back() {
+        let fp = Fingerprint([0xab; 32]);
+        let s = fp.to_string();
+        assert_eq!(s.len(), 64);
+        assert_eq!(s.parse::<Fingerprint>().expect("parse"), fp);
+        assert_eq!(
+            format!("sha256:{s}")
+                .parse::<Fingerprint>()
+                .expect("prefix"),
+            fp
+        );
+        assert!("abc".parse::<Fingerprint>().is_err());
+        assert!("zz".repeat(32).parse::<Fingerprint>().is_err());
+    }
+
+    #[test]
+    fn identities_survive_pem() {
+        let id = Identity::mint().expect("mint");
+        let back = Identity::from_pem(id.cert_pem(), id.key_pem()).expect("pem");
+        assert_eq!(back.fingerprint(), id.fingerprint());
+        assert_eq!(back.key.secret_pkcs8_der(), id.key.secret_pkcs8_der());
+        assert!(Identity::from_pem("garbage", id.key_pem()).is_err());
+        assert!(Identity::from_pem(id.cert_pem(), "garbage").is_err());
+    }
+}
