@@ -5,5 +5,6 @@
 
 pub mod log;
 pub mod net;
+pub mod node;
 pub mod repl;
 pub mod wal;

@@ -1,0 +1,13 @@
+//! The daemons as a library: the primary serving its twin and clients, the
+//! twin following a primary, and the typed client. Binaries parse
+//! arguments and call these.
+
+pub mod api;
+pub mod client;
+pub mod primary;
+pub mod twin;
+
+pub use api::{ApiError, Durability, Request, Response, Status};
+pub use client::{Client, ClientError};
+pub use primary::{Primary, PrimaryConfig, TwinPolicy};
+pub use twin::{Twin, TwinConfig, TwinStatus};

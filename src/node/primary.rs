@@ -1,0 +1,532 @@
+//! The primary: a log, its twin connection and its clients on one QUIC
+//! endpoint. The replication decisions are [`PrimaryCore`]'s; this moves
+//! bytes between it, the log and the network.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quinn::{Connection, RecvStream, SendStream};
+use tokio::sync::{mpsc, watch};
+
+use super::api::{ApiError, Durability, Request, Response, Status};
+use crate::log::format::FrameHeader;
+use crate::log::{Error as LogError, Log};
+use crate::net::{self, NetError, Pins, Role};
+use crate::repl::wire::frame_prefix;
+use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
+
+/// Appends up to this size are read whole and appended in one call (and
+/// share fdatasyncs with concurrent appends); larger blobs stream.
+const SMALL_BLOB: u64 = 1 << 20;
+/// The piece a frame's blob moves in.
+pub const PIECE: usize = 256 * 1024;
+
+/// What a `twin` append does while the twin does not acknowledge it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TwinPolicy {
+    /// Wait for the twin, however long (the default).
+    Wait,
+    /// Answer `ApiError::TwinTimeout` after this long.
+    Fail(Duration),
+    /// After this long, acknowledge as `local` and keep doing so, without
+    /// waiting, until the twin has caught up: shown in status and logged.
+    FallBack(Duration),
+}
+
+/// How the primary runs.
+#[derive(Clone, Copy, Debug)]
+pub struct PrimaryConfig {
+    pub policy: TwinPolicy,
+    pub timers: Timers,
+}
+
+impl Default for PrimaryConfig {
+    fn default() -> Self {
+        PrimaryConfig {
+            policy: TwinPolicy::Wait,
+            timers: Timers::default(),
+        }
+    }
+}
+
+/// The primary daemon's state, shared by its connections.
+pub struct Primary {
+    log: Arc<Log>,
+    pins: Arc<Pins>,
+    cfg: PrimaryConfig,
+    /// The published head and the bytes appended through it.
+    head: watch::Sender<(u64, u64)>,
+    /// The twin's acknowledged durable head.
+    acked: watch::Sender<u64>,
+    status: Mutex<Status>,
+}
+
+fn lock(m: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Primary {
+    pub fn new(log: Arc<Log>, pins: Arc<Pins>, cfg: PrimaryConfig) -> Arc<Primary> {
+        let head = log.head_seq();
+        Arc::new(Primary {
+            log,
+            pins,
+            cfg,
+            head: watch::channel((head, 0)).0,
+            acked: watch::channel(0).0,
+            status: Mutex::new(Status::default()),
+        })
+    }
+
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// Status as `primary status` shows it.
+    pub fn status(&self) -> Status {
+        let mut s = lock(&self.status).clone();
+        s.head = self.log.head_seq();
+        s.first = self.log.first_seq();
+        s.twin_acked = *self.acked.borrow();
+        s
+    }
+
+    /// Accept connections until `shutdown` turns true.
+    pub async fn serve(
+        self: Arc<Self>,
+        endpoint: quinn::Endpoint,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                incoming = endpoint.accept() => {
+                    let Some(incoming) = incoming else { break };
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        match incoming.await {
+                            Ok(conn) => me.connection(conn).await,
+                            Err(e) => tracing::warn!(error = %e, "handshake refused"),
+                        }
+                    });
+                }
+                _ = shutdown.changed() => break,
+            }
+        }
+        endpoint.close(0u32.into(), b"shutdown");
+        endpoint.wait_idle().await;
+    }
+
+    async fn connection(self: Arc<Self>, conn: Connection) {
+        let peer = match net::peer(&conn, &self.pins) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "connection without a pinned peer");
+                return conn.close(1u32.into(), b"not pinned");
+            }
+        };
+        tracing::info!(peer = %peer.0, role = ?peer.1, addr = %conn.remote_address(), "connected");
+        match peer.1 {
+            Role::Twin => {
+                let end = self.clone().twin_session(&conn).await;
+                let why = match &end {
+                    Ok(why) => why.clone(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(reason = %why, "twin connection ended");
+                let mut s = lock(&self.status);
+                s.twin_connected = false;
+                s.twin_last_error = Some(why);
+            }
+            Role::Client => self.client_session(conn).await,
+            other => conn.close(
+                2u32.into(),
+                format!("{other:?} is not served here").as_bytes(),
+            ),
+        }
+    }
+
+    /// The append path publishes here so twin sessions ship the new frames.
+    fn published(&self, seq: u64, bytes: u64) {
+        self.head.send_modify(|(head, total)| {
+            if seq > *head {
+                *head = seq;
+            }
+            *total += bytes;
+        });
+    }
+
+    async fn twin_session(self: Arc<Self>, conn: &Connection) -> Result<String, NetError> {
+        let (mut ctl_send, mut ctl_recv) = conn.accept_bi().await?;
+        let Some(hello) = net::read_msg::<TwinMsg>(&mut ctl_recv).await? else {
+            return Ok("the twin left before its Hello".into());
+        };
+        let crc = match &hello {
+            TwinMsg::Hello { head, .. } if head.seq > 0 => {
+                self.log.locate_blob(head.seq).ok().map(|l| l.payload_crc)
+            }
+            _ => None,
+        };
+        let view = PrimaryView {
+            history: self.log.history().0,
+            head: self.log.head_seq(),
+            first: self.log.first_seq(),
+        };
+        let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
+        core.handle_hello(hello, crc, Now::system());
+
+        let (msgs_tx, mut msgs) = mpsc::channel(64);
+        tokio::spawn(read_control(ctl_recv, msgs_tx));
+        let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
+        let mut shipper = None;
+        let mut head_rx = self.head.subscribe();
+        let mut seen_bytes = head_rx.borrow_and_update().1;
+        loop {
+            while let Some(m) = core.poll_transmit() {
+                net::write_msg(&mut ctl_send, &m).await?;
+            }
+            while let Some(action) = core.poll_action() {
+                match action {
+                    PrimaryAction::Ship { from, through } => {
+                        if ship.is_none() {
+                            let (tx, rx) = mpsc::unbounded_channel();
+                            let frames = conn.open_uni().await?;
+                            shipper = Some(tokio::spawn(ship_frames(self.log.clone(), frames, rx)));
+                            ship = Some(tx);
+                        }
+                        if let Some(tx) = &ship {
+                            let _ = tx.send((from, through));
+                        }
+                    }
+                    PrimaryAction::Acked(durable) => self.twin_acked(durable),
+                    PrimaryAction::BelowFloor { twin_head, first } => {
+                        tracing::warn!(twin_head, first, "the twin is below the retention floor");
+                    }
+                    PrimaryAction::Close(why) => {
+                        let _ = ctl_send.finish();
+                        return Ok(why.to_string());
+                    }
+                }
+            }
+            {
+                let now = Now::system();
+                let st = core.status(now);
+                let mut s = lock(&self.status);
+                s.twin_connected = core.state() == PrimaryState::Streaming;
+                s.lag_frames = st.lag_frames;
+                s.lag_bytes = st.lag_bytes;
+                s.lag_ms = st.lag.as_millis() as u64;
+            }
+            let deadline = core.poll_timeout().map_or_else(
+                || tokio::time::Instant::now() + Duration::from_secs(1),
+                tokio::time::Instant::from_std,
+            );
+            tokio::select! {
+                msg = msgs.recv() => match msg {
+                    Some(Ok(m)) => core.handle_message(m, Now::system()),
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok("the twin closed its control stream".into()),
+                },
+                changed = head_rx.changed() => {
+                    if changed.is_err() {
+                        return Ok("shutting down".into());
+                    }
+                    let (head, bytes) = *head_rx.borrow_and_update();
+                    core.handle_appended(head, bytes - seen_bytes, Now::system());
+                    seen_bytes = bytes;
+                }
+                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                ended = async { match shipper.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
+                    return Ok(match ended {
+                        Ok(Ok(())) => "the frame stream ended".into(),
+                        Ok(Err(e)) => format!("shipping failed: {e}"),
+                        Err(e) => format!("shipper: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    fn twin_acked(&self, durable: u64) {
+        self.acked.send_if_modified(|a| {
+            let moved = durable > *a;
+            *a = (*a).max(durable);
+            moved
+        });
+        if durable >= self.log.head_seq() {
+            let mut s = lock(&self.status);
+            if s.degraded {
+                s.degraded = false;
+                tracing::info!(durable, "the twin caught up: twin durability restored");
+            }
+        }
+    }
+
+    async fn client_session(self: Arc<Self>, conn: Connection) {
+        loop {
+            let (send, recv) = match conn.accept_bi().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "client gone");
+                    return;
+                }
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.request(send, recv).await {
+                    tracing::warn!(error = %e, "client request failed");
+                }
+            });
+        }
+    }
+
+    async fn request(
+        self: Arc<Self>,
+        mut send: SendStream,
+        mut recv: RecvStream,
+    ) -> Result<(), NetError> {
+        let Some(req) = net::read_msg::<Request>(&mut recv).await? else {
+            return Ok(());
+        };
+        let response = match req {
+            Request::Append {
+                kind,
+                meta,
+                blob_len,
+                durability,
+            } => {
+                self.append(kind, meta, blob_len, durability, &mut recv)
+                    .await
+            }
+            Request::Read { seq } => return self.read(seq, send).await,
+            Request::Status => Response::Status(self.status()),
+        };
+        net::write_msg(&mut send, &response).await?;
+        let _ = send.finish();
+        Ok(())
+    }
+
+    async fn append(
+        &self,
+        kind: u16,
+        meta: Vec<u8>,
+        blob_len: u64,
+        durability: Durability,
+        recv: &mut RecvStream,
+    ) -> Response {
+        let appended = if blob_len <= SMALL_BLOB {
+            let mut blob = vec![0u8; blob_len as usize];
+            if let Err(e) = recv.read_exact(&mut blob).await {
+                return Response::Error(ApiError::BadRequest(format!("blob: {e}")));
+            }
+            let log = self.log.clone();
+            tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await
+        } else {
+            self.append_streamed(kind, meta, blob_len, recv).await
+        };
+        let seq = match appended {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => return Response::Error(ApiError::Refused(e.to_string())),
+            Err(e) => return Response::Error(ApiError::Refused(e.to_string())),
+        };
+        self.published(seq, blob_len + 32);
+        match durability {
+            Durability::Local => Response::Appended {
+                seq,
+                durability: Durability::Local,
+            },
+            Durability::Twin => self.wait_for_twin(seq).await,
+        }
+    }
+
+    /// A large blob: pieces from the stream into a `Pending` owned by a
+    /// blocking thread; memory is a few pieces whatever the size.
+    async fn append_streamed(
+        &self,
+        kind: u16,
+        meta: Vec<u8>,
+        blob_len: u64,
+        recv: &mut RecvStream,
+    ) -> Result<Result<u64, LogError>, tokio::task::JoinError> {
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+        let log = self.log.clone();
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut p = log.begin(None, kind, &meta, blob_len)?;
+            while let Some(piece) = rx.blocking_recv() {
+                p.write(&piece)?;
+            }
+            p.commit()
+        });
+        let mut left = blob_len;
+        while left > 0 {
+            match recv.read_chunk(PIECE.min(left as usize), true).await {
+                Ok(Some(chunk)) => {
+                    left -= chunk.bytes.len() as u64;
+                    if tx.send(chunk.bytes.to_vec()).await.is_err() {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        drop(tx);
+        // A short stream makes commit refuse with BlobLength: nothing lands.
+        writer.await
+    }
+
+    async fn wait_for_twin(&self, seq: u64) -> Response {
+        let twin = Response::Appended {
+            seq,
+            durability: Durability::Twin,
+        };
+        let mut acked = self.acked.subscribe();
+        let reached = acked.wait_for(|&a| a >= seq);
+        match self.cfg.policy {
+            TwinPolicy::Wait => match reached.await {
+                Ok(_) => twin,
+                Err(_) => Response::Error(ApiError::TwinTimeout { seq }),
+            },
+            TwinPolicy::Fail(after) => match tokio::time::timeout(after, reached).await {
+                Ok(Ok(_)) => twin,
+                _ => Response::Error(ApiError::TwinTimeout { seq }),
+            },
+            TwinPolicy::FallBack(after) => {
+                if lock(&self.status).degraded {
+                    return Response::Appended {
+                        seq,
+                        durability: Durability::Local,
+                    };
+                }
+                match tokio::time::timeout(after, reached).await {
+                    Ok(Ok(_)) => twin,
+                    _ => {
+                        let mut s = lock(&self.status);
+                        if !s.degraded {
+                            s.degraded = true;
+                            tracing::warn!(seq, "the twin did not acknowledge in time: appends fall back to local durability");
+                        }
+                        Response::Appended {
+                            seq,
+                            durability: Durability::Local,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn read(&self, seq: u64, mut send: SendStream) -> Result<(), NetError> {
+        let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, String>>(4);
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut first = true;
+            let read = log.read_pieces(seq, PIECE, |loc, piece, _last| {
+                if first {
+                    first = false;
+                    let head = Response::Frame {
+                        seq,
+                        kind: loc.kind,
+                        meta: loc.meta.clone(),
+                        blob_len: if loc.is_erased() { 0 } else { loc.blob_len },
+                        payload_crc: loc.payload_crc,
+                    };
+                    send_blocking(&tx, Ok(crate::repl::msg::encode(&head)))?;
+                }
+                if !piece.is_empty() {
+                    send_blocking(&tx, Ok(piece.to_vec()))?;
+                }
+                Ok::<(), LogError>(())
+            });
+            if let Err(e) = read {
+                let _ = tx.blocking_send(Err(e.to_string()));
+            }
+        });
+        let mut sent_any = false;
+        while let Some(item) = rx.recv().await {
+            match item {
+                Ok(bytes) => {
+                    sent_any = true;
+                    send.write_all(&bytes).await?;
+                }
+                Err(e) if !sent_any => {
+                    net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+                }
+                // The frame failed after its head was sent: cut the stream so
+                // the client never takes a short frame for a whole one.
+                Err(_) => {
+                    let _ = send.reset(3u32.into());
+                    return Ok(());
+                }
+            }
+        }
+        let _ = send.finish();
+        Ok(())
+    }
+}
+
+fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogError> {
+    tx.blocking_send(item)
+        .map_err(|_| LogError::Io(std::io::Error::other("the receiver went away")))
+}
+
+/// Control messages read in their own task: a read is not cancel-safe, so
+/// it never sits in a `select!`.
+async fn read_control(mut recv: RecvStream, tx: mpsc::Sender<Result<TwinMsg, NetError>>) {
+    loop {
+        match net::read_msg::<TwinMsg>(&mut recv).await {
+            Ok(Some(m)) => {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Frames `from..=through` of each range, in order, as their stored bytes:
+/// a blocking reader hands pieces over a bounded channel to the stream, so
+/// memory is a few pieces whatever a blob's size.
+async fn ship_frames(
+    log: Arc<Log>,
+    mut send: SendStream,
+    mut ranges: mpsc::UnboundedReceiver<(u64, u64)>,
+) -> Result<(), NetError> {
+    let (tx, mut pieces) = mpsc::channel::<Vec<u8>>(4);
+    let reader = tokio::task::spawn_blocking(move || -> Result<(), LogError> {
+        while let Some((from, through)) = ranges.blocking_recv() {
+            for seq in from..=through {
+                let mut first = true;
+                log.read_pieces(seq, PIECE, |loc, piece, _last| {
+                    if first {
+                        first = false;
+                        let header = FrameHeader {
+                            seq: loc.seq,
+                            kind: loc.kind,
+                            meta_len: loc.meta.len() as u32,
+                            blob_len: loc.blob_len,
+                            payload_crc: loc.payload_crc,
+                        };
+                        send_blocking(&tx, frame_prefix(&header, &loc.meta))?;
+                    }
+                    if !piece.is_empty() {
+                        send_blocking(&tx, piece.to_vec())?;
+                    }
+                    Ok::<(), LogError>(())
+                })?;
+            }
+        }
+        Ok(())
+    });
+    while let Some(bytes) = pieces.recv().await {
+        send.write_all(&bytes).await?;
+    }
+    match reader.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(NetError::Io(std::io::Error::other(e.to_string()))),
+        Err(e) => Err(NetError::Io(std::io::Error::other(e.to_string()))),
+    }
+}

@@ -1,0 +1,395 @@
+//! The twin: follows a primary, writing its frames at the primary's
+//! numbers. The decisions are [`TwinCore`]'s; a dedicated writer thread
+//! owns the log's streaming appends and makes one sync per batch (whatever
+//! arrived while the previous sync ran); this moves bytes between them.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quinn::{Connection, RecvStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::log::format::FrameHeader;
+use crate::log::{Error as LogError, HistoryId, Log};
+use crate::net::{self, NetError};
+use crate::repl::{
+    Backoff, FrameEvent, Now, Position, PrimaryMsg, Refusal, Timers, TwinAction, TwinCore,
+    TwinState, TwinView,
+};
+
+/// What the twin's status shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TwinStatus {
+    pub head: u64,
+    pub first: u64,
+    pub connected: bool,
+    pub primary_head: u64,
+    pub lag_frames: u64,
+    pub below_floor: bool,
+    pub last_error: Option<String>,
+}
+
+/// How the twin runs.
+#[derive(Clone, Copy, Debug)]
+pub struct TwinConfig {
+    pub timers: Timers,
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+impl Default for TwinConfig {
+    fn default() -> Self {
+        TwinConfig {
+            timers: Timers::default(),
+            backoff_base: Duration::from_millis(100),
+            backoff_cap: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The twin daemon's state.
+pub struct Twin {
+    log: Arc<Log>,
+    primary: SocketAddr,
+    cfg: TwinConfig,
+    status: Mutex<TwinStatus>,
+    durable: watch::Sender<u64>,
+}
+
+/// What the writer thread is told.
+enum Write {
+    Begin(FrameHeader, Vec<u8>),
+    Piece(bytes::Bytes),
+    End,
+    Erased(FrameHeader, Vec<u8>),
+}
+
+/// What the writer thread reports.
+enum Written {
+    Committed(u64),
+    Synced(u64),
+    Failed(String),
+}
+
+impl Twin {
+    pub fn new(log: Arc<Log>, primary: SocketAddr, cfg: TwinConfig) -> Arc<Twin> {
+        log.set_follower(true);
+        let head = log.head_seq();
+        Arc::new(Twin {
+            log,
+            primary,
+            cfg,
+            status: Mutex::new(TwinStatus::default()),
+            durable: watch::channel(head).0,
+        })
+    }
+
+    pub fn log(&self) -> &Arc<Log> {
+        &self.log
+    }
+
+    /// Whether this twin's log shares `other`'s history.
+    pub fn history_matches(&self, other: &Log) -> bool {
+        self.log.history() == other.history()
+    }
+
+    /// The durable head, as it moves.
+    pub fn durable(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
+    pub fn status(&self) -> TwinStatus {
+        let mut s = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.head = self.log.head_seq();
+        s.first = self.log.first_seq();
+        s
+    }
+
+    fn set_status(&self, f: impl FnOnce(&mut TwinStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Follow the primary until `shutdown` turns true, reconnecting with a
+    /// capped backoff and resuming from the durable head each time.
+    pub async fn run(
+        self: Arc<Self>,
+        endpoint: quinn::Endpoint,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut backoff = Backoff::new(self.cfg.backoff_base, self.cfg.backoff_cap);
+        loop {
+            let ended = tokio::select! {
+                ended = self.session(&endpoint, &mut backoff) => ended,
+                _ = shutdown.changed() => break,
+            };
+            let why = match ended {
+                Ok(why) => why,
+                Err(e) => e.to_string(),
+            };
+            tracing::warn!(reason = %why, "connection to the primary ended");
+            self.set_status(|s| {
+                s.connected = false;
+                s.last_error = Some(why);
+            });
+            let delay = backoff.next_delay();
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        endpoint.close(0u32.into(), b"shutdown");
+    }
+
+    fn view(&self) -> TwinView {
+        let head = self.log.head_seq();
+        let crc = if head == 0 {
+            0
+        } else {
+            self.log.locate_blob(head).map_or(0, |l| l.payload_crc)
+        };
+        TwinView {
+            history: self.log.history().0,
+            head: Position { seq: head, crc },
+            first: self.log.first_seq(),
+        }
+    }
+
+    async fn session(
+        &self,
+        endpoint: &quinn::Endpoint,
+        backoff: &mut Backoff,
+    ) -> Result<String, NetError> {
+        let conn = net::connect(endpoint, self.primary).await?;
+        let (mut ctl_send, ctl_recv) = conn.open_bi().await?;
+        let mut core = TwinCore::new(self.cfg.timers, self.view(), Now::system());
+        let (msgs_tx, mut msgs) = mpsc::channel(64);
+        tokio::spawn(read_control(ctl_recv, msgs_tx));
+        let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
+        let mut frames_task = None;
+        let (write_tx, write_rx) = mpsc::channel::<Write>(8);
+        let (written_tx, mut written) = mpsc::unbounded_channel::<Written>();
+        let writer = {
+            let log = self.log.clone();
+            std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
+        };
+        let result = loop {
+            while let Some(m) = core.poll_transmit() {
+                net::write_msg(&mut ctl_send, &m).await?;
+            }
+            let mut closed = None;
+            while let Some(action) = core.poll_action() {
+                match action {
+                    TwinAction::AdoptHistory(h) => {
+                        if let Err(e) = self.log.adopt_history(HistoryId(h)) {
+                            closed = Some(format!("adopting the primary's history: {e}"));
+                        }
+                    }
+                    TwinAction::BelowFloor {
+                        first,
+                        primary_head,
+                    } => {
+                        self.set_status(|s| s.below_floor = true);
+                        closed = Some(format!(
+                            "below the primary's retention floor {first} (primary head {primary_head}): a snapshot is needed"
+                        ));
+                    }
+                    TwinAction::Close(why) => closed = Some(why.to_string()),
+                }
+            }
+            if let Some(why) = closed {
+                let _ = ctl_send.finish();
+                break Ok(why);
+            }
+            if core.state() == TwinState::Streaming && frames_task.is_none() {
+                backoff.reset();
+                self.set_status(|s| {
+                    s.connected = true;
+                    s.below_floor = false;
+                });
+                frames_task = Some(tokio::spawn(read_frames(conn.clone(), chunks_tx.clone())));
+            }
+            self.set_status(|s| {
+                s.primary_head = core.primary_head().0;
+                s.lag_frames = core.lag_frames();
+            });
+            let deadline = core.poll_timeout().map_or_else(
+                || tokio::time::Instant::now() + Duration::from_secs(1),
+                tokio::time::Instant::from_std,
+            );
+            tokio::select! {
+                msg = msgs.recv() => match msg {
+                    Some(Ok(m)) => core.handle_message(m, Now::system()),
+                    Some(Err(e)) => break Err(e),
+                    None => break Ok("the primary closed the control stream".into()),
+                },
+                chunk = chunks.recv() => match chunk {
+                    // A refusal is queued in the core and ends the loop above.
+                    Some(Ok(bytes)) => {
+                        let _ = feed(&mut core, &bytes, &write_tx).await;
+                    }
+                    Some(Err(e)) => break Err(e),
+                    None => break Ok("the frame stream ended".into()),
+                },
+                done = written.recv() => match done {
+                    Some(Written::Committed(seq)) => core.handle_committed(seq),
+                    Some(Written::Synced(head)) => {
+                        core.handle_synced(head);
+                        self.durable.send_replace(head);
+                    }
+                    Some(Written::Failed(e)) => core.handle_commit_failed(e),
+                    None => break Ok("the writer stopped".into()),
+                },
+                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+            }
+        };
+        if let Some(t) = frames_task {
+            t.abort();
+        }
+        drop(write_tx);
+        // The writer aborts a partial frame and syncs what it committed, so
+        // the next Hello reports it.
+        let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+        self.durable.send_replace(self.log.head_seq());
+        conn.close(0u32.into(), b"session over");
+        result
+    }
+}
+
+/// Decode stream bytes with the core and hand each event to the writer.
+async fn feed(
+    core: &mut TwinCore,
+    bytes: &bytes::Bytes,
+    writer: &mpsc::Sender<Write>,
+) -> Result<(), Refusal> {
+    let mut pos = 0;
+    loop {
+        let (n, ev) = core.handle_frame_data(&bytes[pos..])?;
+        let piece = bytes.slice(pos..pos + n);
+        pos += n;
+        let cmd = match ev {
+            None if n == 0 => return Ok(()),
+            None => continue,
+            Some(FrameEvent::Begin(h)) => Write::Begin(h, core.meta().to_vec()),
+            Some(FrameEvent::Piece) => Write::Piece(piece),
+            Some(FrameEvent::End(_)) => Write::End,
+            Some(FrameEvent::Erased(h)) => Write::Erased(h, core.meta().to_vec()),
+        };
+        if writer.send(cmd).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+/// The writer thread: applies frame events to the log (a streaming append
+/// per frame, committed without sync after its crc checked), and syncs once
+/// whenever it has caught up with what arrived: one sync per batch.
+fn write_frames(log: &Log, mut rx: mpsc::Receiver<Write>, out: mpsc::UnboundedSender<Written>) {
+    let mut pending = None;
+    let mut unsynced = false;
+    loop {
+        let cmd = match rx.try_recv() {
+            Ok(cmd) => cmd,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                if unsynced && pending.is_none() {
+                    unsynced = false;
+                    let _ = out.send(match log.sync() {
+                        Ok(head) => Written::Synced(head),
+                        Err(e) => Written::Failed(format!("sync: {e}")),
+                    });
+                }
+                match rx.blocking_recv() {
+                    Some(cmd) => cmd,
+                    None => break,
+                }
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+        };
+        let done: Result<Option<u64>, LogError> = match cmd {
+            Write::Begin(h, meta) => {
+                log.begin(Some(h.seq), h.kind, &meta, h.blob_len)
+                    .map(|mut p| {
+                        p.expect_payload_crc(h.payload_crc);
+                        pending = Some(p);
+                        None
+                    })
+            }
+            Write::Piece(bytes) => match pending.as_mut() {
+                Some(p) => p.write(&bytes).map(|()| None),
+                None => Ok(None),
+            },
+            Write::End => match pending.take() {
+                Some(p) => p.commit_unsynced().map(Some),
+                None => Ok(None),
+            },
+            Write::Erased(h, meta) => log
+                .stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc)
+                .map(Some),
+        };
+        match done {
+            Ok(Some(seq)) => {
+                unsynced = true;
+                let _ = out.send(Written::Committed(seq));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                pending = None;
+                let _ = out.send(Written::Failed(e.to_string()));
+            }
+        }
+    }
+    drop(pending);
+    if unsynced {
+        if let Err(e) = log.sync() {
+            tracing::error!(error = %e, "sync after the session failed");
+        }
+    }
+}
+
+async fn read_control(mut recv: RecvStream, tx: mpsc::Sender<Result<PrimaryMsg, NetError>>) {
+    loop {
+        match net::read_msg::<PrimaryMsg>(&mut recv).await {
+            Ok(Some(m)) => {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// The frame stream's chunks, in order, as they arrive.
+async fn read_frames(conn: Connection, tx: mpsc::Sender<Result<bytes::Bytes, NetError>>) {
+    let mut recv = match conn.accept_uni().await {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = tx.send(Err(e.into())).await;
+            return;
+        }
+    };
+    loop {
+        match recv.read_chunk(256 * 1024, true).await {
+            Ok(Some(chunk)) => {
+                if tx.send(Ok(chunk.bytes)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx
+                    .send(Err(NetError::Io(std::io::Error::other(e.to_string()))))
+                    .await;
+                return;
+            }
+        }
+    }
+}

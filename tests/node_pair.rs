@@ -1,0 +1,221 @@
+//! A primary and a twin over real QUIC on loopback, in one process: twin
+//! durability, streamed blobs, and the policies for an absent twin.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use twinlog::log::{Kind, Log};
+use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::node::{
+    ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
+};
+use twinlog::repl::Timers;
+
+struct Ids {
+    primary: Identity,
+    twin: Identity,
+    client: Identity,
+}
+
+fn ids() -> Ids {
+    Ids {
+        primary: Identity::mint().expect("mint"),
+        twin: Identity::mint().expect("mint"),
+        client: Identity::mint().expect("mint"),
+    }
+}
+
+fn fast() -> Timers {
+    Timers {
+        heartbeat: Duration::from_millis(50),
+        idle_timeout: Duration::from_secs(2),
+    }
+}
+
+struct Running {
+    primary: Arc<Primary>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+fn start_primary(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy) -> Running {
+    let log = Arc::new(Log::open(dir).expect("primary log"));
+    let pins = Arc::new(
+        Pins::new()
+            .pin(ids.twin.fingerprint(), Role::Twin)
+            .pin(ids.client.fingerprint(), Role::Client),
+    );
+    let endpoint =
+        net::server(([127, 0, 0, 1], 0).into(), &ids.primary, pins.clone()).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    let primary = Primary::new(
+        log,
+        pins,
+        PrimaryConfig {
+            policy,
+            timers: fast(),
+        },
+    );
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(primary.clone().serve(endpoint, stopped));
+    Running {
+        primary,
+        addr,
+        stop,
+    }
+}
+
+fn start_twin(
+    ids: &Ids,
+    dir: &std::path::Path,
+    primary: SocketAddr,
+) -> (Arc<Twin>, watch::Sender<bool>) {
+    let log = Arc::new(Log::open(dir).expect("twin log"));
+    let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
+    let endpoint = net::client(&ids.twin, pins).expect("endpoint");
+    let cfg = TwinConfig {
+        timers: fast(),
+        backoff_base: Duration::from_millis(20),
+        backoff_cap: Duration::from_millis(200),
+    };
+    let twin = Twin::new(log, primary, cfg);
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(twin.clone().run(endpoint, stopped));
+    (twin, stop)
+}
+
+fn blob(seq: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq as usize * 7 + i) as u8).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twin_appends_are_on_both_logs_byte_for_byte() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let (twin, _twin_stop) = start_twin(&ids, tdir.path(), p.addr);
+    let client = Arc::new(
+        Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+            .await
+            .expect("client"),
+    );
+
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for i in 0..25u64 {
+                let b = blob(t * 100 + i, 100 + (i as usize * 31) % 400);
+                let (seq, d) = client
+                    .append(Kind::Pack.as_u16(), b"m", &b, Durability::Twin)
+                    .await
+                    .expect("append");
+                assert_eq!(d, Durability::Twin);
+                got.push((seq, b));
+            }
+            got
+        }));
+    }
+    let big = blob(999, 5 << 20);
+    let (big_seq, d) = client
+        .append(Kind::LfsPut.as_u16(), b"big", &big, Durability::Twin)
+        .await
+        .expect("big append");
+    assert_eq!(d, Durability::Twin);
+    let mut acked = vec![(big_seq, big)];
+    for t in tasks {
+        acked.extend(t.await.expect("join"));
+    }
+    assert_eq!(acked.len(), 201);
+    // Acknowledged as twin-durable: on the twin now, whatever happens next.
+    for (seq, b) in &acked {
+        let on_twin = twin.log().read(*seq).expect("on the twin");
+        assert_eq!(&on_twin.blob, b, "frame {seq}");
+        let on_primary = p.primary.log().read(*seq).expect("on the primary");
+        assert_eq!(on_twin, on_primary);
+    }
+    assert_eq!(
+        client.read(big_seq).await.expect("read back").blob.len(),
+        5 << 20
+    );
+    let status = client.status().await.expect("status");
+    assert_eq!(status.head, 201);
+    assert!(status.twin_connected);
+    assert!(twin.history_matches(p.primary.log()));
+    let _ = p.stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_absent_twin_fails_or_falls_back_as_configured_and_never_silently() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(
+        &ids,
+        pdir.path(),
+        TwinPolicy::Fail(Duration::from_millis(200)),
+    );
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    let err = client
+        .append(2, b"", b"x", Durability::Twin)
+        .await
+        .expect_err("no twin");
+    assert!(
+        matches!(err, ClientError::Api(ApiError::TwinTimeout { seq: 1 })),
+        "{err:?}"
+    );
+    let (seq, d) = client
+        .append(2, b"", b"y", Durability::Local)
+        .await
+        .expect("local");
+    assert_eq!((seq, d), (2, Durability::Local));
+    let _ = p.stop.send(true);
+
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(
+        &ids,
+        pdir.path(),
+        TwinPolicy::FallBack(Duration::from_millis(200)),
+    );
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    let (_, d) = client
+        .append(2, b"", b"x", Durability::Twin)
+        .await
+        .expect("fall back");
+    assert_eq!(d, Durability::Local);
+    assert!(
+        client.status().await.expect("status").degraded,
+        "the fall-back shows in status"
+    );
+    let (_, d) = client
+        .append(2, b"", b"y", Durability::Twin)
+        .await
+        .expect("still local");
+    assert_eq!(d, Durability::Local);
+    let (_twin, _stop) = start_twin(&ids, tdir.path(), p.addr);
+    let mut cleared = false;
+    for _ in 0..100 {
+        let (_, d) = client
+            .append(2, b"", b"z", Durability::Twin)
+            .await
+            .expect("append");
+        if d == Durability::Twin && !client.status().await.expect("status").degraded {
+            cleared = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        cleared,
+        "twin durability comes back once the twin caught up"
+    );
+    let _ = p.stop.send(true);
+}
