@@ -19,7 +19,7 @@ use crate::repl::{
 };
 
 /// What the twin's status shows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TwinStatus {
     pub head: u64,
     pub first: u64,

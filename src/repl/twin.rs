@@ -235,6 +235,8 @@ impl TwinCore {
                 })),
             Some(FrameEvent::End(h) | FrameEvent::Erased(h)) => {
                 self.next = h.seq + 1;
+                // The primary holds at least what it ships.
+                self.primary_head = self.primary_head.max(h.seq);
                 Ok((n, ev))
             }
             _ => Ok((n, ev)),

@@ -1,0 +1,201 @@
+//! `primary`: the twinlog primary daemon and its commands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use twinlog::daemon::{self, DaemonError, PrimaryConfig};
+use twinlog::net::Fingerprint;
+use twinlog::node::{Client, Durability};
+
+#[derive(Parser)]
+#[command(
+    name = "primary",
+    version,
+    about = "The twinlog primary: appends frames and streams them to its twin."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DurabilityArg {
+    Local,
+    Twin,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mint a key and a certificate, write primary.toml, print the
+    /// fingerprint to pin on the twin.
+    Init {
+        #[arg(long, default_value = "twinlog-primary")]
+        data: PathBuf,
+        #[arg(long, default_value = "0.0.0.0:7400")]
+        listen: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:9400")]
+        metrics: SocketAddr,
+        /// The twin's fingerprint, if known already (else `pin-twin`).
+        #[arg(long)]
+        twin_fingerprint: Option<Fingerprint>,
+    },
+    /// Pin the twin's certificate fingerprint in the configuration.
+    PinTwin {
+        #[arg(long, short)]
+        config: PathBuf,
+        fingerprint: Fingerprint,
+    },
+    /// Allow a client's certificate fingerprint.
+    PinClient {
+        #[arg(long, short)]
+        config: PathBuf,
+        fingerprint: Fingerprint,
+    },
+    /// Run the daemon until SIGTERM.
+    Serve {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Logs as JSON lines instead of human text.
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// Heads, the twin's lag and the durability policy's state.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append a frame through the running daemon (as the admin client).
+    Append {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, default_value_t = twinlog::log::APP_KIND_FIRST)]
+        kind: u16,
+        #[arg(long, value_enum, default_value = "twin")]
+        durability: DurabilityArg,
+        /// The blob: a file's bytes...
+        #[arg(long, conflicts_with = "text")]
+        file: Option<PathBuf>,
+        /// ...or this text.
+        #[arg(long)]
+        text: Option<String>,
+    },
+    /// Read a frame through the running daemon; its blob to stdout or a file.
+    Read {
+        #[arg(long, short)]
+        config: PathBuf,
+        seq: u64,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn local(addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], addr.port()))
+    } else {
+        addr
+    }
+}
+
+async fn admin(cfg: &PrimaryConfig) -> Result<Client, DaemonError> {
+    let admin = daemon::load_identity(&cfg.data_dir.join(daemon::ADMIN_DIR))?;
+    let me = daemon::load_identity(&cfg.data_dir)?;
+    Client::connect(&admin, me.fingerprint(), local(cfg.listen))
+        .await
+        .map_err(|e| DaemonError::Setup(format!("connecting to the primary: {e}")))
+}
+
+async fn run(cmd: Cmd) -> Result<(), DaemonError> {
+    match cmd {
+        Cmd::Init {
+            data,
+            listen,
+            metrics,
+            twin_fingerprint,
+        } => {
+            let (config, fp) = daemon::init_primary(&data, listen, metrics, twin_fingerprint)?;
+            println!("wrote {}", config.display());
+            println!("primary fingerprint (pin it on the twin): {fp}");
+        }
+        Cmd::PinTwin {
+            config,
+            fingerprint,
+        } => daemon::pin_twin(&config, fingerprint)?,
+        Cmd::PinClient {
+            config,
+            fingerprint,
+        } => daemon::pin_client(&config, fingerprint)?,
+        Cmd::Serve { config, log_json } => {
+            daemon::init_tracing(log_json);
+            let cfg = PrimaryConfig::load(&config)?;
+            let shutdown = daemon::shutdown_on_signals()?;
+            daemon::serve_primary(cfg, shutdown).await?;
+        }
+        Cmd::Status { config, json } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let (text, status) = daemon::fetch_status::<twinlog::node::Status>(cfg.metrics)?;
+            if json {
+                println!("{text}");
+            } else {
+                print!("{}", daemon::render_primary_status(&status));
+            }
+        }
+        Cmd::Append {
+            config,
+            kind,
+            durability,
+            file,
+            text,
+        } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let blob = match (file, text) {
+                (Some(f), _) => std::fs::read(f)?,
+                (None, Some(t)) => t.into_bytes(),
+                (None, None) => {
+                    let mut b = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+                    b
+                }
+            };
+            let d = match durability {
+                DurabilityArg::Local => Durability::Local,
+                DurabilityArg::Twin => Durability::Twin,
+            };
+            let client = admin(&cfg).await?;
+            let (seq, got) = client
+                .append(kind, &[], &blob, d)
+                .await
+                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+            println!("{seq} {got:?}");
+        }
+        Cmd::Read { config, seq, out } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            let e = client
+                .read(seq)
+                .await
+                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+            match out {
+                Some(path) => std::fs::write(path, &e.blob)?,
+                None => std::io::Write::write_all(&mut std::io::stdout(), &e.blob)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.cmd).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("primary: {e}");
+            ExitCode::from(e.exit_code().clamp(1, 255) as u8)
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The daemons' TOML configuration: unknown keys and bad values are refused
+//! with the key's name and line, and `render` writes a commented file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::net::Fingerprint;
+use crate::node::TwinPolicy;
+
+/// A configuration that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+fn de_fp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Fingerprint>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    match s.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) => s.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+fn ser_fp<S: Serializer>(fp: &Option<Fingerprint>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&fp.map(|f| f.to_string()).unwrap_or_default())
+}
+
+fn de_fps<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Fingerprint>, D::Error> {
+    let v: Vec<String> = Vec::deserialize(d)?;
+    v.iter()
+        .map(|s| s.parse().map_err(serde::de::Error::custom))
+        .collect()
+}
+
+fn ser_fps<S: Serializer>(fps: &[Fingerprint], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(fps.iter().map(|f| f.to_string()))
+}
+
+/// What a `twin` append does while the twin is unreachable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Wait,
+    Fail,
+    Fallback,
+}
+
+/// `[durability]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DurabilitySection {
+    pub policy: Policy,
+    /// For `fail` and `fallback`.
+    pub timeout_ms: u64,
+}
+
+impl Default for DurabilitySection {
+    fn default() -> Self {
+        DurabilitySection {
+            policy: Policy::Wait,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+impl DurabilitySection {
+    pub fn twin_policy(&self) -> TwinPolicy {
+        let t = Duration::from_millis(self.timeout_ms);
+        match self.policy {
+            Policy::Wait => TwinPolicy::Wait,
+            Policy::Fail => TwinPolicy::Fail(t),
+            Policy::Fallback => TwinPolicy::FallBack(t),
+        }
+    }
+}
+
+/// `primary.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrimaryConfig {
+    /// Where the log, the key and the certificate live.
+    pub data_dir: PathBuf,
+    /// The QUIC address twins and clients connect to.
+    pub listen: SocketAddr,
+    /// The local HTTP address of `/metrics` and `/status`.
+    pub metrics: SocketAddr,
+    /// The twin's certificate fingerprint (`twin init` prints it).
+    #[serde(deserialize_with = "de_fp", serialize_with = "ser_fp", default)]
+    pub twin_fingerprint: Option<Fingerprint>,
+    /// Clients allowed to append and read.
+    #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
+    pub client_fingerprints: Vec<Fingerprint>,
+    #[serde(default)]
+    pub durability: DurabilitySection,
+    #[serde(default = "default_segment_bytes")]
+    pub segment_bytes: u64,
+}
+
+/// `twin.toml`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TwinConfig {
+    pub data_dir: PathBuf,
+    /// The primary's QUIC address.
+    pub primary: SocketAddr,
+    /// The primary's certificate fingerprint (`primary init` prints it).
+    #[serde(deserialize_with = "de_fp", serialize_with = "ser_fp", default)]
+    pub primary_fingerprint: Option<Fingerprint>,
+    pub metrics: SocketAddr,
+    #[serde(default = "default_segment_bytes")]
+    pub segment_bytes: u64,
+}
+
+fn default_segment_bytes() -> u64 {
+    crate::log::DEFAULT_SEGMENT_BYTES
+}
+
+fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+impl PrimaryConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        load(path)
+    }
+
+    /// The file, with a comment on every key.
+    pub fn render(&self) -> String {
+        let fp = |f: &Option<Fingerprint>| f.map(|f| f.to_string()).unwrap_or_default();
+        let clients: Vec<String> = self
+            .client_fingerprints
+            .iter()
+            .map(|f| format!("\"{f}\""))
+            .collect();
+        format!(
+            r#"# twinlog primary configuration.
+
+# Where the log, the key (key.pem, mode 0600) and the certificate live.
+data_dir = "{data}"
+# The QUIC address the twin and clients connect to.
+listen = "{listen}"
+# Local HTTP address serving /metrics (Prometheus text) and /status (JSON).
+metrics = "{metrics}"
+# The twin's certificate fingerprint, as `twin init` printed it.
+twin_fingerprint = "{twin}"
+# Clients allowed to append and read (the admin client `init` made is one).
+client_fingerprints = [{clients}]
+# Size new log segments are preallocated to.
+segment_bytes = {segment}
+
+[durability]
+# What a `twin` append does while the twin does not acknowledge it:
+# "wait" (the default), "fail" after timeout_ms, or "fallback" to local
+# durability after timeout_ms until the twin has caught up.
+policy = "{policy}"
+timeout_ms = {timeout}
+"#,
+            data = self.data_dir.display(),
+            listen = self.listen,
+            metrics = self.metrics,
+            twin = fp(&self.twin_fingerprint),
+            clients = clients.join(", "),
+            segment = self.segment_bytes,
+            policy = match self.durability.policy {
+                Policy::Wait => "wait",
+                Policy::Fail => "fail",
+                Policy::Fallback => "fallback",
+            },
+            timeout = self.durability.timeout_ms,
+        )
+    }
+}
+
+impl TwinConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        load(path)
+    }
+
+    pub fn render(&self) -> String {
+        format!(
+            r#"# twinlog twin configuration.
+
+# Where the log, the key (key.pem, mode 0600) and the certificate live.
+data_dir = "{data}"
+# The primary's QUIC address.
+primary = "{primary}"
+# The primary's certificate fingerprint, as `primary init` printed it.
+primary_fingerprint = "{fp}"
+# Local HTTP address serving /metrics (Prometheus text) and /status (JSON).
+metrics = "{metrics}"
+# Size new log segments are preallocated to.
+segment_bytes = {segment}
+"#,
+            data = self.data_dir.display(),
+            primary = self.primary,
+            fp = self
+                .primary_fingerprint
+                .map(|f| f.to_string())
+                .unwrap_or_default(),
+            metrics = self.metrics,
+            segment = self.segment_bytes,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PrimaryConfig {
+        PrimaryConfig {
+            data_dir: "/var/lib/twinlog".into(),
+            listen: "0.0.0.0:7400".parse().expect("addr"),
+            metrics: "127.0.0.1:9400".parse().expect("addr"),
+            twin_fingerprint: Some(Fingerprint([1; 32])),
+            client_fingerprints: vec![Fingerprint([2; 32])],
+            durability: DurabilitySection {
+                policy: Policy::Fallback,
+                timeout_ms: 250,
+            },
+            segment_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn rendered_files_load_back() {
+        let c = sample();
+        assert_eq!(
+            toml::from_str::<PrimaryConfig>(&c.render()).expect("parse"),
+            c
+        );
+        let t = TwinConfig {
+            data_dir: "/d".into(),
+            primary: "10.0.0.1:7400".parse().expect("addr"),
+            primary_fingerprint: None,
+            metrics: "127.0.0.1:9401".parse().expect("addr"),
+            segment_bytes: 4096,
+        };
+        assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key_and_line() {
+        let text = sample().render().replace("segment_bytes", "segmnt_bytes");
+        let e = toml::from_str::<PrimaryConfig>(&text)
+            .expect_err("unknown key")
+            .to_string();
+        assert!(e.contains("segmnt_bytes") && e.contains("line"), "{e}");
+        let text = sample().render().replace("\"fallback\"", "\"sometimes\"");
+        let e = toml::from_str::<PrimaryConfig>(&text)
+            .expect_err("bad value")
+            .to_string();
+        assert!(e.contains("sometimes") && e.contains("line"), "{e}");
+        let text = sample()
+            .render()
+            .replace(&Fingerprint([1; 32]).to_string(), "abc");
+        let e = toml::from_str::<PrimaryConfig>(&text)
+            .expect_err("bad fingerprint")
+            .to_string();
+        assert!(e.contains("fingerprint") && e.contains("line"), "{e}");
+    }
+}

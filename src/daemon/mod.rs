@@ -1,0 +1,532 @@
+//! What the `primary` and `twin` binaries do, as a library: `init` mints a
+//! key and certificate and writes a commented configuration, `serve` runs a
+//! daemon until SIGTERM, `status` asks a running one.
+//!
+//! Data directory layout: `cert.pem`, `key.pem` (0600), `log/` (the log),
+//! and on a primary `admin/` (the local admin client's identity, pinned as
+//! a client by `init`).
+
+pub mod config;
+pub mod http;
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::log::{Log, OpenOptions as LogOptions};
+use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
+use crate::node::{
+    Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
+};
+pub use config::{ConfigError, PrimaryConfig, TwinConfig};
+
+pub const CERT_FILE: &str = "cert.pem";
+pub const KEY_FILE: &str = "key.pem";
+pub const ADMIN_DIR: &str = "admin";
+pub const LOG_DIR: &str = "log";
+pub const PRIMARY_CONFIG: &str = "primary.toml";
+pub const TWIN_CONFIG: &str = "twin.toml";
+
+/// Exit codes scripts can rely on.
+pub mod exit {
+    /// A runtime failure.
+    pub const FAILURE: i32 = 1;
+    /// Bad arguments (clap's own code).
+    pub const USAGE: i32 = 2;
+    /// A configuration that cannot be used.
+    pub const CONFIG: i32 = 3;
+    /// A key or certificate that cannot be used.
+    pub const KEY: i32 = 4;
+}
+
+/// What the daemons fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{path}: {what}")]
+    Key { path: PathBuf, what: String },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Log(#[from] crate::log::Error),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0} is already initialized; remove it or choose another data directory")]
+    Initialized(PathBuf),
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl DaemonError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            DaemonError::Config(_) | DaemonError::Initialized(_) | DaemonError::Setup(_) => {
+                exit::CONFIG
+            }
+            DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
+            _ => exit::FAILURE,
+        }
+    }
+}
+
+/// Write a certificate (0644) and a key (0600, never world-readable even
+/// for an instant) into `dir`.
+pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DaemonError> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    std::fs::write(dir.join(CERT_FILE), identity.cert_pem())?;
+    let mut key = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(KEY_FILE))?;
+    key.write_all(identity.key_pem().as_bytes())?;
+    key.sync_all()?;
+    Ok(())
+}
+
+/// Load `dir`'s identity; a key that group or others can read is refused,
+/// as ssh refuses one.
+pub fn load_identity(dir: &Path) -> Result<Identity, DaemonError> {
+    let key_path = dir.join(KEY_FILE);
+    let key_err = |what: String| DaemonError::Key {
+        path: key_path.clone(),
+        what,
+    };
+    let mode = std::fs::metadata(&key_path)
+        .map_err(|e| key_err(e.to_string()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(key_err(format!(
+            "the key is readable by others (mode {:o}); run chmod 600 on it",
+            mode & 0o777
+        )));
+    }
+    let key = std::fs::read_to_string(&key_path).map_err(|e| key_err(e.to_string()))?;
+    let cert_path = dir.join(CERT_FILE);
+    let cert = std::fs::read_to_string(&cert_path).map_err(|e| DaemonError::Key {
+        path: cert_path,
+        what: e.to_string(),
+    })?;
+    Ok(Identity::from_pem(&cert, &key)?)
+}
+
+fn absolute(dir: &Path) -> Result<PathBuf, DaemonError> {
+    Ok(if dir.is_absolute() {
+        dir.to_owned()
+    } else {
+        std::env::current_dir()?.join(dir)
+    })
+}
+
+fn write_config(path: &Path, text: &str) -> Result<(), DaemonError> {
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Mint the primary's identity and its admin client's, and write
+/// `primary.toml`. Answers the config path and the fingerprint to pin on
+/// the twin.
+pub fn init_primary(
+    data_dir: &Path,
+    listen: SocketAddr,
+    metrics: SocketAddr,
+    twin: Option<Fingerprint>,
+) -> Result<(PathBuf, Fingerprint), DaemonError> {
+    let data_dir = absolute(data_dir)?;
+    let config_path = data_dir.join(PRIMARY_CONFIG);
+    if config_path.exists() || data_dir.join(KEY_FILE).exists() {
+        return Err(DaemonError::Initialized(data_dir));
+    }
+    let identity = Identity::mint()?;
+    write_identity(&data_dir, &identity)?;
+    let admin = Identity::mint()?;
+    write_identity(&data_dir.join(ADMIN_DIR), &admin)?;
+    let cfg = PrimaryConfig {
+        data_dir: data_dir.clone(),
+        listen,
+        metrics,
+        twin_fingerprint: twin,
+        client_fingerprints: vec![admin.fingerprint()],
+        durability: Default::default(),
+        segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
+    };
+    write_config(&config_path, &cfg.render())?;
+    Ok((config_path, identity.fingerprint()))
+}
+
+/// Mint the twin's identity and write `twin.toml`.
+pub fn init_twin(
+    data_dir: &Path,
+    primary: SocketAddr,
+    metrics: SocketAddr,
+    primary_fingerprint: Option<Fingerprint>,
+) -> Result<(PathBuf, Fingerprint), DaemonError> {
+    let data_dir = absolute(data_dir)?;
+    let config_path = data_dir.join(TWIN_CONFIG);
+    if config_path.exists() || data_dir.join(KEY_FILE).exists() {
+        return Err(DaemonError::Initialized(data_dir));
+    }
+    let identity = Identity::mint()?;
+    write_identity(&data_dir, &identity)?;
+    let cfg = TwinConfig {
+        data_dir,
+        primary,
+        primary_fingerprint,
+        metrics,
+        segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
+    };
+    write_config(&config_path, &cfg.render())?;
+    Ok((config_path, identity.fingerprint()))
+}
+
+/// Pin the twin on a primary's configuration.
+pub fn pin_twin(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+    let mut cfg = PrimaryConfig::load(config_path)?;
+    cfg.twin_fingerprint = Some(fp);
+    write_config(config_path, &cfg.render())
+}
+
+/// Pin a client on a primary's configuration.
+pub fn pin_client(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+    let mut cfg = PrimaryConfig::load(config_path)?;
+    if !cfg.client_fingerprints.contains(&fp) {
+        cfg.client_fingerprints.push(fp);
+    }
+    write_config(config_path, &cfg.render())
+}
+
+/// Pin the primary on a twin's configuration.
+pub fn pin_primary(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+    let mut cfg = TwinConfig::load(config_path)?;
+    cfg.primary_fingerprint = Some(fp);
+    write_config(config_path, &cfg.render())
+}
+
+/// Structured logs to stderr: human by default, JSON lines on request.
+/// `RUST_LOG` filters (default `info`).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// A watch that turns true on SIGTERM or SIGINT.
+pub fn shutdown_on_signals() -> Result<watch::Receiver<bool>, DaemonError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = watch::channel(false);
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError> {
+    Ok(Arc::new(Log::open_opts(
+        data_dir.join(LOG_DIR),
+        LogOptions {
+            segment_bytes,
+            ..LogOptions::default()
+        },
+    )?))
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    out.push_str(&format!(
+        "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+    ));
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    out.push_str(&format!(
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+    ));
+}
+
+/// Run a primary until `shutdown`.
+pub async fn serve_primary(
+    cfg: PrimaryConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), DaemonError> {
+    let identity = load_identity(&cfg.data_dir)?;
+    let mut pins = Pins::new();
+    match cfg.twin_fingerprint {
+        Some(fp) => pins = pins.pin(fp, Role::Twin),
+        None => tracing::warn!("no twin_fingerprint configured: nothing is replicated"),
+    }
+    for fp in &cfg.client_fingerprints {
+        pins = pins.pin(*fp, Role::Client);
+    }
+    let pins = Arc::new(pins);
+    let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let endpoint = net::server(cfg.listen, &identity, pins.clone())?;
+    let node = Primary::new(
+        log.clone(),
+        pins,
+        NodePrimaryConfig {
+            policy: cfg.durability.twin_policy(),
+            ..NodePrimaryConfig::default()
+        },
+    );
+    let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
+    let status_node = node.clone();
+    let handler: http::Handler = Arc::new(move |path| {
+        let s = status_node.status();
+        match path {
+            "/status" => Some((
+                "application/json",
+                serde_json::to_string(&s).unwrap_or_default(),
+            )),
+            "/metrics" => {
+                let log = status_node.log();
+                let mut out = String::new();
+                gauge(
+                    &mut out,
+                    "twinlog_head_seq",
+                    "The newest durable sequence.",
+                    s.head,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_first_seq",
+                    "The oldest retained sequence.",
+                    s.first,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_log_bytes",
+                    "Bytes of the log on disk.",
+                    log.bytes(),
+                );
+                counter(
+                    &mut out,
+                    "twinlog_frame_syncs_total",
+                    "fdatasyncs that made frames durable.",
+                    log.frame_syncs(),
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_connected",
+                    "1 while a twin streams.",
+                    u8::from(s.twin_connected),
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_acked_seq",
+                    "The twin's acknowledged durable head.",
+                    s.twin_acked,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_lag_frames",
+                    "Frames the twin has not acknowledged.",
+                    s.lag_frames,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_lag_bytes",
+                    "Bytes the twin has not acknowledged.",
+                    s.lag_bytes,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_lag_seconds",
+                    "Age of the oldest unacknowledged frame.",
+                    s.lag_ms as f64 / 1000.0,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_durability_degraded",
+                    "1 while twin appends fall back to local.",
+                    u8::from(s.degraded),
+                );
+                Some(("text/plain; version=0.0.4", out))
+            }
+            _ => None,
+        }
+    });
+    tokio::spawn(http::serve(metrics, handler, shutdown.clone()));
+    tracing::info!(
+        listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
+        head = log.head_seq(), "primary serving"
+    );
+    node.serve(endpoint, shutdown).await;
+    log.sync()?;
+    tracing::info!(head = log.head_seq(), "primary stopped");
+    Ok(())
+}
+
+/// Run a twin until `shutdown`.
+pub async fn serve_twin(
+    cfg: TwinConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), DaemonError> {
+    let identity = load_identity(&cfg.data_dir)?;
+    let fp = cfg.primary_fingerprint.ok_or_else(|| {
+        DaemonError::Setup("primary_fingerprint is not set: run `twin pin`".into())
+    })?;
+    let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
+    let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let endpoint = net::client(&identity, pins)?;
+    let node = Twin::new(log.clone(), cfg.primary, NodeTwinConfig::default());
+    let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
+    let status_node = node.clone();
+    let handler: http::Handler = Arc::new(move |path| {
+        let s = status_node.status();
+        match path {
+            "/status" => Some((
+                "application/json",
+                serde_json::to_string(&s).unwrap_or_default(),
+            )),
+            "/metrics" => {
+                let log = status_node.log();
+                let mut out = String::new();
+                gauge(
+                    &mut out,
+                    "twinlog_head_seq",
+                    "The newest durable sequence.",
+                    s.head,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_first_seq",
+                    "The oldest retained sequence.",
+                    s.first,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_log_bytes",
+                    "Bytes of the log on disk.",
+                    log.bytes(),
+                );
+                counter(
+                    &mut out,
+                    "twinlog_frame_syncs_total",
+                    "fdatasyncs that made frames durable.",
+                    log.frame_syncs(),
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_primary_connected",
+                    "1 while streaming from the primary.",
+                    u8::from(s.connected),
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_primary_head_seq",
+                    "The primary's head as last heard.",
+                    s.primary_head,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_lag_frames",
+                    "Frames the primary holds that are not durable here.",
+                    s.lag_frames,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_below_floor",
+                    "1 when a snapshot is needed.",
+                    u8::from(s.below_floor),
+                );
+                Some(("text/plain; version=0.0.4", out))
+            }
+            _ => None,
+        }
+    });
+    tokio::spawn(http::serve(metrics, handler, shutdown.clone()));
+    tracing::info!(
+        primary = %cfg.primary, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
+        head = log.head_seq(), "twin following"
+    );
+    node.run(endpoint, shutdown).await;
+    log.sync()?;
+    tracing::info!(head = log.head_seq(), "twin stopped");
+    Ok(())
+}
+
+/// Ask a running daemon for its status: the JSON text and its value.
+pub fn fetch_status<T: serde::de::DeserializeOwned>(
+    metrics: SocketAddr,
+) -> Result<(String, T), DaemonError> {
+    let body = http::get(metrics, "/status")
+        .map_err(|e| DaemonError::Setup(format!("no daemon answers on {metrics}: {e}")))?;
+    let value =
+        serde_json::from_str(&body).map_err(|e| DaemonError::Setup(format!("status: {e}")))?;
+    Ok((body, value))
+}
+
+/// A primary's status as `primary status` prints it.
+pub fn render_primary_status(s: &crate::node::Status) -> String {
+    let mut out = format!("head {}  first {}\n", s.head, s.first);
+    out.push_str(&format!(
+        "twin: {}, acknowledged {}, lag {} frames, {} bytes, {:.3} s\n",
+        if s.twin_connected {
+            "connected"
+        } else {
+            "not connected"
+        },
+        s.twin_acked,
+        s.lag_frames,
+        s.lag_bytes,
+        s.lag_ms as f64 / 1000.0
+    ));
+    out.push_str(if s.degraded {
+        "durability: DEGRADED, twin appends are acknowledged as local until the twin catches up\n"
+    } else {
+        "durability: as configured\n"
+    });
+    if let Some(e) = &s.twin_last_error {
+        out.push_str(&format!("last twin disconnect: {e}\n"));
+    }
+    out
+}
+
+/// A twin's status as `twin status` prints it.
+pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
+    let mut out = format!("head {}  first {}\n", s.head, s.first);
+    out.push_str(&format!(
+        "primary: {}, its head {}, lag {} frames{}\n",
+        if s.connected {
+            "connected"
+        } else {
+            "not connected"
+        },
+        s.primary_head,
+        s.lag_frames,
+        if s.below_floor {
+            ", BELOW THE RETENTION FLOOR: a snapshot is needed"
+        } else {
+            ""
+        }
+    ));
+    if let Some(e) = &s.last_error {
+        out.push_str(&format!("last disconnect: {e}\n"));
+    }
+    out
+}

@@ -1,0 +1,104 @@
+//! `twin`: the twinlog twin daemon and its commands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use twinlog::daemon::{self, DaemonError, TwinConfig};
+use twinlog::net::Fingerprint;
+
+#[derive(Parser)]
+#[command(
+    name = "twin",
+    version,
+    about = "The twinlog twin: follows a primary and keeps its log durable."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Mint a key and a certificate, write twin.toml, print the fingerprint
+    /// to pin on the primary.
+    Init {
+        #[arg(long, default_value = "twinlog-twin")]
+        data: PathBuf,
+        /// The primary's QUIC address.
+        #[arg(long, default_value = "127.0.0.1:7400")]
+        primary: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:9401")]
+        metrics: SocketAddr,
+        #[arg(long)]
+        primary_fingerprint: Option<Fingerprint>,
+    },
+    /// Pin the primary's certificate fingerprint in the configuration.
+    Pin {
+        #[arg(long, short)]
+        config: PathBuf,
+        fingerprint: Fingerprint,
+    },
+    /// Follow the primary until SIGTERM.
+    Serve {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// The twin's head, connection and lag.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+async fn run(cmd: Cmd) -> Result<(), DaemonError> {
+    match cmd {
+        Cmd::Init {
+            data,
+            primary,
+            metrics,
+            primary_fingerprint,
+        } => {
+            let (config, fp) = daemon::init_twin(&data, primary, metrics, primary_fingerprint)?;
+            println!("wrote {}", config.display());
+            println!("twin fingerprint (pin it on the primary): {fp}");
+        }
+        Cmd::Pin {
+            config,
+            fingerprint,
+        } => daemon::pin_primary(&config, fingerprint)?,
+        Cmd::Serve { config, log_json } => {
+            daemon::init_tracing(log_json);
+            let cfg = TwinConfig::load(&config)?;
+            let shutdown = daemon::shutdown_on_signals()?;
+            daemon::serve_twin(cfg, shutdown).await?;
+        }
+        Cmd::Status { config, json } => {
+            let cfg = TwinConfig::load(&config)?;
+            let (text, status) = daemon::fetch_status::<twinlog::node::TwinStatus>(cfg.metrics)?;
+            if json {
+                println!("{text}");
+            } else {
+                print!("{}", daemon::render_twin_status(&status));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.cmd).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("twin: {e}");
+            ExitCode::from(e.exit_code().clamp(1, 255) as u8)
+        }
+    }
+}
