@@ -83,6 +83,41 @@ impl DurabilitySection {
     }
 }
 
+/// `[timers]`: heartbeats and the silence after which a connection is
+/// given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimersSection {
+    pub heartbeat_ms: u64,
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for TimersSection {
+    fn default() -> Self {
+        let t = crate::repl::Timers::default();
+        TimersSection {
+            heartbeat_ms: t.heartbeat.as_millis() as u64,
+            idle_timeout_ms: t.idle_timeout.as_millis() as u64,
+        }
+    }
+}
+
+impl TimersSection {
+    pub fn timers(&self) -> crate::repl::Timers {
+        crate::repl::Timers {
+            heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms.max(1)),
+        }
+    }
+
+    fn render(&self) -> String {
+        format!(
+            "\n[timers]\n# How often each side says it is alive, and the silence after which a\n# connection is given up and dialled again.\nheartbeat_ms = {}\nidle_timeout_ms = {}\n",
+            self.heartbeat_ms, self.idle_timeout_ms
+        )
+    }
+}
+
 /// `primary.toml`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +138,8 @@ pub struct PrimaryConfig {
     pub durability: DurabilitySection,
     #[serde(default = "default_segment_bytes")]
     pub segment_bytes: u64,
+    #[serde(default)]
+    pub timers: TimersSection,
 }
 
 /// `twin.toml`.
@@ -118,6 +155,8 @@ pub struct TwinConfig {
     pub metrics: SocketAddr,
     #[serde(default = "default_segment_bytes")]
     pub segment_bytes: u64,
+    #[serde(default)]
+    pub timers: TimersSection,
 }
 
 fn default_segment_bytes() -> u64 {
@@ -170,7 +209,7 @@ segment_bytes = {segment}
 # durability after timeout_ms until the twin has caught up.
 policy = "{policy}"
 timeout_ms = {timeout}
-"#,
+{timers}"#,
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,
@@ -183,6 +222,7 @@ timeout_ms = {timeout}
                 Policy::Fallback => "fallback",
             },
             timeout = self.durability.timeout_ms,
+            timers = self.timers.render(),
         )
     }
 }
@@ -206,7 +246,8 @@ primary_fingerprint = "{fp}"
 metrics = "{metrics}"
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
-"#,
+{timers}"#,
+            timers = self.timers.render(),
             data = self.data_dir.display(),
             primary = self.primary,
             fp = self
@@ -235,6 +276,10 @@ mod tests {
                 timeout_ms: 250,
             },
             segment_bytes: 1 << 20,
+            timers: TimersSection {
+                heartbeat_ms: 20,
+                idle_timeout_ms: 300,
+            },
         }
     }
 
@@ -251,6 +296,7 @@ mod tests {
             primary_fingerprint: None,
             metrics: "127.0.0.1:9401".parse().expect("addr"),
             segment_bytes: 4096,
+            timers: TimersSection::default(),
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }

@@ -161,6 +161,7 @@ pub fn init_primary(
         client_fingerprints: vec![admin.fingerprint()],
         durability: Default::default(),
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
+        timers: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -186,6 +187,7 @@ pub fn init_twin(
         primary_fingerprint,
         metrics,
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
+        timers: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -290,7 +292,7 @@ pub async fn serve_primary(
         pins,
         NodePrimaryConfig {
             policy: cfg.durability.twin_policy(),
-            ..NodePrimaryConfig::default()
+            timers: cfg.timers.timers(),
         },
     );
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
@@ -393,7 +395,14 @@ pub async fn serve_twin(
     let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
     let endpoint = net::client(&identity, pins)?;
-    let node = Twin::new(log.clone(), cfg.primary, NodeTwinConfig::default());
+    let node = Twin::new(
+        log.clone(),
+        cfg.primary,
+        NodeTwinConfig {
+            timers: cfg.timers.timers(),
+            ..NodeTwinConfig::default()
+        },
+    );
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
     let status_node = node.clone();
     let handler: http::Handler = Arc::new(move |path| {

@@ -172,6 +172,7 @@ impl Primary {
             first: self.log.first_seq(),
         };
         let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
+        tracing::info!(?hello, primary_crc = ?crc, head = view.head, "twin hello");
         core.handle_hello(hello, crc, Now::system());
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
@@ -197,7 +198,10 @@ impl Primary {
                             let _ = tx.send((from, through));
                         }
                     }
-                    PrimaryAction::Acked(durable) => self.twin_acked(durable),
+                    PrimaryAction::Acked(durable) => {
+                        tracing::debug!(durable, "twin acknowledged");
+                        self.twin_acked(durable)
+                    }
                     PrimaryAction::BelowFloor { twin_head, first } => {
                         tracing::warn!(twin_head, first, "the twin is below the retention floor");
                     }

@@ -164,7 +164,14 @@ impl Twin {
         endpoint: &quinn::Endpoint,
         backoff: &mut Backoff,
     ) -> Result<String, NetError> {
-        let conn = net::connect(endpoint, self.primary).await?;
+        // A handshake into a dead link would otherwise wait out QUIC's own
+        // idle timeout before the next attempt.
+        let conn = tokio::time::timeout(
+            self.cfg.timers.idle_timeout,
+            net::connect(endpoint, self.primary),
+        )
+        .await
+        .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
         let (mut ctl_send, ctl_recv) = conn.open_bi().await?;
         let mut core = TwinCore::new(self.cfg.timers, self.view(), Now::system());
         let (msgs_tx, mut msgs) = mpsc::channel(64);
