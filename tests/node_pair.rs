@@ -219,3 +219,53 @@ async fn an_absent_twin_fails_or_falls_back_as_configured_and_never_silently() {
     );
     let _ = p.stop.send(true);
 }
+
+/// A twin whose log holds another frame at its head, or more frames than
+/// the primary, is refused by name, and nothing is written on either side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    {
+        let log = Log::open(pdir.path()).expect("primary log");
+        for i in 1..=5u64 {
+            log.append_raw(2, b"", &blob(i, 10)).expect("append");
+        }
+    }
+    for (case, frames, differ_at) in [("diverged", 5u64, Some(5u64)), ("ahead", 8, None)] {
+        let tdir = tempfile::tempdir().expect("tempdir");
+        {
+            let primary_log = Log::open(pdir.path()).expect("primary log");
+            let twin_log = Log::open(tdir.path()).expect("twin log");
+            twin_log.adopt_history(primary_log.history()).expect("same history");
+            for i in 1..=frames {
+                let b = if Some(i) == differ_at { b"another".to_vec() } else { blob(i, 10) };
+                twin_log.append_raw(2, b"", &b).expect("append");
+            }
+        }
+        let before_twin = std::fs::read_dir(tdir.path()).expect("ls").count();
+        let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+        let (twin, stop) = start_twin(&ids, tdir.path(), p.addr);
+        let mut refused = None;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Some(e) = twin.status().last_error {
+                refused = Some(e);
+                break;
+            }
+        }
+        let why = refused.unwrap_or_else(|| panic!("{case}: the twin was not refused"));
+        let named = match case {
+            "diverged" => why.contains("differs"),
+            _ => why.contains("ahead"),
+        };
+        assert!(named, "{case}: refused by name, got {why:?}");
+        assert!(p.primary.status().twin_last_error.is_some(), "{case}: the primary says why too");
+        assert_eq!(twin.log().head_seq(), frames, "{case}: nothing written on the twin");
+        assert_eq!(p.primary.log().head_seq(), 5, "{case}: nothing written on the primary");
+        let _ = stop.send(true);
+        let _ = p.stop.send(true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(std::fs::read_dir(tdir.path()).expect("ls").count(), before_twin);
+    }
+}
