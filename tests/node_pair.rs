@@ -237,9 +237,15 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
         {
             let primary_log = Log::open(pdir.path()).expect("primary log");
             let twin_log = Log::open(tdir.path()).expect("twin log");
-            twin_log.adopt_history(primary_log.history()).expect("same history");
+            twin_log
+                .adopt_history(primary_log.history())
+                .expect("same history");
             for i in 1..=frames {
-                let b = if Some(i) == differ_at { b"another".to_vec() } else { blob(i, 10) };
+                let b = if Some(i) == differ_at {
+                    b"another".to_vec()
+                } else {
+                    blob(i, 10)
+                };
                 twin_log.append_raw(2, b"", &b).expect("append");
             }
         }
@@ -260,12 +266,26 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
             _ => why.contains("ahead"),
         };
         assert!(named, "{case}: refused by name, got {why:?}");
-        assert!(p.primary.status().twin_last_error.is_some(), "{case}: the primary says why too");
-        assert_eq!(twin.log().head_seq(), frames, "{case}: nothing written on the twin");
-        assert_eq!(p.primary.log().head_seq(), 5, "{case}: nothing written on the primary");
+        assert!(
+            p.primary.status().twin_last_error.is_some(),
+            "{case}: the primary says why too"
+        );
+        assert_eq!(
+            twin.log().head_seq(),
+            frames,
+            "{case}: nothing written on the twin"
+        );
+        assert_eq!(
+            p.primary.log().head_seq(),
+            5,
+            "{case}: nothing written on the primary"
+        );
         let _ = stop.send(true);
         let _ = p.stop.send(true);
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(std::fs::read_dir(tdir.path()).expect("ls").count(), before_twin);
+        assert_eq!(
+            std::fs::read_dir(tdir.path()).expect("ls").count(),
+            before_twin
+        );
     }
 }

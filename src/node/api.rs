@@ -36,9 +36,12 @@ pub enum Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     /// The frame has its sequence and is as durable as `durability` says.
+    /// `twin_wait_us` is how long the primary waited, once the frame was
+    /// durable locally, for the twin's acknowledgement (0 for `Local`).
     Appended {
         seq: u64,
         durability: Durability,
+        twin_wait_us: u64,
     },
     /// A frame: its blob's `blob_len` bytes follow on the stream.
     Frame {

@@ -18,6 +18,16 @@ pub enum ClientError {
     Unexpected(String),
 }
 
+/// An acknowledged append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub seq: u64,
+    pub durability: Durability,
+    /// How long the primary waited, after the frame was durable locally,
+    /// for the twin to acknowledge it.
+    pub twin_wait: std::time::Duration,
+}
+
 /// A connection to a primary.
 #[derive(Debug)]
 pub struct Client {
@@ -70,16 +80,82 @@ impl Client {
         blob: &[u8],
         durability: Durability,
     ) -> Result<(u64, Durability), ClientError> {
+        self.append_timed(kind, meta, blob, durability)
+            .await
+            .map(|a| (a.seq, a.durability))
+    }
+
+    /// [`Client::append`], with how long the primary waited for the twin.
+    pub async fn append_timed(
+        &self,
+        kind: u16,
+        meta: &[u8],
+        blob: &[u8],
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
         let req = Request::Append {
             kind,
             meta: meta.to_vec(),
             blob_len: blob.len() as u64,
             durability,
         };
-        match self.call(&req, blob).await?.0 {
-            Response::Appended { seq, durability } => Ok((seq, durability)),
+        Self::appended(self.call(&req, blob).await?.0)
+    }
+
+    fn appended(resp: Response) -> Result<Appended, ClientError> {
+        match resp {
+            Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            } => Ok(Appended {
+                seq,
+                durability,
+                twin_wait: std::time::Duration::from_micros(twin_wait_us),
+            }),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
+    }
+
+    /// Append a blob of `len` bytes read from `blob` in pieces: memory is a
+    /// piece whatever the size. A reader that ends early makes the primary
+    /// refuse the frame.
+    pub async fn append_reader<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        kind: u16,
+        meta: &[u8],
+        len: u64,
+        mut blob: R,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        use tokio::io::AsyncReadExt;
+        let req = Request::Append {
+            kind,
+            meta: meta.to_vec(),
+            blob_len: len,
+            durability,
+        };
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
+        net::write_msg(&mut send, &req).await?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let want = buf.len().min(left as usize);
+            let n = blob.read(&mut buf[..want]).await.map_err(NetError::from)?;
+            if n == 0 {
+                break;
+            }
+            send.write_all(&buf[..n]).await.map_err(NetError::from)?;
+            left -= n as u64;
+        }
+        let _ = send.finish();
+        let resp = net::read_msg::<Response>(&mut recv)
+            .await?
+            .ok_or_else(|| ClientError::Unexpected("no answer".into()))?;
+        if let Response::Error(e) = resp {
+            return Err(e.into());
+        }
+        Self::appended(resp)
     }
 
     /// Read one frame whole.

@@ -337,8 +337,16 @@ impl Primary {
             Durability::Local => Response::Appended {
                 seq,
                 durability: Durability::Local,
+                twin_wait_us: 0,
             },
-            Durability::Twin => self.wait_for_twin(seq).await,
+            Durability::Twin => {
+                let started = std::time::Instant::now();
+                let mut resp = self.wait_for_twin(seq).await;
+                if let Response::Appended { twin_wait_us, .. } = &mut resp {
+                    *twin_wait_us = started.elapsed().as_micros() as u64;
+                }
+                resp
+            }
         }
     }
 
@@ -381,6 +389,12 @@ impl Primary {
         let twin = Response::Appended {
             seq,
             durability: Durability::Twin,
+            twin_wait_us: 0,
+        };
+        let local = Response::Appended {
+            seq,
+            durability: Durability::Local,
+            twin_wait_us: 0,
         };
         let mut acked = self.acked.subscribe();
         let reached = acked.wait_for(|&a| a >= seq);
@@ -395,10 +409,7 @@ impl Primary {
             },
             TwinPolicy::FallBack(after) => {
                 if lock(&self.status).degraded {
-                    return Response::Appended {
-                        seq,
-                        durability: Durability::Local,
-                    };
+                    return local;
                 }
                 match tokio::time::timeout(after, reached).await {
                     Ok(Ok(_)) => twin,
@@ -408,10 +419,7 @@ impl Primary {
                             s.degraded = true;
                             tracing::warn!(seq, "the twin did not acknowledge in time: appends fall back to local durability");
                         }
-                        Response::Appended {
-                            seq,
-                            durability: Durability::Local,
-                        }
+                        local
                     }
                 }
             }
