@@ -116,3 +116,52 @@ fn documented_indices_are_the_encoder_s() {
         assert_eq!(encode(&TwinMsg::Refuse(r))[5], documented(name), "{name}");
     }
 }
+
+#[test]
+fn documented_client_indices_are_the_encoder_s() {
+    use twinlog::node::{ApiError, Durability, Request, Response, Status};
+    let requests = [
+        (
+            "Append",
+            Request::Append {
+                kind: 1,
+                meta: vec![],
+                blob_len: 0,
+                durability: Durability::Twin,
+            },
+        ),
+        ("Read", Request::Read { seq: 1 }),
+        ("Status", Request::Status),
+    ];
+    for (name, r) in requests {
+        assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
+    }
+    let responses = [
+        (
+            "Appended",
+            Response::Appended {
+                seq: 1,
+                durability: Durability::Local,
+                twin_wait_us: 0,
+            },
+        ),
+        (
+            "Frame",
+            Response::Frame {
+                seq: 1,
+                kind: 1,
+                meta: vec![],
+                blob_len: 0,
+                payload_crc: 0,
+            },
+        ),
+        ("Status", Response::Status(Status::default())),
+        ("Error", Response::Error(ApiError::BadRequest("x".into()))),
+    ];
+    for (name, r) in responses {
+        assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
+    }
+    // Durability::Local is 0 and Twin is 1, as documented.
+    assert_eq!(encode(&Durability::Local)[4], 0);
+    assert_eq!(encode(&Durability::Twin)[4], 1);
+}

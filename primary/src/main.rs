@@ -83,6 +83,20 @@ enum Cmd {
         #[arg(long)]
         text: Option<String>,
     },
+    /// Drive a mixed workload (small frames from 8 clients, then one large
+    /// blob) with twin durability and live progress; then check every
+    /// acknowledged frame on the twin's log directory, if given.
+    Load {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        frames: u64,
+        #[arg(long, default_value_t = 64)]
+        blob_mib: u64,
+        /// The twin's log directory (`<twin data>/log`) on this box.
+        #[arg(long)]
+        verify_twin_log: Option<PathBuf>,
+    },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
         #[arg(long, short)]
@@ -93,20 +107,8 @@ enum Cmd {
     },
 }
 
-fn local(addr: SocketAddr) -> SocketAddr {
-    if addr.ip().is_unspecified() {
-        SocketAddr::from(([127, 0, 0, 1], addr.port()))
-    } else {
-        addr
-    }
-}
-
 async fn admin(cfg: &PrimaryConfig) -> Result<Client, DaemonError> {
-    let admin = daemon::load_identity(&cfg.data_dir.join(daemon::ADMIN_DIR))?;
-    let me = daemon::load_identity(&cfg.data_dir)?;
-    Client::connect(&admin, me.fingerprint(), local(cfg.listen))
-        .await
-        .map_err(|e| DaemonError::Setup(format!("connecting to the primary: {e}")))
+    daemon::load::admin_client(cfg).await
 }
 
 async fn run(cmd: Cmd) -> Result<(), DaemonError> {
@@ -171,6 +173,31 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 .await
                 .map_err(|e| DaemonError::Setup(e.to_string()))?;
             println!("{seq} {got:?}");
+        }
+        Cmd::Load {
+            config,
+            frames,
+            blob_mib,
+            verify_twin_log,
+        } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let r = daemon::load::run(&cfg, frames, blob_mib, verify_twin_log.as_deref()).await?;
+            println!(
+                "{} frames ({:.1} MiB) acknowledged as durable on both boxes in {:.1} s",
+                r.frames,
+                r.bytes as f64 / 1048576.0,
+                r.secs
+            );
+            println!(
+                "primary head {}, twin acknowledged {}",
+                r.primary_head, r.twin_acked
+            );
+            if let Some(n) = r.verified_on_twin {
+                println!(
+                    "verified on the twin's log: {n} of {} acknowledged frames, byte for byte",
+                    r.frames
+                );
+            }
         }
         Cmd::Read { config, seq, out } => {
             let cfg = PrimaryConfig::load(&config)?;

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod http;
+pub mod load;
 
 use std::fs::OpenOptions;
 use std::io::Write;
