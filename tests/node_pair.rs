@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::node::epoch::Epoch;
 use twinlog::node::{
     ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
 };
@@ -41,6 +42,10 @@ struct Running {
 }
 
 fn start_primary(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy) -> Running {
+    start_primary_at(ids, dir, policy, 0)
+}
+
+fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch: u64) -> Running {
     let log = Arc::new(Log::open(dir).expect("primary log"));
     let pins = Arc::new(
         Pins::new()
@@ -56,6 +61,7 @@ fn start_primary(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy) -> Runnin
         PrimaryConfig {
             policy,
             timers: fast(),
+            epoch,
         },
     );
     let (stop, stopped) = watch::channel(false);
@@ -72,6 +78,15 @@ fn start_twin(
     dir: &std::path::Path,
     primary: SocketAddr,
 ) -> (Arc<Twin>, watch::Sender<bool>) {
+    start_twin_at(ids, dir, primary, 0)
+}
+
+fn start_twin_at(
+    ids: &Ids,
+    dir: &std::path::Path,
+    primary: SocketAddr,
+    epoch: u64,
+) -> (Arc<Twin>, watch::Sender<bool>) {
     let log = Arc::new(Log::open(dir).expect("twin log"));
     let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
     let endpoint = net::client(&ids.twin, pins).expect("endpoint");
@@ -80,7 +95,7 @@ fn start_twin(
         backoff_base: Duration::from_millis(20),
         backoff_cap: Duration::from_millis(200),
     };
-    let twin = Twin::new(log, primary, cfg);
+    let twin = Twin::new(log, Arc::new(Epoch::in_memory(epoch)), primary, cfg);
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(twin.clone().run(endpoint, stopped));
     (twin, stop)
@@ -288,4 +303,47 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
             before_twin
         );
     }
+}
+
+/// After a promotion, the old primary is refused by a twin that knows the
+/// newer epoch, and it refuses such a twin: it can never stream into a box
+/// that has moved on. A twin of an older epoch follows and records the
+/// newer one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superseded_primary_is_refused_by_epoch() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary_at(&ids, pdir.path(), TwinPolicy::Wait, 1);
+    let (twin, stop) = start_twin_at(&ids, tdir.path(), p.addr, 2);
+    let mut why = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Some(e) = twin.status().last_error {
+            why = Some(e);
+            break;
+        }
+    }
+    let why = why.expect("refused");
+    assert!(why.contains("epoch"), "refused by name: {why}");
+    assert_eq!(twin.log().head_seq(), 0, "nothing written");
+    let _ = stop.send(true);
+    let _ = p.stop.send(true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // A twin of an older epoch follows the newer primary.
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary_at(&ids, pdir.path(), TwinPolicy::Wait, 3);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let (twin, _stop) = start_twin_at(&ids, tdir.path(), p.addr, 1);
+    let (_, d) = client
+        .append(2, b"", b"x", Durability::Twin)
+        .await
+        .expect("append");
+    assert_eq!(d, Durability::Twin);
+    assert!(twin.status().last_error.is_none());
+    let _ = p.stop.send(true);
 }

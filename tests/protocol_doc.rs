@@ -36,6 +36,7 @@ fn documented_indices_are_the_encoder_s() {
                 history: [0; 16],
                 head: Position::default(),
                 first: 1,
+                epoch: 0,
             },
         ),
         ("Ack", TwinMsg::Ack { durable: 1 }),
@@ -52,6 +53,7 @@ fn documented_indices_are_the_encoder_s() {
                 from: 1,
                 head: 1,
                 first: 1,
+                epoch: 0,
             },
         ),
         ("BelowFloor", PrimaryMsg::BelowFloor { first: 1, head: 1 }),
@@ -110,6 +112,13 @@ fn documented_indices_are_the_encoder_s() {
         ),
         ("Protocol", Refusal::Protocol("x".into())),
         ("Timeout", Refusal::Timeout),
+        (
+            "StaleEpoch",
+            Refusal::StaleEpoch {
+                primary: 1,
+                twin: 2,
+            },
+        ),
     ];
     for (name, r) in refusals {
         // A Refuse message: the refusal's index follows the message's.

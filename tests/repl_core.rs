@@ -20,6 +20,7 @@ fn primary(head: u64, first: u64) -> PrimaryCore {
             history: H,
             head,
             first,
+            epoch: 0,
         },
         Now::system(),
     )
@@ -31,6 +32,7 @@ fn hello(history: [u8; 16], seq: u64, crc: u32) -> TwinMsg {
         history,
         head: Position { seq, crc },
         first: 1,
+        epoch: 0,
     }
 }
 
@@ -96,6 +98,7 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
             history: H,
             head: Position::default(),
             first: 1,
+            epoch: 0,
         },
         None,
         now,
@@ -140,6 +143,7 @@ fn a_twin_below_the_floor_enters_its_named_state() {
             history: H,
             head: Position { seq: 20, crc: 1 },
             first: 1,
+            epoch: 0,
         },
         now,
     );
@@ -226,6 +230,7 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
             history: H,
             head: 3,
             first: 1,
+            epoch: 0,
         },
         now,
     );
@@ -254,6 +259,7 @@ fn twin_streaming(head: u64) -> TwinCore {
             history: H,
             head: Position { seq: head, crc: 1 },
             first: 1,
+            epoch: 0,
         },
         now,
     );
@@ -264,6 +270,7 @@ fn twin_streaming(head: u64) -> TwinCore {
             from: head + 1,
             head: head + 10,
             first: 1,
+            epoch: 0,
         },
         now,
     );
@@ -344,6 +351,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         from: 4,
         head: 9,
         first: 1,
+        epoch: 0,
     };
     let mut t = TwinCore::new(
         Timers::default(),
@@ -351,6 +359,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             history: H,
             head: Position { seq: 3, crc: 1 },
             first: 1,
+            epoch: 0,
         },
         now,
     );
@@ -366,6 +375,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         from: 1,
         head: 9,
         first: 1,
+        epoch: 0,
     };
     let mut t = TwinCore::new(
         Timers::default(),
@@ -373,6 +383,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             history: H,
             head: Position::default(),
             first: 1,
+            epoch: 0,
         },
         now,
     );

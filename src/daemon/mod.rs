@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
+use crate::node::epoch::Epoch;
 use crate::node::{
     Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
 };
@@ -294,6 +295,7 @@ pub async fn serve_primary(
         NodePrimaryConfig {
             policy: cfg.durability.twin_policy(),
             timers: cfg.timers.timers(),
+            epoch: Epoch::load(&cfg.data_dir)?.get(),
         },
     );
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
@@ -398,6 +400,7 @@ pub async fn serve_twin(
     let endpoint = net::client(&identity, pins)?;
     let node = Twin::new(
         log.clone(),
+        Arc::new(Epoch::load(&cfg.data_dir)?),
         cfg.primary,
         NodeTwinConfig {
             timers: cfg.timers.timers(),
@@ -539,4 +542,76 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
         out.push_str(&format!("last disconnect: {e}\n"));
     }
     out
+}
+
+/// What `twin promote` did.
+#[derive(Debug)]
+pub struct Promoted {
+    pub config: PathBuf,
+    pub epoch: u64,
+    pub head: u64,
+    pub fingerprint: Fingerprint,
+}
+
+/// Make a stopped twin a primary under a new epoch: the epoch is raised
+/// durably first, then `primary.toml` is written beside `twin.toml` (with an
+/// admin client, as `primary init` makes). From then on the old primary is
+/// refused by any twin that knows the new epoch, this box's own twin daemon
+/// included, and it refuses such twins in turn.
+pub fn promote(
+    twin_config: &Path,
+    listen: SocketAddr,
+    metrics: SocketAddr,
+) -> Result<Promoted, DaemonError> {
+    let cfg = TwinConfig::load(twin_config)?;
+    let primary_config = cfg.data_dir.join(PRIMARY_CONFIG);
+    if primary_config.exists() {
+        return Err(DaemonError::Initialized(primary_config));
+    }
+    // Opening the log takes its lock: a running twin is refused by name.
+    let head = match Log::open_opts(
+        cfg.data_dir.join(LOG_DIR),
+        LogOptions {
+            segment_bytes: cfg.segment_bytes,
+            ..LogOptions::default()
+        },
+    ) {
+        Ok(log) => log.head_seq(),
+        Err(crate::log::Error::Locked(_)) => {
+            return Err(DaemonError::Setup(
+                "the twin is running: stop it before promoting".into(),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let epoch = Epoch::load(&cfg.data_dir)?;
+    let new = epoch.get() + 1;
+    epoch.raise(new)?;
+    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
+    let admin = if admin_dir.join(KEY_FILE).exists() {
+        load_identity(&admin_dir)?
+    } else {
+        let admin = Identity::mint()?;
+        write_identity(&admin_dir, &admin)?;
+        admin
+    };
+    let identity = load_identity(&cfg.data_dir)?;
+    let primary = PrimaryConfig {
+        data_dir: cfg.data_dir.clone(),
+        listen,
+        metrics,
+        twin_fingerprint: None,
+        client_fingerprints: vec![admin.fingerprint()],
+        durability: Default::default(),
+        segment_bytes: cfg.segment_bytes,
+        timers: cfg.timers,
+    };
+    write_config(&primary_config, &primary.render())?;
+    tracing::warn!(epoch = new, head, "twin promoted to primary");
+    Ok(Promoted {
+        config: primary_config,
+        epoch: new,
+        head,
+        fingerprint: identity.fingerprint(),
+    })
 }

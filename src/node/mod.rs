@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod client;
+pub mod epoch;
 pub mod primary;
 pub mod twin;
 

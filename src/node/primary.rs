@@ -38,6 +38,8 @@ pub enum TwinPolicy {
 pub struct PrimaryConfig {
     pub policy: TwinPolicy,
     pub timers: Timers,
+    /// This primary's epoch (raised by each promotion).
+    pub epoch: u64,
 }
 
 impl Default for PrimaryConfig {
@@ -45,6 +47,7 @@ impl Default for PrimaryConfig {
         PrimaryConfig {
             policy: TwinPolicy::Wait,
             timers: Timers::default(),
+            epoch: 0,
         }
     }
 }
@@ -170,6 +173,7 @@ impl Primary {
             history: self.log.history().0,
             head: self.log.head_seq(),
             first: self.log.first_seq(),
+            epoch: self.cfg.epoch,
         };
         let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
         tracing::info!(?hello, primary_crc = ?crc, head = view.head, "twin hello");

@@ -10,6 +10,7 @@ use std::time::Duration;
 use quinn::{Connection, RecvStream};
 use tokio::sync::{mpsc, watch};
 
+use super::epoch::Epoch;
 use crate::log::format::FrameHeader;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
@@ -51,6 +52,7 @@ impl Default for TwinConfig {
 /// The twin daemon's state.
 pub struct Twin {
     log: Arc<Log>,
+    epoch: Arc<Epoch>,
     primary: SocketAddr,
     cfg: TwinConfig,
     status: Mutex<TwinStatus>,
@@ -73,11 +75,17 @@ enum Written {
 }
 
 impl Twin {
-    pub fn new(log: Arc<Log>, primary: SocketAddr, cfg: TwinConfig) -> Arc<Twin> {
+    pub fn new(
+        log: Arc<Log>,
+        epoch: Arc<Epoch>,
+        primary: SocketAddr,
+        cfg: TwinConfig,
+    ) -> Arc<Twin> {
         log.set_follower(true);
         let head = log.head_seq();
         Arc::new(Twin {
             log,
+            epoch,
             primary,
             cfg,
             status: Mutex::new(TwinStatus::default()),
@@ -156,6 +164,7 @@ impl Twin {
             history: self.log.history().0,
             head: Position { seq: head, crc },
             first: self.log.first_seq(),
+            epoch: self.epoch.get(),
         }
     }
 
@@ -194,6 +203,11 @@ impl Twin {
                     TwinAction::AdoptHistory(h) => {
                         if let Err(e) = self.log.adopt_history(HistoryId(h)) {
                             closed = Some(format!("adopting the primary's history: {e}"));
+                        }
+                    }
+                    TwinAction::AdoptEpoch(e) => {
+                        if let Err(err) = self.epoch.raise(e) {
+                            closed = Some(format!("recording epoch {e}: {err}"));
                         }
                     }
                     TwinAction::BelowFloor {

@@ -31,6 +31,9 @@ pub enum TwinMsg {
         head: Position,
         /// The twin's oldest retained sequence.
         first: u64,
+        /// The newest primary epoch this box has followed or been promoted
+        /// to.
+        epoch: u64,
     },
     /// Every frame through `durable` is durable on the twin.
     Ack { durable: u64 },
@@ -48,6 +51,8 @@ pub enum PrimaryMsg {
         from: u64,
         head: u64,
         first: u64,
+        /// The primary's epoch: raised by every promotion.
+        epoch: u64,
     },
     /// The twin's head is below the primary's retention floor: frames from
     /// `twin_head + 1` are gone, and the twin needs a snapshot.
@@ -85,6 +90,10 @@ pub enum Refusal {
     Protocol(String),
     #[error("the peer was silent for longer than the idle timeout")]
     Timeout,
+    /// A primary of an older epoch than the twin's: it was superseded by a
+    /// promotion and must not stream.
+    #[error("stale primary: its epoch {primary} is older than the twin's {twin}")]
+    StaleEpoch { primary: u64, twin: u64 },
 }
 
 /// Why bytes do not decode as a control message.
@@ -148,6 +157,7 @@ mod tests {
                 history: [3; 16],
                 head: Position { seq: 9, crc: 77 },
                 first: 1,
+                epoch: 2,
             },
             TwinMsg::Ack { durable: 1 << 40 },
             TwinMsg::Refuse(Refusal::Gap {

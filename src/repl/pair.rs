@@ -348,6 +348,7 @@ impl ReplPair {
             history: t.history().0,
             head: Self::position(t, t.head_seq()),
             first: t.first_seq(),
+            epoch: 0,
         };
         self.twin_core = Some(TwinCore::new(self.cfg.timers, view, self.now));
         let p = &self.primary;
@@ -355,6 +356,7 @@ impl ReplPair {
             history: p.history().0,
             head: p.head_seq(),
             first: p.first_seq(),
+            epoch: 0,
         };
         self.primary_core = Some(PrimaryCore::new(self.cfg.timers, view, self.now));
     }
@@ -463,6 +465,7 @@ impl ReplPair {
                         .adopt_history(HistoryId(h))
                         .unwrap_or_else(|e| panic!("adopt history: {e}"));
                 }
+                TwinAction::AdoptEpoch(_) => {}
                 TwinAction::BelowFloor {
                     first,
                     primary_head,

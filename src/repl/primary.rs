@@ -39,6 +39,8 @@ pub struct PrimaryView {
     pub history: [u8; 16],
     pub head: u64,
     pub first: u64,
+    /// This primary's epoch.
+    pub epoch: u64,
 }
 
 /// What the driver must do.
@@ -93,6 +95,7 @@ pub struct PrimaryCore {
     history: [u8; 16],
     head: u64,
     first: u64,
+    epoch: u64,
     shipped: u64,
     acked: u64,
     started: Now,
@@ -113,6 +116,7 @@ impl PrimaryCore {
             history: view.history,
             head: view.head,
             first: view.first,
+            epoch: view.epoch,
             shipped: 0,
             acked: 0,
             started: now,
@@ -153,7 +157,8 @@ impl PrimaryCore {
     ///
     /// Same history and the same frame at the twin's head: frames follow
     /// from its head + 1. A twin ahead, holding another frame at its head,
-    /// or of another history is refused by name (a twin that holds no frame
+    /// or of another history is refused by name, and so is a twin that has
+    /// followed a newer epoch (this primary was superseded) (a twin that holds no frame
     /// at all takes this log's history). A twin whose head frame is no
     /// longer retained here is below the floor.
     pub fn handle_hello(&mut self, hello: TwinMsg, crc_at_twin_head: Option<u32>, now: Now) {
@@ -163,6 +168,7 @@ impl PrimaryCore {
             history,
             head,
             first: _,
+            epoch,
         } = hello
         else {
             return self.refuse(Refusal::Protocol("the first message must be Hello".into()));
@@ -174,6 +180,12 @@ impl PrimaryCore {
             return self.refuse(Refusal::Version {
                 ours: PROTOCOL_VERSION,
                 theirs: version,
+            });
+        }
+        if epoch > self.epoch {
+            return self.refuse(Refusal::StaleEpoch {
+                primary: self.epoch,
+                twin: epoch,
             });
         }
         let fresh = head.seq == 0;
@@ -214,6 +226,7 @@ impl PrimaryCore {
             from: head.seq + 1,
             head: self.head,
             first: self.first,
+            epoch: self.epoch,
         });
         if head.seq > 0 {
             self.actions.push_back(PrimaryAction::Acked(head.seq));

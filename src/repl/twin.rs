@@ -24,6 +24,8 @@ pub struct TwinView {
     /// The durable head and its frame's crc.
     pub head: Position,
     pub first: u64,
+    /// The newest primary epoch this box has followed or been promoted to.
+    pub epoch: u64,
 }
 
 /// What the driver must do besides applying frame events.
@@ -32,6 +34,9 @@ pub enum TwinAction {
     /// Take the primary's history before the first frame: this log holds
     /// no frame yet.
     AdoptHistory([u8; 16]),
+    /// Record durably that this box follows a primary of this newer epoch,
+    /// before the first frame.
+    AdoptEpoch(u64),
     /// The primary no longer holds what follows this log's head: a snapshot
     /// is needed.
     BelowFloor { first: u64, primary_head: u64 },
@@ -54,6 +59,7 @@ pub struct TwinCore {
     timers: Timers,
     state: TwinState,
     history: [u8; 16],
+    epoch: u64,
     /// The durable head: the only sequence ever acknowledged.
     durable: u64,
     acked: u64,
@@ -79,11 +85,13 @@ impl TwinCore {
             history: view.history,
             head: view.head,
             first: view.first,
+            epoch: view.epoch,
         });
         TwinCore {
             timers,
             state: TwinState::AwaitingWelcome,
             history: view.history,
+            epoch: view.epoch,
             durable: view.head.seq,
             acked: view.head.seq,
             next: view.head.seq + 1,
@@ -140,6 +148,7 @@ impl TwinCore {
                 from,
                 head,
                 first: _,
+                epoch,
             } => {
                 if self.state != TwinState::AwaitingWelcome {
                     self.refuse(Refusal::Protocol("a second Welcome".into()));
@@ -149,6 +158,13 @@ impl TwinCore {
                     self.refuse(Refusal::Version {
                         ours: PROTOCOL_VERSION,
                         theirs: version,
+                    });
+                    return;
+                }
+                if epoch < self.epoch {
+                    self.refuse(Refusal::StaleEpoch {
+                        primary: epoch,
+                        twin: self.epoch,
                     });
                     return;
                 }
@@ -176,6 +192,10 @@ impl TwinCore {
                         self.durable
                     )));
                     return;
+                }
+                if epoch > self.epoch {
+                    self.epoch = epoch;
+                    self.actions.push_back(TwinAction::AdoptEpoch(epoch));
                 }
                 self.primary_head = head;
                 self.state = TwinState::Streaming;

@@ -47,6 +47,18 @@ enum Cmd {
         #[arg(long)]
         log_json: bool,
     },
+    /// Make this stopped twin a primary under a new epoch, once its primary
+    /// is gone: writes primary.toml beside twin.toml. The old primary is
+    /// refused from then on.
+    Promote {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The QUIC address to serve on as a primary.
+        #[arg(long, default_value = "0.0.0.0:7400")]
+        listen: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:9400")]
+        metrics: SocketAddr,
+    },
     /// The twin's head, connection and lag.
     Status {
         #[arg(long, short)]
@@ -72,6 +84,20 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             config,
             fingerprint,
         } => daemon::pin_primary(&config, fingerprint)?,
+        Cmd::Promote {
+            config,
+            listen,
+            metrics,
+        } => {
+            let p = daemon::promote(&config, listen, metrics)?;
+            println!("promoted at epoch {} with head {}", p.epoch, p.head);
+            println!("wrote {}", p.config.display());
+            println!(
+                "serve it with: primary serve --config {}",
+                p.config.display()
+            );
+            println!("its fingerprint (pin it on a new twin): {}", p.fingerprint);
+        }
         Cmd::Serve { config, log_json } => {
             daemon::init_tracing(log_json);
             let cfg = TwinConfig::load(&config)?;

@@ -1,0 +1,108 @@
+//! `twin promote`: a stopped twin becomes a primary under a new epoch with
+//! every frame it held; its own twin daemon, started by mistake against the
+//! old primary, is refused by epoch and writes nothing; a running twin
+//! cannot be promoted.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+use twinlog::node::{Durability, TwinStatus};
+
+fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..200 {
+        if let Some(v) = f() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("condition not reached in 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (pdir, tdir) = (root.path().join("p"), root.path().join("t"));
+    let listen = free_udp();
+    let (tcfg, twin_fp) = daemon::init_twin(&tdir, listen, free_tcp(), None).expect("twin init");
+    let (pcfg, primary_fp) =
+        daemon::init_primary(&pdir, listen, free_tcp(), Some(twin_fp)).expect("primary init");
+    daemon::pin_primary(&tcfg, primary_fp).expect("pin");
+    let pc = PrimaryConfig::load(&pcfg).expect("load");
+    let tc = TwinConfig::load(&tcfg).expect("load");
+
+    let (stop_p, stopped) = watch::channel(false);
+    let primary = tokio::spawn(daemon::serve_primary(pc.clone(), stopped));
+    let (stop_t, stopped) = watch::channel(false);
+    let twin = tokio::spawn(daemon::serve_twin(tc.clone(), stopped));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = daemon::load::admin_client(&pc).await.expect("admin");
+    for i in 0..20u8 {
+        let (_, d) = client
+            .append(2, b"", &[i; 100], Durability::Twin)
+            .await
+            .expect("append");
+        assert_eq!(d, Durability::Twin);
+    }
+
+    let running = daemon::promote(&tcfg, free_udp(), free_tcp()).expect_err("a running twin");
+    assert!(running.to_string().contains("running"), "{running}");
+
+    let _ = stop_t.send(true);
+    twin.await.expect("join").expect("twin stopped");
+    let promoted = daemon::promote(&tcfg, free_udp(), free_tcp()).expect("promote");
+    assert_eq!((promoted.epoch, promoted.head), (1, 20));
+
+    // The promoted box's twin daemon, started by mistake: refused by epoch.
+    let (stop_t, stopped) = watch::channel(false);
+    let twin = tokio::spawn(daemon::serve_twin(tc.clone(), stopped));
+    let status: TwinStatus = wait_for(|| {
+        daemon::fetch_status::<TwinStatus>(tc.metrics)
+            .ok()
+            .map(|(_, s)| s)
+            .filter(|s| s.last_error.is_some())
+    })
+    .await;
+    let why = status.last_error.unwrap_or_default();
+    assert!(why.contains("epoch"), "refused by epoch: {why}");
+    assert_eq!(status.head, 20, "nothing written");
+    let _ = stop_t.send(true);
+    twin.await.expect("join").expect("twin stopped");
+    let _ = stop_p.send(true);
+    primary.await.expect("join").expect("primary stopped");
+
+    // The promoted box serves as a primary, with every frame.
+    let np = PrimaryConfig::load(&promoted.config).expect("load promoted");
+    let (stop_np, stopped) = watch::channel(false);
+    let new_primary = tokio::spawn(daemon::serve_primary(np.clone(), stopped));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let client = daemon::load::admin_client(&np).await.expect("admin");
+    for seq in 1..=20u64 {
+        assert_eq!(
+            client.read(seq).await.expect("read").blob,
+            vec![(seq - 1) as u8; 100]
+        );
+    }
+    let (seq, d) = client
+        .append(2, b"", b"after", Durability::Local)
+        .await
+        .expect("append");
+    assert_eq!((seq, d), (21, Durability::Local));
+    let _ = stop_np.send(true);
+    new_primary.await.expect("join").expect("stopped");
+}
