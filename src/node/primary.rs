@@ -62,7 +62,30 @@ pub struct Primary {
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
     status: Mutex<Status>,
+    /// Client requests in progress, so a shutdown can let them finish.
+    inflight: watch::Sender<usize>,
+    stopping: std::sync::atomic::AtomicBool,
 }
+
+/// Counts a request in progress for as long as it lives.
+struct InFlight<'a>(&'a watch::Sender<usize>);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a watch::Sender<usize>) -> Self {
+        counter.send_modify(|n| *n += 1);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// How long a shutdown waits for requests in flight, then for the twin's
+/// final acknowledgement.
+const DRAIN: Duration = Duration::from_secs(5);
 
 fn lock(m: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -78,6 +101,8 @@ impl Primary {
             head: watch::channel((head, 0)).0,
             acked: watch::channel(0).0,
             status: Mutex::new(Status::default()),
+            inflight: watch::channel(0).0,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -94,7 +119,9 @@ impl Primary {
         s
     }
 
-    /// Accept connections until `shutdown` turns true.
+    /// Accept connections until `shutdown` turns true; then stop accepting,
+    /// let the requests in flight finish, wait for the twin's final
+    /// acknowledgement of the head (each bounded), and close.
     pub async fn serve(
         self: Arc<Self>,
         endpoint: quinn::Endpoint,
@@ -113,6 +140,28 @@ impl Primary {
                     });
                 }
                 _ = shutdown.changed() => break,
+            }
+        }
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        endpoint.set_server_config(None);
+        let mut inflight = self.inflight.subscribe();
+        if tokio::time::timeout(DRAIN, inflight.wait_for(|&n| n == 0))
+            .await
+            .is_err()
+        {
+            tracing::warn!("requests still in flight after {DRAIN:?}: closing anyway");
+        }
+        if lock(&self.status).twin_connected {
+            let head = self.log.head_seq();
+            let mut acked = self.acked.subscribe();
+            let acked_in_time = tokio::time::timeout(DRAIN, acked.wait_for(|&a| a >= head))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if acked_in_time {
+                tracing::info!(head, "the twin acknowledged the final head");
+            } else {
+                tracing::warn!(head, "the twin did not acknowledge the final head in time");
             }
         }
         endpoint.close(0u32.into(), b"shutdown");
@@ -271,6 +320,9 @@ impl Primary {
 
     async fn client_session(self: Arc<Self>, conn: Connection) {
         loop {
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
             let (send, recv) = match conn.accept_bi().await {
                 Ok(s) => s,
                 Err(e) => {
@@ -292,6 +344,7 @@ impl Primary {
         mut send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), NetError> {
+        let _counted = InFlight::enter(&self.inflight);
         let Some(req) = net::read_msg::<Request>(&mut recv).await? else {
             return Ok(());
         };

@@ -131,10 +131,10 @@ impl Twin {
     ) {
         let mut backoff = Backoff::new(self.cfg.backoff_base, self.cfg.backoff_cap);
         loop {
-            let ended = tokio::select! {
-                ended = self.session(&endpoint, &mut backoff) => ended,
-                _ = shutdown.changed() => break,
-            };
+            if *shutdown.borrow() {
+                break;
+            }
+            let ended = self.session(&endpoint, &mut backoff, &mut shutdown).await;
             let why = match ended {
                 Ok(why) => why,
                 Err(e) => e.to_string(),
@@ -172,6 +172,7 @@ impl Twin {
         &self,
         endpoint: &quinn::Endpoint,
         backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
     ) -> Result<String, NetError> {
         // A handshake into a dead link would otherwise wait out QUIC's own
         // idle timeout before the next attempt.
@@ -193,9 +194,11 @@ impl Twin {
             let log = self.log.clone();
             std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
         };
-        let result = loop {
+        let result = 'session: loop {
             while let Some(m) = core.poll_transmit() {
-                net::write_msg(&mut ctl_send, &m).await?;
+                if let Err(e) = net::write_msg(&mut ctl_send, &m).await {
+                    break 'session Err(e);
+                }
             }
             let mut closed = None;
             while let Some(action) = core.poll_action() {
@@ -266,6 +269,7 @@ impl Twin {
                     None => break Ok("the writer stopped".into()),
                 },
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                _ = shutdown.changed() => break Ok("shutting down".into()),
             }
         };
         if let Some(t) = frames_task {
@@ -273,7 +277,24 @@ impl Twin {
         }
         drop(write_tx);
         // The writer aborts a partial frame and syncs what it committed, so
-        // the next Hello reports it.
+        // the next Hello reports it; its last sync is acknowledged, when the
+        // link still carries it.
+        while let Some(done) = written.recv().await {
+            match done {
+                Written::Committed(seq) => core.handle_committed(seq),
+                Written::Synced(head) => {
+                    core.handle_synced(head);
+                    self.durable.send_replace(head);
+                }
+                Written::Failed(e) => core.handle_commit_failed(e),
+            }
+        }
+        while let Some(m) = core.poll_transmit() {
+            if net::write_msg(&mut ctl_send, &m).await.is_err() {
+                break;
+            }
+        }
+        let _ = ctl_send.finish();
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         self.durable.send_replace(self.log.head_seq());
         conn.close(0u32.into(), b"session over");
@@ -365,8 +386,11 @@ fn write_frames(log: &Log, mut rx: mpsc::Receiver<Write>, out: mpsc::UnboundedSe
     }
     drop(pending);
     if unsynced {
-        if let Err(e) = log.sync() {
-            tracing::error!(error = %e, "sync after the session failed");
+        match log.sync() {
+            Ok(head) => {
+                let _ = out.send(Written::Synced(head));
+            }
+            Err(e) => tracing::error!(error = %e, "sync after the session failed"),
         }
     }
 }
