@@ -117,6 +117,7 @@ async fn twin_appends_are_on_both_logs_byte_for_byte() {
             .await
             .expect("client"),
     );
+    let mut tail = client.tail(1).await.expect("tail");
 
     let mut tasks = Vec::new();
     for t in 0..8u64 {
@@ -157,6 +158,15 @@ async fn twin_appends_are_on_both_logs_byte_for_byte() {
         client.read(big_seq).await.expect("read back").blob.len(),
         5 << 20
     );
+    let by_seq: std::collections::HashMap<u64, Vec<u8>> = acked.iter().cloned().collect();
+    for seq in 1..=201u64 {
+        let e = tail.next().await.expect("tail").expect("a frame");
+        assert_eq!(e.seq, seq, "the tail follows in order");
+        assert!(
+            Some(&e.blob) == by_seq.get(&seq),
+            "frame {seq} through the tail"
+        );
+    }
     let status = client.status().await.expect("status");
     assert_eq!(status.head, 201);
     assert!(status.twin_connected);

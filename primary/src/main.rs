@@ -97,6 +97,14 @@ enum Cmd {
         #[arg(long)]
         verify_twin_log: Option<PathBuf>,
     },
+    /// Follow the log from a sequence: one line per frame (sequence, kind,
+    /// blob length) as each becomes durable.
+    Tail {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+    },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
         #[arg(long, short)]
@@ -197,6 +205,21 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                     "verified on the twin's log: {n} of {} acknowledged frames, byte for byte",
                     r.frames
                 );
+            }
+        }
+        Cmd::Tail { config, from } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            let mut tail = client
+                .tail(from)
+                .await
+                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+            while let Some(e) = tail
+                .next()
+                .await
+                .map_err(|e| DaemonError::Setup(e.to_string()))?
+            {
+                println!("{} {} {}", e.seq, e.kind, e.blob.len());
             }
         }
         Cmd::Read { config, seq, out } => {

@@ -30,6 +30,9 @@ pub enum Request {
     Read { seq: u64 },
     /// The primary's state.
     Status,
+    /// Frames from `from` on, each as it becomes durable, until the client
+    /// closes the stream: a `Response::Frame` and its blob per frame.
+    Tail { from: u64 },
 }
 
 /// What the primary answers.

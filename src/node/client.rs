@@ -182,10 +182,57 @@ impl Client {
         })
     }
 
+    /// Follow the log from `from`: frames as they become durable.
+    pub async fn tail(&self, from: u64) -> Result<Tailing, ClientError> {
+        let (mut send, recv) = self.conn.open_bi().await.map_err(NetError::from)?;
+        net::write_msg(&mut send, &Request::Tail { from }).await?;
+        let _ = send.finish();
+        Ok(Tailing { recv })
+    }
+
     /// The primary's status.
     pub async fn status(&self) -> Result<Status, ClientError> {
         match self.call(&Request::Status, &[]).await?.0 {
             Response::Status(s) => Ok(s),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+/// Frames from a primary as they become durable ([`Client::tail`]).
+#[derive(Debug)]
+pub struct Tailing {
+    recv: quinn::RecvStream,
+}
+
+impl Tailing {
+    /// The next frame; None when the primary ended the tail.
+    pub async fn next(&mut self) -> Result<Option<Entry>, ClientError> {
+        let Some(resp) = net::read_msg::<Response>(&mut self.recv).await? else {
+            return Ok(None);
+        };
+        match resp {
+            Response::Frame {
+                seq,
+                kind,
+                meta,
+                blob_len,
+                payload_crc,
+            } => {
+                let mut blob = vec![0u8; blob_len as usize];
+                self.recv
+                    .read_exact(&mut blob)
+                    .await
+                    .map_err(NetError::from)?;
+                Ok(Some(Entry {
+                    seq,
+                    kind,
+                    meta,
+                    blob,
+                    payload_crc,
+                }))
+            }
+            Response::Error(e) => Err(e.into()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

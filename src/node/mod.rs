@@ -9,6 +9,6 @@ pub mod primary;
 pub mod twin;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
-pub use client::{Appended, Client, ClientError};
+pub use client::{Appended, Client, ClientError, Tailing};
 pub use primary::{Primary, PrimaryConfig, TwinPolicy};
 pub use twin::{Twin, TwinConfig, TwinStatus};

@@ -359,6 +359,7 @@ impl Primary {
                     .await
             }
             Request::Read { seq } => return self.read(seq, send).await,
+            Request::Tail { from } => return self.tail(from, send).await,
             Request::Status => Response::Status(self.status()),
         };
         net::write_msg(&mut send, &response).await?;
@@ -484,6 +485,58 @@ impl Primary {
     }
 
     async fn read(&self, seq: u64, mut send: SendStream) -> Result<(), NetError> {
+        match self.write_frame(seq, &mut send).await? {
+            FrameSent::Whole => {
+                let _ = send.finish();
+            }
+            FrameSent::Nothing(e) => {
+                net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+                let _ = send.finish();
+            }
+            FrameSent::Cut => {}
+        }
+        Ok(())
+    }
+
+    /// Frames from `from` on, each as it becomes durable, until the client
+    /// goes or the primary stops.
+    async fn tail(&self, from: u64, mut send: SendStream) -> Result<(), NetError> {
+        let first = self.log.first_seq();
+        let mut next = from.max(1);
+        if next < first {
+            let e = format!("sequence {next} is below the retention floor {first}");
+            net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+        let mut head_rx = self.head.subscribe();
+        loop {
+            while next <= self.log.head_seq() {
+                match self.write_frame(next, &mut send).await? {
+                    FrameSent::Whole => next += 1,
+                    FrameSent::Nothing(e) => {
+                        net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+                        let _ = send.finish();
+                        return Ok(());
+                    }
+                    FrameSent::Cut => return Ok(()),
+                }
+            }
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = send.finish();
+                return Ok(());
+            }
+            tokio::select! {
+                changed = head_rx.changed() => if changed.is_err() { return Ok(()) },
+                // Wakes a tail now and then to notice a shutdown.
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// One frame as `Response::Frame` and its blob, read in pieces by a
+    /// blocking reader.
+    async fn write_frame(&self, seq: u64, send: &mut SendStream) -> Result<FrameSent, NetError> {
         let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, String>>(4);
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || {
@@ -516,20 +569,26 @@ impl Primary {
                     sent_any = true;
                     send.write_all(&bytes).await?;
                 }
-                Err(e) if !sent_any => {
-                    net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
-                }
+                Err(e) if !sent_any => return Ok(FrameSent::Nothing(e)),
                 // The frame failed after its head was sent: cut the stream so
                 // the client never takes a short frame for a whole one.
                 Err(_) => {
                     let _ = send.reset(3u32.into());
-                    return Ok(());
+                    return Ok(FrameSent::Cut);
                 }
             }
         }
-        let _ = send.finish();
-        Ok(())
+        Ok(FrameSent::Whole)
     }
+}
+
+/// How a frame went out on a client stream.
+enum FrameSent {
+    Whole,
+    /// Nothing was sent: the read failed before the frame's head.
+    Nothing(String),
+    /// The stream was reset after a partial frame.
+    Cut,
 }
 
 fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogError> {
