@@ -141,6 +141,7 @@ fn documented_client_indices_are_the_encoder_s() {
         ),
         ("Read", Request::Read { seq: 1 }),
         ("Status", Request::Status),
+        ("Tail", Request::Tail { from: 1 }),
     ];
     for (name, r) in requests {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
