@@ -346,6 +346,12 @@ pub async fn serve_primary(
                     "The twin's acknowledged durable head.",
                     s.twin_acked,
                 );
+                counter(
+                    &mut out,
+                    "twinlog_twin_acks_total",
+                    "Acknowledgements that moved the twin's durable head.",
+                    s.twin_acks,
+                );
                 gauge(
                     &mut out,
                     "twinlog_twin_lag_frames",

@@ -90,6 +90,8 @@ pub struct Status {
     pub twin_connected: bool,
     /// The twin's acknowledged durable head.
     pub twin_acked: u64,
+    /// Acknowledgements from the twin that moved its durable head.
+    pub twin_acks: u64,
     pub lag_frames: u64,
     pub lag_bytes: u64,
     pub lag_ms: u64,

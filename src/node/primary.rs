@@ -304,11 +304,14 @@ impl Primary {
     }
 
     fn twin_acked(&self, durable: u64) {
-        self.acked.send_if_modified(|a| {
+        let moved = self.acked.send_if_modified(|a| {
             let moved = durable > *a;
             *a = (*a).max(durable);
             moved
         });
+        if moved {
+            lock(&self.status).twin_acks += 1;
+        }
         if durable >= self.log.head_seq() {
             let mut s = lock(&self.status);
             if s.degraded {
