@@ -378,6 +378,7 @@ impl Primary {
         durability: Durability,
         recv: &mut RecvStream,
     ) -> Response {
+        let meta_len = meta.len() as u64;
         let appended = if blob_len <= SMALL_BLOB {
             let mut blob = vec![0u8; blob_len as usize];
             if let Err(e) = recv.read_exact(&mut blob).await {
@@ -393,7 +394,7 @@ impl Primary {
             Ok(Err(e)) => return Response::Error(ApiError::Refused(e.to_string())),
             Err(e) => return Response::Error(ApiError::Refused(e.to_string())),
         };
-        self.published(seq, blob_len + 32);
+        self.published(seq, 32 + meta_len + blob_len);
         match durability {
             Durability::Local => Response::Appended {
                 seq,
@@ -626,8 +627,18 @@ async fn ship_frames(
     mut send: SendStream,
     mut ranges: mpsc::UnboundedReceiver<(u64, u64)>,
 ) -> Result<(), NetError> {
-    let (tx, mut pieces) = mpsc::channel::<Vec<u8>>(4);
+    let (tx, mut pieces) = mpsc::channel::<bytes::Bytes>(4);
     let reader = tokio::task::spawn_blocking(move || -> Result<(), LogError> {
+        // Frames are gathered into buffers of about a piece, so a run of
+        // small frames costs one stream write per piece, not two per frame.
+        let mut buf = Vec::with_capacity(PIECE);
+        let flush = |buf: &mut Vec<u8>| -> Result<(), LogError> {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let out = std::mem::replace(buf, Vec::with_capacity(PIECE));
+            send_blocking(&tx, bytes::Bytes::from(out))
+        };
         while let Some((from, through)) = ranges.blocking_recv() {
             for seq in from..=through {
                 let mut first = true;
@@ -641,19 +652,25 @@ async fn ship_frames(
                             blob_len: loc.blob_len,
                             payload_crc: loc.payload_crc,
                         };
-                        send_blocking(&tx, frame_prefix(&header, &loc.meta))?;
+                        buf.extend_from_slice(&frame_prefix(&header, &loc.meta));
                     }
-                    if !piece.is_empty() {
-                        send_blocking(&tx, piece.to_vec())?;
+                    buf.extend_from_slice(piece);
+                    if buf.len() >= PIECE {
+                        flush(&mut buf)?;
                     }
                     Ok::<(), LogError>(())
                 })?;
             }
+            // Nothing more queued: what is gathered goes now, not after the
+            // next append.
+            if ranges.is_empty() {
+                flush(&mut buf)?;
+            }
         }
-        Ok(())
+        flush(&mut buf)
     });
     while let Some(bytes) = pieces.recv().await {
-        send.write_all(&bytes).await?;
+        send.write_chunk(bytes).await?;
     }
     match reader.await {
         Ok(Ok(())) => Ok(()),

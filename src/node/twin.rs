@@ -188,7 +188,7 @@ impl Twin {
         tokio::spawn(read_control(ctl_recv, msgs_tx));
         let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
         let mut frames_task = None;
-        let (write_tx, write_rx) = mpsc::channel::<Write>(8);
+        let (write_tx, write_rx) = mpsc::channel::<Vec<Write>>(WRITE_BATCHES);
         let (written_tx, mut written) = mpsc::unbounded_channel::<Written>();
         let writer = {
             let log = self.log.clone();
@@ -302,40 +302,56 @@ impl Twin {
     }
 }
 
-/// Decode stream bytes with the core and hand each event to the writer.
+/// Batches of writer commands in flight: one batch per chunk read from the
+/// stream (at most 256 KiB), so at most a few MiB are buffered, whatever the
+/// number of frames in them.
+const WRITE_BATCHES: usize = 16;
+
+/// Decode stream bytes with the core and hand their events to the writer
+/// as one batch: the writer syncs when it has caught up, so a batch per
+/// chunk lets one sync cover every frame the chunk held.
 async fn feed(
     core: &mut TwinCore,
     bytes: &bytes::Bytes,
-    writer: &mpsc::Sender<Write>,
+    writer: &mpsc::Sender<Vec<Write>>,
 ) -> Result<(), Refusal> {
     let mut pos = 0;
-    loop {
-        let (n, ev) = core.handle_frame_data(&bytes[pos..])?;
+    let mut batch = Vec::new();
+    let decoded = loop {
+        let (n, ev) = match core.handle_frame_data(&bytes[pos..]) {
+            Ok(x) => x,
+            Err(e) => break Err(e),
+        };
         let piece = bytes.slice(pos..pos + n);
         pos += n;
-        let cmd = match ev {
-            None if n == 0 => return Ok(()),
+        batch.push(match ev {
+            None if n == 0 => break Ok(()),
             None => continue,
             Some(FrameEvent::Begin(h)) => Write::Begin(h, core.meta().to_vec()),
             Some(FrameEvent::Piece) => Write::Piece(piece),
             Some(FrameEvent::End(_)) => Write::End,
             Some(FrameEvent::Erased(h)) => Write::Erased(h, core.meta().to_vec()),
-        };
-        if writer.send(cmd).await.is_err() {
-            return Ok(());
-        }
+        });
+    };
+    if !batch.is_empty() {
+        let _ = writer.send(batch).await;
     }
+    decoded
 }
 
 /// The writer thread: applies frame events to the log (a streaming append
 /// per frame, committed without sync after its crc checked), and syncs once
 /// whenever it has caught up with what arrived: one sync per batch.
-fn write_frames(log: &Log, mut rx: mpsc::Receiver<Write>, out: mpsc::UnboundedSender<Written>) {
+fn write_frames(
+    log: &Log,
+    mut rx: mpsc::Receiver<Vec<Write>>,
+    out: mpsc::UnboundedSender<Written>,
+) {
     let mut pending = None;
     let mut unsynced = false;
     loop {
-        let cmd = match rx.try_recv() {
-            Ok(cmd) => cmd,
+        let batch = match rx.try_recv() {
+            Ok(batch) => batch,
             Err(mpsc::error::TryRecvError::Empty) => {
                 if unsynced && pending.is_none() {
                     unsynced = false;
@@ -345,42 +361,44 @@ fn write_frames(log: &Log, mut rx: mpsc::Receiver<Write>, out: mpsc::UnboundedSe
                     });
                 }
                 match rx.blocking_recv() {
-                    Some(cmd) => cmd,
+                    Some(batch) => batch,
                     None => break,
                 }
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
-        let done: Result<Option<u64>, LogError> = match cmd {
-            Write::Begin(h, meta) => {
-                log.begin(Some(h.seq), h.kind, &meta, h.blob_len)
-                    .map(|mut p| {
-                        p.expect_payload_crc(h.payload_crc);
-                        pending = Some(p);
-                        None
-                    })
-            }
-            Write::Piece(bytes) => match pending.as_mut() {
-                Some(p) => p.write(&bytes).map(|()| None),
-                None => Ok(None),
-            },
-            Write::End => match pending.take() {
-                Some(p) => p.commit_unsynced().map(Some),
-                None => Ok(None),
-            },
-            Write::Erased(h, meta) => log
-                .stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc)
-                .map(Some),
-        };
-        match done {
-            Ok(Some(seq)) => {
-                unsynced = true;
-                let _ = out.send(Written::Committed(seq));
-            }
-            Ok(None) => {}
-            Err(e) => {
-                pending = None;
-                let _ = out.send(Written::Failed(e.to_string()));
+        for cmd in batch {
+            let done: Result<Option<u64>, LogError> = match cmd {
+                Write::Begin(h, meta) => {
+                    log.begin(Some(h.seq), h.kind, &meta, h.blob_len)
+                        .map(|mut p| {
+                            p.expect_payload_crc(h.payload_crc);
+                            pending = Some(p);
+                            None
+                        })
+                }
+                Write::Piece(bytes) => match pending.as_mut() {
+                    Some(p) => p.write(&bytes).map(|()| None),
+                    None => Ok(None),
+                },
+                Write::End => match pending.take() {
+                    Some(p) => p.commit_unsynced().map(Some),
+                    None => Ok(None),
+                },
+                Write::Erased(h, meta) => log
+                    .stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc)
+                    .map(Some),
+            };
+            match done {
+                Ok(Some(seq)) => {
+                    unsynced = true;
+                    let _ = out.send(Written::Committed(seq));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    pending = None;
+                    let _ = out.send(Written::Failed(e.to_string()));
+                }
             }
         }
     }
