@@ -51,10 +51,12 @@ pub enum NetError {
 
 fn transport() -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
-    // Windows large enough for a loopback or LAN link at full speed.
-    t.stream_receive_window(quinn::VarInt::from_u32(16 << 20));
-    t.receive_window(quinn::VarInt::from_u32(64 << 20));
-    t.send_window(64 << 20);
+    // Windows large enough for a loopback or LAN link at full speed, small
+    // enough that what a connection buffers (unacknowledged on the sender,
+    // unread on the receiver) stays a few tens of MiB.
+    t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
+    t.receive_window(quinn::VarInt::from_u32(16 << 20));
+    t.send_window(8 << 20);
     t.keep_alive_interval(Some(Duration::from_secs(1)));
     if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(10)) {
         t.max_idle_timeout(Some(idle));
