@@ -24,6 +24,9 @@ use super::{lock, write_lock, Error, Kind, Log, Meta, OpenFiles, Result, Seg};
 /// positioned write; larger blobs are written from the caller's slice.
 const COPY_LIMIT: usize = 1 << 20;
 
+/// A streaming append starts writeback every this many blob bytes.
+const WRITEBACK_EVERY: u64 = 8 << 20;
+
 /// How long a group-commit waiter sleeps before it looks again on its own.
 const WAITER_SAFETY_NET: Duration = Duration::from_millis(50);
 
@@ -710,6 +713,7 @@ impl Log {
             written: 0,
             crc,
             expected_crc: None,
+            unkicked: 0,
             offset,
             done: false,
         })
@@ -730,6 +734,8 @@ pub struct Pending<'a> {
     crc: crc32fast::Hasher,
     /// The crc the frame must carry: the one its first append computed.
     expected_crc: Option<u32>,
+    /// Blob bytes written and not yet handed to writeback.
+    unkicked: u64,
     offset: u64,
     done: bool,
 }
@@ -787,6 +793,20 @@ impl Pending<'_> {
             .map_err(|e| self.log.poison_io("write", e))?;
         self.crc.update(chunk);
         self.written = got;
+        self.unkicked += chunk.len() as u64;
+        if self.unkicked >= WRITEBACK_EVERY {
+            // Start writing a large blob back as it arrives, so the commit's
+            // fdatasync does not find all of it still dirty.
+            let end = at + chunk.len() as u64;
+            if let Err(e) = self
+                .files
+                .log
+                .start_writeback(end - self.unkicked, self.unkicked)
+            {
+                tracing::debug!(error = %e, "early writeback refused");
+            }
+            self.unkicked = 0;
+        }
         Ok(())
     }
 

@@ -421,7 +421,7 @@ impl Primary {
         blob_len: u64,
         recv: &mut RecvStream,
     ) -> Result<Result<u64, LogError>, tokio::task::JoinError> {
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+        let (tx, mut rx) = mpsc::channel::<bytes::Bytes>(4);
         let log = self.log.clone();
         let writer = tokio::task::spawn_blocking(move || {
             let mut p = log.begin(None, kind, &meta, blob_len)?;
@@ -435,7 +435,7 @@ impl Primary {
             match recv.read_chunk(PIECE.min(left as usize), true).await {
                 Ok(Some(chunk)) => {
                     left -= chunk.bytes.len() as u64;
-                    if tx.send(chunk.bytes.to_vec()).await.is_err() {
+                    if tx.send(chunk.bytes).await.is_err() {
                         break;
                     }
                 }
