@@ -272,6 +272,36 @@ fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Displ
     ));
 }
 
+/// The metrics every daemon's log has.
+fn log_metrics(log: &Log) -> String {
+    let mut out = String::new();
+    gauge(
+        &mut out,
+        "twinlog_head_seq",
+        "The newest durable sequence.",
+        log.head_seq(),
+    );
+    gauge(
+        &mut out,
+        "twinlog_first_seq",
+        "The oldest retained sequence.",
+        log.first_seq(),
+    );
+    gauge(
+        &mut out,
+        "twinlog_log_bytes",
+        "Bytes of the log on disk.",
+        log.bytes(),
+    );
+    counter(
+        &mut out,
+        "twinlog_frame_syncs_total",
+        "fdatasyncs that made frames durable.",
+        log.frame_syncs(),
+    );
+    out
+}
+
 /// Run a primary until `shutdown`.
 pub async fn serve_primary(
     cfg: PrimaryConfig,
@@ -309,31 +339,7 @@ pub async fn serve_primary(
             )),
             "/metrics" => {
                 let log = status_node.log();
-                let mut out = String::new();
-                gauge(
-                    &mut out,
-                    "twinlog_head_seq",
-                    "The newest durable sequence.",
-                    s.head,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_first_seq",
-                    "The oldest retained sequence.",
-                    s.first,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_log_bytes",
-                    "Bytes of the log on disk.",
-                    log.bytes(),
-                );
-                counter(
-                    &mut out,
-                    "twinlog_frame_syncs_total",
-                    "fdatasyncs that made frames durable.",
-                    log.frame_syncs(),
-                );
+                let mut out = log_metrics(log);
                 gauge(
                     &mut out,
                     "twinlog_twin_connected",
@@ -424,31 +430,7 @@ pub async fn serve_twin(
             )),
             "/metrics" => {
                 let log = status_node.log();
-                let mut out = String::new();
-                gauge(
-                    &mut out,
-                    "twinlog_head_seq",
-                    "The newest durable sequence.",
-                    s.head,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_first_seq",
-                    "The oldest retained sequence.",
-                    s.first,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_log_bytes",
-                    "Bytes of the log on disk.",
-                    log.bytes(),
-                );
-                counter(
-                    &mut out,
-                    "twinlog_frame_syncs_total",
-                    "fdatasyncs that made frames durable.",
-                    log.frame_syncs(),
-                );
+                let mut out = log_metrics(log);
                 gauge(
                     &mut out,
                     "twinlog_primary_connected",

@@ -50,6 +50,17 @@ pub struct Located {
 }
 
 impl Located {
+    /// The frame's stored header.
+    pub fn header(&self) -> FrameHeader {
+        FrameHeader {
+            seq: self.seq,
+            kind: self.kind,
+            meta_len: self.meta.len() as u32,
+            blob_len: self.blob_len,
+            payload_crc: self.payload_crc,
+        }
+    }
+
     /// Whether the frame was erased in place.
     pub fn is_erased(&self) -> bool {
         self.kind == Kind::Redacted.as_u16()

@@ -179,3 +179,26 @@ pub async fn read_msg<T: DeserializeOwned>(recv: &mut RecvStream) -> Result<Opti
     let msg = postcard::from_bytes(&body).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     Ok(Some(msg))
 }
+
+/// Read control messages into `tx` until the stream ends or fails (the
+/// failure is sent last). Reads run in their own task: a read is not
+/// cancel-safe, so it never sits in a `select!`.
+pub async fn forward_msgs<T: DeserializeOwned>(
+    mut recv: RecvStream,
+    tx: tokio::sync::mpsc::Sender<Result<T, NetError>>,
+) {
+    loop {
+        match read_msg::<T>(&mut recv).await {
+            Ok(Some(m)) => {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+}

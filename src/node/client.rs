@@ -62,13 +62,17 @@ impl Client {
             send.write_all(blob).await.map_err(NetError::from)?;
         }
         let _ = send.finish();
-        let resp = net::read_msg::<Response>(&mut recv)
-            .await?
-            .ok_or_else(|| ClientError::Unexpected("no answer".into()))?;
-        if let Response::Error(e) = resp {
-            return Err(e.into());
-        }
+        let resp = Self::response(&mut recv).await?;
         Ok((resp, recv))
+    }
+
+    /// The answer to a request: a named error, or the response.
+    async fn response(recv: &mut quinn::RecvStream) -> Result<Response, ClientError> {
+        match net::read_msg::<Response>(recv).await? {
+            None => Err(ClientError::Unexpected("no answer".into())),
+            Some(Response::Error(e)) => Err(e.into()),
+            Some(resp) => Ok(resp),
+        }
     }
 
     /// Append a frame; answers its sequence and the durability reached
@@ -149,12 +153,7 @@ impl Client {
             left -= n as u64;
         }
         let _ = send.finish();
-        let resp = net::read_msg::<Response>(&mut recv)
-            .await?
-            .ok_or_else(|| ClientError::Unexpected("no answer".into()))?;
-        if let Response::Error(e) = resp {
-            return Err(e.into());
-        }
+        let resp = Self::response(&mut recv).await?;
         Self::appended(resp)
     }
 

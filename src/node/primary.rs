@@ -9,7 +9,6 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, watch};
 
 use super::api::{ApiError, Durability, Request, Response, Status};
-use crate::log::format::FrameHeader;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::repl::wire::frame_prefix;
@@ -229,7 +228,7 @@ impl Primary {
         core.handle_hello(hello, crc, Now::system());
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
-        tokio::spawn(read_control(ctl_recv, msgs_tx));
+        tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
         let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
         let mut shipper = None;
         let mut head_rx = self.head.subscribe();
@@ -600,25 +599,6 @@ fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogError> {
         .map_err(|_| LogError::Io(std::io::Error::other("the receiver went away")))
 }
 
-/// Control messages read in their own task: a read is not cancel-safe, so
-/// it never sits in a `select!`.
-async fn read_control(mut recv: RecvStream, tx: mpsc::Sender<Result<TwinMsg, NetError>>) {
-    loop {
-        match net::read_msg::<TwinMsg>(&mut recv).await {
-            Ok(Some(m)) => {
-                if tx.send(Ok(m)).await.is_err() {
-                    return;
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
-        }
-    }
-}
-
 /// Frames `from..=through` of each range, in order, as their stored bytes:
 /// a blocking reader hands pieces over a bounded channel to the stream, so
 /// memory is a few pieces whatever a blob's size.
@@ -645,13 +625,7 @@ async fn ship_frames(
                 log.read_pieces(seq, PIECE, |loc, piece, _last| {
                     if first {
                         first = false;
-                        let header = FrameHeader {
-                            seq: loc.seq,
-                            kind: loc.kind,
-                            meta_len: loc.meta.len() as u32,
-                            blob_len: loc.blob_len,
-                            payload_crc: loc.payload_crc,
-                        };
+                        let header = loc.header();
                         buf.extend_from_slice(&frame_prefix(&header, &loc.meta));
                     }
                     buf.extend_from_slice(piece);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quinn::{Connection, RecvStream};
+use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
 use super::epoch::Epoch;
@@ -15,8 +15,7 @@ use crate::log::format::FrameHeader;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
 use crate::repl::{
-    Backoff, FrameEvent, Now, Position, PrimaryMsg, Refusal, Timers, TwinAction, TwinCore,
-    TwinState, TwinView,
+    Backoff, FrameEvent, Now, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView,
 };
 
 /// What the twin's status shows.
@@ -185,7 +184,7 @@ impl Twin {
         let (mut ctl_send, ctl_recv) = conn.open_bi().await?;
         let mut core = TwinCore::new(self.cfg.timers, self.view(), Now::system());
         let (msgs_tx, mut msgs) = mpsc::channel(64);
-        tokio::spawn(read_control(ctl_recv, msgs_tx));
+        tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
         let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
         let mut frames_task = None;
         let (write_tx, write_rx) = mpsc::channel::<Vec<Write>>(WRITE_BATCHES);
@@ -409,23 +408,6 @@ fn write_frames(
                 let _ = out.send(Written::Synced(head));
             }
             Err(e) => tracing::error!(error = %e, "sync after the session failed"),
-        }
-    }
-}
-
-async fn read_control(mut recv: RecvStream, tx: mpsc::Sender<Result<PrimaryMsg, NetError>>) {
-    loop {
-        match net::read_msg::<PrimaryMsg>(&mut recv).await {
-            Ok(Some(m)) => {
-                if tx.send(Ok(m)).await.is_err() {
-                    return;
-                }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
         }
     }
 }

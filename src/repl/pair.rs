@@ -487,13 +487,7 @@ impl ReplPair {
         let mut bytes = Vec::new();
         let shipped = self.primary.read_pieces(seq, 1 << 16, |loc, piece, _last| {
             if bytes.is_empty() {
-                let header = FrameHeader {
-                    seq: loc.seq,
-                    kind: loc.kind,
-                    meta_len: loc.meta.len() as u32,
-                    blob_len: loc.blob_len,
-                    payload_crc: loc.payload_crc,
-                };
+                let header = loc.header();
                 bytes.extend_from_slice(&frame_prefix(&header, &loc.meta));
             }
             bytes.extend_from_slice(piece);
