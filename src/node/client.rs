@@ -18,6 +18,9 @@ pub enum ClientError {
     Unexpected(String),
 }
 
+/// How long [`Client::connect`] waits for the handshake.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// An acknowledged append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Appended {
@@ -44,7 +47,11 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let pins = Arc::new(Pins::new().pin(primary, Role::Primary));
         let endpoint = net::client(identity, pins)?;
-        let conn = net::connect(&endpoint, addr).await?;
+        // An unreachable primary would otherwise cost QUIC's whole idle
+        // timeout before the caller hears of it.
+        let conn = tokio::time::timeout(CONNECT_TIMEOUT, net::connect(&endpoint, addr))
+            .await
+            .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
         Ok(Client {
             _endpoint: endpoint,
             conn,
