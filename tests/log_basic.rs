@@ -278,3 +278,28 @@ fn freeze_waits_for_mutations_in_flight_and_holds_back_new_ones() {
         );
     });
 }
+
+#[test]
+fn a_tail_checks_large_frames_a_piece_at_a_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path()).expect("open");
+    log.append_raw(2, b"m", b"small").expect("append");
+    let big: Vec<u8> = (0..3u32 << 20).map(|i| i as u8).collect();
+    log.append_raw(2, b"", &big).expect("append");
+    let mut tail = twinlog::log::Tail::open(dir.path(), 0).expect("tail");
+    let h1 = tail.next_checked().expect("check").expect("frame 1");
+    let h2 = tail.next_checked().expect("check").expect("frame 2");
+    assert_eq!((h1.seq, h2.seq, h2.blob_len), (1, 2, 3 << 20));
+    assert!(tail.next_checked().expect("check").is_none(), "caught up");
+    drop(log);
+    let seg = dir.path().join("00000000000000000001.log");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .expect("open seg");
+    std::os::unix::fs::FileExt::write_all_at(&f, b"X", 64 + 32 + 1 + 5 + 32 + 2_000_000)
+        .expect("damage");
+    let mut tail = twinlog::log::Tail::open(dir.path(), 0).expect("tail");
+    assert!(tail.next_checked().expect("frame 1 is whole").is_some());
+    assert!(matches!(tail.next_checked(), Err(Error::Corrupt(_))));
+}

@@ -238,13 +238,14 @@ pub async fn run(
 fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, DaemonError> {
     let mut tail = Tail::open(dir, 0)?;
     let mut verified = 0;
-    while let Some(f) = tail.next()? {
-        if let Some(&(crc, len)) = acked.get(&f.seq) {
-            let got = crate::log::format::payload_crc(f.meta, f.blob);
-            if got != crc || f.blob.len() as u64 != len {
+    // Every frame's crc is checked on the way, a piece at a time: the
+    // header's crc being the acknowledged one is then the frame's.
+    while let Some(h) = tail.next_checked()? {
+        if let Some(&(crc, len)) = acked.get(&h.seq) {
+            if h.payload_crc != crc || h.blob_len != len {
                 return Err(DaemonError::Setup(format!(
                     "frame {} differs on the twin",
-                    f.seq
+                    h.seq
                 )));
             }
             verified += 1;
