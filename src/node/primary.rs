@@ -207,8 +207,20 @@ impl Primary {
     }
 
     async fn twin_session(self: Arc<Self>, conn: &Connection) -> Result<String, NetError> {
-        let (mut ctl_send, mut ctl_recv) = conn.accept_bi().await?;
-        let Some(hello) = net::read_msg::<TwinMsg>(&mut ctl_recv).await? else {
+        // A twin that connects and stays silent is given the idle timeout,
+        // like any silent peer.
+        let silent = self.cfg.timers.idle_timeout;
+        let hello = tokio::time::timeout(silent, async {
+            let (send, mut recv) = conn.accept_bi().await?;
+            let hello = net::read_msg::<TwinMsg>(&mut recv).await?;
+            Ok::<_, NetError>((send, recv, hello))
+        })
+        .await;
+        let (mut ctl_send, ctl_recv, hello) = match hello {
+            Ok(opened) => opened?,
+            Err(_) => return Ok("the twin sent no Hello within the idle timeout".into()),
+        };
+        let Some(hello) = hello else {
             return Ok("the twin left before its Hello".into());
         };
         let crc = match &hello {
