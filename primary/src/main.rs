@@ -61,6 +61,12 @@ enum Cmd {
         #[arg(long)]
         log_json: bool,
     },
+    /// Read every durable frame of this box's log and check its crc,
+    /// without writing anything (safe while the daemon runs).
+    CheckLog {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Heads, the twin's lag and the durability policy's state.
     Status {
         #[arg(long, short)]
@@ -144,6 +150,18 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let cfg = PrimaryConfig::load(&config)?;
             let shutdown = daemon::shutdown_on_signals()?;
             daemon::serve_primary(cfg, shutdown).await?;
+        }
+        Cmd::CheckLog { config } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let c = daemon::check_log(&cfg.data_dir.join(daemon::LOG_DIR))?;
+            println!(
+                "frames {}..={} ({} frames, {} erased, {:.1} MiB): every crc checks",
+                c.first,
+                c.last,
+                c.frames,
+                c.erased,
+                c.bytes as f64 / 1048576.0
+            );
         }
         Cmd::Status { config, json } => {
             let cfg = PrimaryConfig::load(&config)?;

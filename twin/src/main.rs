@@ -59,6 +59,12 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9400")]
         metrics: SocketAddr,
     },
+    /// Read every durable frame of this box's log and check its crc,
+    /// without writing anything (safe while the daemon runs).
+    CheckLog {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// The twin's head, connection and lag.
     Status {
         #[arg(long, short)]
@@ -103,6 +109,18 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let cfg = TwinConfig::load(&config)?;
             let shutdown = daemon::shutdown_on_signals()?;
             daemon::serve_twin(cfg, shutdown).await?;
+        }
+        Cmd::CheckLog { config } => {
+            let cfg = TwinConfig::load(&config)?;
+            let c = daemon::check_log(&cfg.data_dir.join(daemon::LOG_DIR))?;
+            println!(
+                "frames {}..={} ({} frames, {} erased, {:.1} MiB): every crc checks",
+                c.first,
+                c.last,
+                c.frames,
+                c.erased,
+                c.bytes as f64 / 1048576.0
+            );
         }
         Cmd::Status { config, json } => {
             let cfg = TwinConfig::load(&config)?;
