@@ -7,5 +7,6 @@ pub mod daemon;
 pub mod log;
 pub mod net;
 pub mod node;
+pub mod pushlog;
 pub mod repl;
 pub mod wal;
