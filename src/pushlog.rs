@@ -55,18 +55,43 @@ pub enum PushLogError {
     Shape(String),
 }
 
+/// Schema metadata saying what a frame holds.
+const KIND_KEY: &str = "twinlog.pushlog";
+const KIND_PUSH: &str = "push";
+const KIND_CHECKPOINT: &str = "checkpoint";
+/// Checkpoint metadata: the archive's length before the compaction that
+/// wrote it, so an interrupted compaction can be rolled back.
+const ARCHIVE_LEN_KEY: &str = "twinlog.archive_len_before";
+
 /// The schema of a push frame: one row per ref update.
 pub fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
+    schema_with(KIND_PUSH, None)
+}
+
+fn schema_with(kind: &str, archive_len: Option<u64>) -> SchemaRef {
+    let mut meta = std::collections::HashMap::new();
+    meta.insert(KIND_KEY.to_string(), kind.to_string());
+    if let Some(len) = archive_len {
+        meta.insert(ARCHIVE_LEN_KEY.to_string(), len.to_string());
+    }
+    Arc::new(Schema::new_with_metadata(fields(), meta))
+}
+
+fn fields() -> Vec<Field> {
+    vec![
         Field::new("seq", DataType::UInt64, false),
         Field::new("at_ms", DataType::UInt64, false),
         Field::new("ref", DataType::Utf8, false),
         Field::new("old", DataType::FixedSizeBinary(OID_LEN as i32), true),
         Field::new("new", DataType::FixedSizeBinary(OID_LEN as i32), true),
-    ]))
+    ]
 }
 
 fn to_batch(push: &Push) -> Result<RecordBatch, PushLogError> {
+    to_batch_with(push, schema())
+}
+
+fn to_batch_with(push: &Push, schema: SchemaRef) -> Result<RecordBatch, PushLogError> {
     if push.updates.is_empty() {
         return Err(PushLogError::Empty);
     }
@@ -90,7 +115,7 @@ fn to_batch(push: &Push) -> Result<RecordBatch, PushLogError> {
         }
     }
     Ok(RecordBatch::try_new(
-        schema(),
+        schema,
         vec![
             Arc::new(seq.finish()),
             Arc::new(at.finish()),
@@ -119,7 +144,7 @@ fn column<T: 'static>(batch: &RecordBatch, i: usize) -> Result<&T, PushLogError>
 }
 
 fn from_batch(batch: &RecordBatch) -> Result<Push, PushLogError> {
-    if batch.schema() != schema() {
+    if batch.schema().fields() != &arrow_schema::Fields::from(fields()) {
         return Err(PushLogError::Shape("another schema".into()));
     }
     if batch.num_rows() == 0 {
@@ -157,25 +182,46 @@ pub fn encode_frame(push: &Push) -> Result<Vec<u8>, PushLogError> {
 /// The end-of-stream marker every frame ends with.
 const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 
-/// One frame from the front of `bytes`: its push and length, or None when
-/// the bytes do not hold a whole frame of exactly one push.
-fn decode_frame(bytes: &[u8]) -> Option<(Push, usize)> {
+/// What a frame holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Frame {
+    Push(Push),
+    /// The refs as a compaction folded them, and the archive's length
+    /// before that compaction.
+    Checkpoint(Push, u64),
+}
+
+/// One frame from the front of `bytes` and its length, or None when the
+/// bytes do not hold a whole frame of exactly one batch.
+fn decode_frame(bytes: &[u8]) -> Option<(Frame, usize)> {
     let mut cursor = Cursor::new(bytes);
-    let push = {
+    let frame = {
         let mut reader = StreamReader::try_new(&mut cursor, None).ok()?;
+        let meta = reader.schema().metadata().clone();
         let batch = reader.next()?.ok()?;
         if reader.next().is_some() || !reader.is_finished() {
             return None;
         }
-        from_batch(&batch).ok()?
+        let push = from_batch(&batch).ok()?;
+        match meta.get(KIND_KEY).map(String::as_str) {
+            Some(KIND_PUSH) => Frame::Push(push),
+            Some(KIND_CHECKPOINT) => {
+                let len = meta.get(ARCHIVE_LEN_KEY)?.parse().ok()?;
+                Frame::Checkpoint(push, len)
+            }
+            _ => return None,
+        }
     };
     let end = cursor.position() as usize;
-    (end >= EOS.len() && bytes[end - EOS.len()..end] == EOS).then_some((push, end))
+    (end >= EOS.len() && bytes[end - EOS.len()..end] == EOS).then_some((frame, end))
 }
 
 /// What a scan recovered, and what it threw away.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushLogScan {
+    /// The refs a compaction folded, as a push of creations, when the log
+    /// starts with one.
+    pub checkpoint: Option<Push>,
     pub pushes: Vec<Push>,
     /// Where the last whole frame ends.
     pub good_bytes: u64,
@@ -191,11 +237,15 @@ pub fn scan_frames(bytes: &[u8]) -> PushLogScan {
     let mut at = 0usize;
     while at < bytes.len() {
         match decode_frame(&bytes[at..]) {
-            Some((push, len)) => {
+            Some((Frame::Push(push), len)) => {
                 scan.pushes.push(push);
                 at += len;
             }
-            None => break,
+            Some((Frame::Checkpoint(state, _), len)) if at == 0 => {
+                scan.checkpoint = Some(state);
+                at += len;
+            }
+            _ => break,
         }
     }
     scan.good_bytes = at as u64;
@@ -203,21 +253,83 @@ pub fn scan_frames(bytes: &[u8]) -> PushLogScan {
     scan
 }
 
+/// When a log should be compacted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionPolicy {
+    /// Pushes in the live log before a compaction is due.
+    pub min_pushes: usize,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> Self {
+        CompactionPolicy { min_pushes: 1024 }
+    }
+}
+
+/// What one compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Pushes moved from the live log to the reflog archive.
+    pub retired: usize,
+    pub live_bytes_before: u64,
+    pub live_bytes_after: u64,
+    /// The archive's length after the compaction.
+    pub archive_bytes: u64,
+}
+
+/// Where a compaction stops: only a crash test asks for anything but
+/// `Swap`. Each earlier stop is what a crash right after that step leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The folded refs are written and fsynced beside the live log.
+    Staged,
+    /// The retired pushes are appended to the archive and fsynced too.
+    Archived,
+    /// The staged log replaced the live one (rename, directory fsync).
+    Swap,
+}
+
+fn sync_dir_of(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => File::open(".")?.sync_all(),
+    }
+}
+
 /// An append-only push log file. One `append` is one push, durable when it
-/// returns.
+/// returns. Compaction folds the live log's pushes into one checkpoint
+/// frame of the current refs and moves the pushes to a reflog archive
+/// beside it (`<file>.reflog`), so every push is kept exactly once, across
+/// both files, whatever step a crash interrupts.
 #[derive(Debug)]
 pub struct PushLog {
     path: PathBuf,
     file: File,
     len: u64,
+    checkpoint: Option<Push>,
     pushes: Vec<Push>,
 }
 
 impl PushLog {
+    /// The reflog archive beside a log.
+    pub fn archive_path(path: &Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".reflog");
+        PathBuf::from(name)
+    }
+
+    fn staged_path(path: &Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".compact");
+        PathBuf::from(name)
+    }
+
     /// Open or create the log at `path`. A torn tail is cut (and said so in
-    /// the logs), so the next push follows the last whole one.
+    /// the logs), so the next push follows the last whole one; a compaction
+    /// a crash interrupted before its swap is rolled back.
     pub fn open(path: impl AsRef<Path>) -> Result<PushLog, PushLogError> {
         let path = path.as_ref().to_path_buf();
+        Self::roll_back_compaction(&path)?;
         let created = !path.exists();
         let mut file = OpenOptions::new()
             .read(true)
@@ -226,9 +338,7 @@ impl PushLog {
             .truncate(false)
             .open(&path)?;
         if created {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                File::open(dir)?.sync_all()?;
-            }
+            sync_dir_of(&path)?;
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
@@ -245,8 +355,36 @@ impl PushLog {
             path,
             file,
             len: scan.good_bytes,
+            checkpoint: scan.checkpoint,
             pushes: scan.pushes,
         })
+    }
+
+    /// A staged compaction that never swapped: the archive may hold the
+    /// pushes the live log still holds. Cut the archive back to its length
+    /// before, then drop the staged file.
+    fn roll_back_compaction(path: &Path) -> Result<(), PushLogError> {
+        let staged = Self::staged_path(path);
+        if !staged.exists() {
+            return Ok(());
+        }
+        let bytes = std::fs::read(&staged)?;
+        if let Some((Frame::Checkpoint(_, archive_len), _)) = decode_frame(&bytes) {
+            let archive = Self::archive_path(path);
+            if archive.exists() {
+                let f = OpenOptions::new().write(true).open(&archive)?;
+                if f.metadata()?.len() > archive_len {
+                    f.set_len(archive_len)?;
+                    f.sync_all()?;
+                }
+            }
+        }
+        // A staged file that does not parse was cut before its fsync, and
+        // the archive was not touched yet.
+        std::fs::remove_file(&staged)?;
+        sync_dir_of(path)?;
+        tracing::warn!(path = %path.display(), "push log: rolled back an interrupted compaction");
+        Ok(())
     }
 
     /// Append one push as one frame, fsynced before this returns.
@@ -259,9 +397,120 @@ impl PushLog {
         Ok(())
     }
 
-    /// Every push, oldest first.
+    /// The pushes since the last compaction, oldest first.
     pub fn pushes(&self) -> &[Push] {
         &self.pushes
+    }
+
+    /// The refs now: the checkpoint, then every push since, in order.
+    pub fn refs(&self) -> std::collections::BTreeMap<String, [u8; OID_LEN]> {
+        let mut refs = std::collections::BTreeMap::new();
+        for push in self.checkpoint.iter().chain(&self.pushes) {
+            for u in &push.updates {
+                match u.new {
+                    Some(oid) => refs.insert(u.name.clone(), oid),
+                    None => refs.remove(&u.name),
+                };
+            }
+        }
+        refs
+    }
+
+    /// Every push ever appended, oldest first: the archive's, then the live
+    /// log's.
+    pub fn history(&self) -> Result<Vec<Push>, PushLogError> {
+        let archive = Self::archive_path(&self.path);
+        let mut all = match std::fs::read(&archive) {
+            Ok(bytes) => scan_frames(&bytes).pushes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        all.extend(self.pushes.iter().cloned());
+        Ok(all)
+    }
+
+    /// Whether `policy` says a compaction is due.
+    pub fn compaction_due(&self, policy: &CompactionPolicy) -> bool {
+        self.pushes.len() >= policy.min_pushes.max(1)
+    }
+
+    /// Compact: stage one checkpoint frame of the current refs (fsync),
+    /// append the live pushes to the archive (fsync), then rename the staged
+    /// file over the live log (directory fsync). `finish` stops early, as a
+    /// crash would; `open` rolls such a compaction back.
+    pub fn compact(&mut self, finish: Finish) -> Result<CompactionReport, PushLogError> {
+        let archive_path = Self::archive_path(&self.path);
+        let archive_len = std::fs::metadata(&archive_path).map_or(0, |m| m.len());
+        let state = Push {
+            seq: self
+                .pushes
+                .last()
+                .or(self.checkpoint.as_ref())
+                .map_or(0, |p| p.seq),
+            at_ms: self
+                .pushes
+                .last()
+                .or(self.checkpoint.as_ref())
+                .map_or(0, |p| p.at_ms),
+            updates: self
+                .refs()
+                .into_iter()
+                .map(|(name, oid)| RefUpdate {
+                    name,
+                    old: None,
+                    new: Some(oid),
+                })
+                .collect(),
+        };
+        let mut frame = Vec::new();
+        if !state.updates.is_empty() {
+            let batch = to_batch_with(&state, schema_with(KIND_CHECKPOINT, Some(archive_len)))?;
+            let mut w = StreamWriter::try_new(Vec::new(), &batch.schema())?;
+            w.write(&batch)?;
+            w.finish()?;
+            frame = w.into_inner()?;
+        }
+        let staged_path = Self::staged_path(&self.path);
+        {
+            let staged = File::create(&staged_path)?;
+            staged.write_all_at(&frame, 0)?;
+            staged.sync_all()?;
+        }
+        let mut report = CompactionReport {
+            retired: self.pushes.len(),
+            live_bytes_before: self.len,
+            live_bytes_after: frame.len() as u64,
+            archive_bytes: archive_len,
+        };
+        if finish == Finish::Staged {
+            return Ok(report);
+        }
+        {
+            let archive = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&archive_path)?;
+            let mut retired = Vec::new();
+            for push in &self.pushes {
+                retired.extend_from_slice(&encode_frame(push)?);
+            }
+            std::io::Write::write_all(&mut &archive, &retired)?;
+            archive.sync_all()?;
+            report.archive_bytes = archive_len + retired.len() as u64;
+            if archive_len == 0 {
+                sync_dir_of(&archive_path)?;
+            }
+        }
+        if finish == Finish::Archived {
+            return Ok(report);
+        }
+        std::fs::rename(&staged_path, &self.path)?;
+        sync_dir_of(&self.path)?;
+        self.file = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        self.len = frame.len() as u64;
+        self.checkpoint = (!state.updates.is_empty()).then_some(state);
+        self.pushes.clear();
+        Ok(report)
     }
 
     /// The file's length: the end of the last whole frame.
@@ -269,9 +518,9 @@ impl PushLog {
         self.len
     }
 
-    /// Whether no push was ever appended.
+    /// Whether the live log holds no push and no checkpoint.
     pub fn is_empty(&self) -> bool {
-        self.pushes.is_empty()
+        self.pushes.is_empty() && self.checkpoint.is_none()
     }
 
     pub fn path(&self) -> &Path {

@@ -133,3 +133,59 @@ fn a_frame_of_four_refs_costs_what_the_seed_measured() {
     assert!(frame.len() < 4096, "{} bytes", frame.len());
     eprintln!("bytes per frame, 4 refs: {}", frame.len());
 }
+
+use twinlog::pushlog::{CompactionPolicy, Finish};
+
+/// A compaction stopped after any step, as a crash would stop it, leaves
+/// every push exactly once across the live log and the archive, and the
+/// same refs; a finished one shrinks the live log to one checkpoint frame.
+#[test]
+fn compaction_keeps_every_push_exactly_once_whatever_step_it_stops_at() {
+    for finish in [Finish::Staged, Finish::Archived, Finish::Swap] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("refs.pushlog");
+        let mut log = PushLog::open(&path).expect("open");
+        for seq in 1..=10 {
+            log.append(&push(seq)).expect("append");
+        }
+        // A first compaction that finished, so the archive is not empty.
+        assert!(log.compaction_due(&CompactionPolicy { min_pushes: 10 }));
+        log.compact(Finish::Swap).expect("compact");
+        for seq in 11..=30 {
+            log.append(&push(seq)).expect("append");
+        }
+        let refs = log.refs();
+        let before = log.len();
+        let report = log.compact(finish).expect("compact");
+        drop(log);
+        let log = PushLog::open(&path).expect("reopen");
+        let history: Vec<u64> = log
+            .history()
+            .expect("history")
+            .iter()
+            .map(|p| p.seq)
+            .collect();
+        assert_eq!(
+            history,
+            (1..=30).collect::<Vec<_>>(),
+            "{finish:?}: every push once"
+        );
+        assert_eq!(log.refs(), refs, "{finish:?}: the same refs");
+        assert!(!PushLog::archive_path(&path)
+            .with_extension("compact")
+            .exists());
+        if finish == Finish::Swap {
+            assert!(log.pushes().is_empty());
+            assert!(log.len() < before, "{} -> {}", before, log.len());
+            eprintln!(
+                "compaction of {} pushes: live log {} -> {} bytes",
+                report.retired, report.live_bytes_before, report.live_bytes_after
+            );
+        } else {
+            assert_eq!(log.pushes().len(), 20, "{finish:?}: rolled back");
+        }
+        let mut log = log;
+        log.append(&push(31)).expect("append after");
+        assert_eq!(log.history().expect("history").len(), 31);
+    }
+}
