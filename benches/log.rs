@@ -25,6 +25,10 @@
 //! (~400 MiB/s instead of ~3 GiB/s), which would land on whichever case runs
 //! first and make every MiB/s ratio meaningless.
 
+mod common;
+
+use common::*;
+
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
@@ -36,7 +40,9 @@ use std::time::{Duration, Instant};
 
 use twinlog::log::{Log, APP_KIND_FIRST};
 
-const MIB: u64 = 1 << 20;
+/// The `bench` field of every line this program prints.
+const BENCH: &str = "log";
+
 /// The kind every frame of the bench carries.
 const KIND: u16 = APP_KIND_FIRST;
 /// Frames staged between two `sync_through` calls when a big log is built.
@@ -144,94 +150,6 @@ fn main() {
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// One JSON line: fields in order, values already encoded.
-struct Line {
-    value: f64,
-    fields: Vec<(&'static str, String)>,
-}
-
-impl Line {
-    fn new(case: &str, value: f64, unit: &str) -> Line {
-        Line {
-            value,
-            fields: vec![
-                ("bench", json_str("log")),
-                ("case", json_str(case)),
-                ("value", json_num(value)),
-                ("unit", json_str(unit)),
-            ],
-        }
-    }
-
-    /// The case this one is compared with, and `ratio` = value / baseline.
-    fn baseline(mut self, case: &str, baseline: f64) -> Line {
-        let ratio = self.value / baseline;
-        self.fields.push(("baseline", json_str(case)));
-        self.fields.push(("ratio", json_num(ratio)));
-        self
-    }
-
-    fn target(mut self, target: f64) -> Line {
-        self.fields.push(("target", json_num(target)));
-        self
-    }
-
-    fn lower_is_better(mut self) -> Line {
-        self.fields.push(("lower_is_better", "true".into()));
-        self
-    }
-
-    fn num(mut self, key: &'static str, v: f64) -> Line {
-        self.fields.push((key, json_num(v)));
-        self
-    }
-
-    fn int(mut self, key: &'static str, v: u64) -> Line {
-        self.fields.push((key, v.to_string()));
-        self
-    }
-
-    fn flag(mut self, key: &'static str, v: bool) -> Line {
-        self.fields.push((key, v.to_string()));
-        self
-    }
-
-    /// Print the line to stdout; answers the value for later ratios.
-    fn print(self) -> f64 {
-        let body: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(k, v)| format!("{}:{v}", json_str(k)))
-            .collect();
-        println!("{{{}}}", body.join(","));
-        self.value
-    }
-}
-
-/// A JSON string of plain ASCII names (no escaping needed, checked).
-fn json_str(s: &str) -> String {
-    assert!(
-        s.bytes()
-            .all(|c| c.is_ascii_graphic() && c != b'"' && c != b'\\'),
-        "{s:?} needs escaping"
-    );
-    format!("\"{s}\"")
-}
-
-/// A JSON number with at most 3 decimals; JSON has no NaN or infinity.
-fn json_num(v: f64) -> String {
-    if !v.is_finite() {
-        return "null".into();
-    }
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -242,33 +160,6 @@ fn median(v: &mut [f64]) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
-}
-
-fn mib_per_s(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / MIB as f64 / secs
-}
-
-/// A file of `len` bytes preallocated with fallocate mode 0 and fsynced, so
-/// the timed loop pays for writes and syncs only.
-fn preallocated(path: &Path, len: u64) -> File {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .expect("create the raw file");
-    let len = libc::off_t::try_from(len).expect("length fits off_t");
-    // SAFETY: fallocate takes a descriptor `f` owns, open for the call, and
-    // integers.
-    let ret = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) };
-    assert_eq!(ret, 0, "fallocate: {}", std::io::Error::last_os_error());
-    f.sync_all().expect("fsync the preallocated file");
-    f
-}
-
-/// A buffer that is not all zeros, so nothing can shortcut it.
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 131 + 7) as u8).collect()
 }
 
 /// Stage `frames` frames of 64..=128-byte blobs in batches, each batch made
@@ -519,7 +410,7 @@ impl Bench {
         }
         f.sync_data().expect("fdatasync");
         let secs = t.elapsed().as_secs_f64();
-        Line::new(name, mib_per_s(total, secs), "MiB/s")
+        Line::new(BENCH, name, mib_per_s(total, secs), "MiB/s")
             .int("mib", self.cfg.seq_write_mib)
             .num("secs", secs)
     }
@@ -555,7 +446,7 @@ impl Bench {
 
     fn raw_fdatasync_128b(&self, t: &Tally) -> Line {
         let mut lat = t.lat_us.clone();
-        Line::new("raw_fdatasync_128b", t.rate(), "records/s")
+        Line::new(BENCH, "raw_fdatasync_128b", t.rate(), "records/s")
             .int("records", t.records)
             .num("secs", t.secs)
             .int("rounds", u64::from(self.cfg.rounds))
@@ -577,7 +468,7 @@ impl Bench {
             64 => "append_128b_t64",
             _ => unreachable!("no case for {threads} threads"),
         };
-        let line = Line::new(name, t.rate(), "records/s");
+        let line = Line::new(BENCH, name, t.rate(), "records/s");
         let line = match vs {
             None => line.baseline("raw_fdatasync_128b", raw_sync).target(1.0),
             Some((t1, target)) => line.baseline("append_128b_t1", t1).target(target),
@@ -615,7 +506,7 @@ impl Bench {
         let t = Instant::now();
         Self::write_blob(&log, len);
         let secs = t.elapsed().as_secs_f64();
-        Line::new(name, mib_per_s(len, secs), "MiB/s")
+        Line::new(BENCH, name, mib_per_s(len, secs), "MiB/s")
             .baseline("raw_seq_write_1mib", raw_seq)
             .target(700.0)
             .int("mib", self.cfg.blob_mib)
@@ -649,7 +540,7 @@ impl Bench {
         }
         let secs = t.elapsed().as_secs_f64();
         let raw_mib_per_s = mib_per_s(frames * MIB, raw_secs);
-        Line::new(name, mib_per_s(frames * MIB, secs), "MiB/s")
+        Line::new(BENCH, name, mib_per_s(frames * MIB, secs), "MiB/s")
             .baseline("raw_seq_write_1mib", raw_seq)
             .target(700.0)
             .num("raw_1mib_fdatasync_mib_per_s", raw_mib_per_s)
@@ -686,7 +577,7 @@ impl Bench {
         let (min, max) = ms
             .iter()
             .fold((f64::MAX, 0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        Line::new(name, median(&mut ms), "ms")
+        Line::new(BENCH, name, median(&mut ms), "ms")
             .target(100.0)
             .lower_is_better()
             .int("frames", frames)
@@ -721,19 +612,24 @@ impl Bench {
         let bytes = child_value(&read, "bytes") as u64;
         assert_eq!(bytes, len, "read_pieces delivered every byte");
         let secs = child_value(&read, "secs");
-        Line::new(name, child_value(&read, "read_peak_kib") / 1024.0, "MiB")
-            .target(8.0)
-            .lower_is_better()
-            .int("blob_mib", self.cfg.read_mib)
-            .int("pieces", child_value(&read, "pieces") as u64)
-            .num("read_mib_per_s", mib_per_s(len, secs))
-            .flag("hwm_reset", child_value(&read, "read_reset") == 1.0)
-            .num("open_peak_mib_blob_in_open_segment", open_last_peak)
-            .num("open_ms_blob_in_open_segment", open_last_secs * 1e3)
-            .num(
-                "open_peak_mib_blob_sealed",
-                child_value(&read, "open_peak_kib") / 1024.0,
-            )
+        Line::new(
+            BENCH,
+            name,
+            child_value(&read, "read_peak_kib") / 1024.0,
+            "MiB",
+        )
+        .target(8.0)
+        .lower_is_better()
+        .int("blob_mib", self.cfg.read_mib)
+        .int("pieces", child_value(&read, "pieces") as u64)
+        .num("read_mib_per_s", mib_per_s(len, secs))
+        .flag("hwm_reset", child_value(&read, "read_reset") == 1.0)
+        .num("open_peak_mib_blob_in_open_segment", open_last_peak)
+        .num("open_ms_blob_in_open_segment", open_last_secs * 1e3)
+        .num(
+            "open_peak_mib_blob_sealed",
+            child_value(&read, "open_peak_kib") / 1024.0,
+        )
     }
 
     fn append_latency_growth(&self) -> Line {
@@ -766,7 +662,7 @@ impl Bench {
         let samples = us_small.len() as u64;
         let small_us = median(&mut us_small);
         let big_us = median(&mut us_big);
-        Line::new(name, big_us / small_us, "ratio")
+        Line::new(BENCH, name, big_us / small_us, "ratio")
             .target(1.1)
             .lower_is_better()
             .num("small_us", small_us)

@@ -38,6 +38,10 @@
 //! never a tmpfs `/tmp`), removed at the end. Before every bulk case the
 //! page cache is warmed as `benches/log.rs` explains.
 
+mod common;
+
+use common::*;
+
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
@@ -58,7 +62,9 @@ use twinlog::log::APP_KIND_FIRST;
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, Durability, Status};
 
-const MIB: u64 = 1 << 20;
+/// The `bench` field of every line this program prints.
+const BENCH: &str = "repl";
+
 /// The kind every frame of the bench carries.
 const KIND: u16 = APP_KIND_FIRST;
 /// The small frames' blob.
@@ -202,58 +208,12 @@ fn daemon_main(role: &str, config: &Path) {
     }
 }
 
-/// One JSON line: fields in order, values already encoded.
-struct Line {
-    value: f64,
-    fields: Vec<(&'static str, String)>,
+/// A case's line with what the processes spent meanwhile.
+trait WithUsage {
+    fn usage(self, u: &Usage) -> Line;
 }
 
-impl Line {
-    fn new(case: &str, value: f64, unit: &str) -> Line {
-        Line {
-            value,
-            fields: vec![
-                ("bench", json_str("repl")),
-                ("case", json_str(case)),
-                ("value", json_num(value)),
-                ("unit", json_str(unit)),
-            ],
-        }
-    }
-
-    /// The case this one is compared with, and `ratio` = value / baseline.
-    fn baseline(mut self, case: &str, baseline: f64) -> Line {
-        let ratio = self.value / baseline;
-        self.fields.push(("baseline", json_str(case)));
-        self.fields.push(("ratio", json_num(ratio)));
-        self
-    }
-
-    fn target(mut self, target: f64) -> Line {
-        self.fields.push(("target", json_num(target)));
-        self
-    }
-
-    fn lower_is_better(mut self) -> Line {
-        self.fields.push(("lower_is_better", "true".into()));
-        self
-    }
-
-    fn num(mut self, key: &'static str, v: f64) -> Line {
-        self.fields.push((key, json_num(v)));
-        self
-    }
-
-    fn int(mut self, key: &'static str, v: u64) -> Line {
-        self.fields.push((key, v.to_string()));
-        self
-    }
-
-    fn flag(mut self, key: &'static str, v: bool) -> Line {
-        self.fields.push((key, v.to_string()));
-        self
-    }
-
+impl WithUsage for Line {
     /// What the processes spent meanwhile.
     fn usage(self, u: &Usage) -> Line {
         self.num("cpu_primary", u.cores(0))
@@ -266,50 +226,11 @@ impl Line {
             .int("udp_datagrams", u.udp[0])
             .int("udp_drops", u.udp[1])
     }
-
-    /// Print the line to stdout; answers the value for later ratios.
-    fn print(self) -> f64 {
-        let body: Vec<String> = self
-            .fields
-            .iter()
-            .map(|(k, v)| format!("{}:{v}", json_str(k)))
-            .collect();
-        println!("{{{}}}", body.join(","));
-        self.value
-    }
 }
 
 /// The processors online.
 fn cores() -> u64 {
     std::thread::available_parallelism().map_or(0, |n| n.get() as u64)
-}
-
-/// A JSON string of plain ASCII names (no escaping needed, checked).
-fn json_str(s: &str) -> String {
-    assert!(
-        s.bytes()
-            .all(|c| c.is_ascii_graphic() && c != b'"' && c != b'\\'),
-        "{s:?} needs escaping"
-    );
-    format!("\"{s}\"")
-}
-
-/// A JSON number with at most 3 decimals; JSON has no NaN or infinity.
-fn json_num(v: f64) -> String {
-    if !v.is_finite() {
-        return "null".into();
-    }
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".into()
-    } else {
-        s.to_string()
-    }
-}
-
-fn mib_per_s(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / MIB as f64 / secs
 }
 
 /// The `q` quantile of sorted samples, by nearest rank.
@@ -319,29 +240,6 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// A buffer that is not all zeros, so nothing can shortcut it.
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 131 + 7) as u8).collect()
-}
-
-/// A file of `len` bytes preallocated with fallocate mode 0 and fsynced, so
-/// the timed loop pays for writes and syncs only.
-fn preallocated(path: &Path, len: u64) -> File {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .expect("create the raw file");
-    let len = libc::off_t::try_from(len).expect("length fits off_t");
-    // SAFETY: fallocate takes a descriptor `f` owns, open for the call, and
-    // integers.
-    let ret = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) };
-    assert_eq!(ret, 0, "fallocate: {}", std::io::Error::last_os_error());
-    f.sync_all().expect("fsync the preallocated file");
-    f
 }
 
 fn free_udp() -> SocketAddr {
@@ -960,7 +858,7 @@ impl Bench {
         let secs = t.elapsed().as_secs_f64();
         drop(f);
         std::fs::remove_file(&path).expect("remove the raw file");
-        Line::new(name, mib_per_s(total, secs), "MiB/s")
+        Line::new(BENCH, name, mib_per_s(total, secs), "MiB/s")
             .int("mib", self.cfg.bulk_mib)
             .num("secs", secs)
     }
@@ -1062,7 +960,7 @@ impl Bench {
                 .map(|c| c.0)
                 .unwrap_or_else(|| unreachable!("no case {d:?} at {tasks}"))
         };
-        let mut line = Line::new(name(durability), t.rate(), "appends/s");
+        let mut line = Line::new(BENCH, name(durability), t.rate(), "appends/s");
         if let Some(local) = local {
             line = line.baseline(name(Durability::Local), local.rate());
             if tasks > 1 {
@@ -1101,7 +999,7 @@ impl Bench {
         .await;
         let secs = t.elapsed().as_secs_f64();
         let usage = probe.since(pair);
-        Line::new("bulk_frames_1mib", mib_per_s(total, secs), "MiB/s")
+        Line::new(BENCH, "bulk_frames_1mib", mib_per_s(total, secs), "MiB/s")
             .baseline("raw_seq_write_1mib", raw_seq)
             .target(0.5)
             .int("frames", frames)
@@ -1151,7 +1049,7 @@ impl Bench {
         let hwm = [ppid, tpid].map(|p| vm_kib(p, "VmHWM"));
         let local_secs = watcher.await.expect("the watcher");
         assert_eq!(a.durability, Durability::Twin, "acknowledged as local");
-        let blob = Line::new("bulk_blob_1gib", mib_per_s(len, secs), "MiB/s")
+        let blob = Line::new(BENCH, "bulk_blob_1gib", mib_per_s(len, secs), "MiB/s")
             .baseline("raw_seq_write_1mib", raw_seq)
             .target(0.5)
             .int("mib", self.cfg.bulk_mib)
@@ -1160,7 +1058,7 @@ impl Bench {
             .num("twin_wait_secs", a.twin_wait.as_secs_f64())
             .usage(&usage);
         let rss = |i: usize, name: &str| {
-            Line::new(name, hwm[i] as f64 / 1024.0, "MiB")
+            Line::new(BENCH, name, hwm[i] as f64 / 1024.0, "MiB")
                 .target(64.0)
                 .lower_is_better()
                 .int("blob_mib", self.cfg.bulk_mib)
@@ -1197,7 +1095,7 @@ impl Bench {
         let usage = probe.since(pair);
         assert!(s.head >= last, "the head {} is behind {last}", s.head);
         let behind = s.head - acked_before;
-        Line::new("catchup_1m_frames", behind as f64 / secs, "frames/s")
+        Line::new(BENCH, "catchup_1m_frames", behind as f64 / secs, "frames/s")
             .int("frames", behind)
             .num("secs", secs)
             .num("append_frames_per_s", frames as f64 / append_secs)
@@ -1230,7 +1128,7 @@ impl Bench {
         rtt.sort_by(f64::total_cmp);
         let rate = samples.len() as f64 / secs;
         let line = |name: &str, q: f64| {
-            Line::new(name, quantile(&wait, q), "us")
+            Line::new(BENCH, name, quantile(&wait, q), "us")
                 .lower_is_better()
                 .num("rate", rate)
                 .int("target_rate", LAG_RATE)
