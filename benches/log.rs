@@ -29,8 +29,7 @@ mod common;
 
 use common::*;
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -358,33 +357,12 @@ impl Bench {
         value
     }
 
-    /// Flush the file system the bench writes to, so no case pays for an
-    /// earlier one's writeback.
     fn syncfs(&self) {
-        let root = File::open(&self.root).expect("open the bench's root dir");
-        // SAFETY: syncfs takes a descriptor `root` owns, open for the call.
-        let ret = unsafe { libc::syncfs(root.as_raw_fd()) };
-        assert_eq!(ret, 0, "syncfs: {}", std::io::Error::last_os_error());
+        syncfs(&self.root);
     }
 
-    /// Put `bytes` of data through the page cache and drop it unwritten (a
-    /// file deleted before any writeback), so the timed write that follows
-    /// finds the guest's memory warm. See the module's comment.
     fn warm_page_cache(&self, bytes: u64) {
-        let path = self.root.join("warm.tmp");
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create the warm-up file");
-        let buf = pattern(MIB as usize);
-        let mut at = 0;
-        while at < bytes {
-            f.write_all_at(&buf, at).expect("warm-up pwrite");
-            at += MIB;
-        }
-        drop(f);
-        std::fs::remove_file(&path).expect("remove the warm-up file");
+        warm_page_cache(&self.root, bytes);
     }
 
     fn dir(&self, name: &str) -> PathBuf {

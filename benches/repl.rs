@@ -43,9 +43,8 @@ mod common;
 use common::*;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -812,33 +811,12 @@ impl Bench {
         value
     }
 
-    /// Flush the file system the bench writes to, so no case pays for an
-    /// earlier one's writeback.
     fn syncfs(&self) {
-        let root = File::open(&self.root).expect("open the bench's root dir");
-        // SAFETY: syncfs takes a descriptor `root` owns, open for the call.
-        let ret = unsafe { libc::syncfs(root.as_raw_fd()) };
-        assert_eq!(ret, 0, "syncfs: {}", std::io::Error::last_os_error());
+        syncfs(&self.root);
     }
 
-    /// Put `bytes` of data through the page cache and drop it unwritten, so
-    /// the timed write that follows finds the guest's memory warm (see
-    /// `benches/log.rs`).
     fn warm_page_cache(&self, bytes: u64) {
-        let path = self.root.join("warm.tmp");
-        let f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .expect("create the warm-up file");
-        let buf = pattern(MIB as usize);
-        let mut at = 0;
-        while at < bytes {
-            f.write_all_at(&buf, at).expect("warm-up pwrite");
-            at += MIB;
-        }
-        drop(f);
-        std::fs::remove_file(&path).expect("remove the warm-up file");
+        warm_page_cache(&self.root, bytes);
     }
 
     /// The device: 1 MiB sequential writes into a preallocated file, one

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 pub const MIB: u64 = 1 << 20;
@@ -122,4 +123,35 @@ pub fn preallocated(path: &Path, len: u64) -> File {
 /// A buffer that is not all zeros, so nothing can shortcut it.
 pub fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 131 + 7) as u8).collect()
+}
+
+/// Flush the file system `root` is on, so no case pays for an earlier
+/// one's writeback.
+pub fn syncfs(root: &Path) {
+    let dir = File::open(root).expect("open the bench's root dir");
+    // SAFETY: syncfs takes a descriptor `dir` owns, open for the call.
+    let ret = unsafe { libc::syncfs(dir.as_raw_fd()) };
+    assert_eq!(ret, 0, "syncfs: {}", std::io::Error::last_os_error());
+}
+
+/// Put `bytes` of data through the page cache and drop it unwritten (a
+/// file deleted before any writeback), so the timed write that follows
+/// finds the guest's memory warm: on a VM whose host reclaims idle guest
+/// memory, the first hundreds of MiB written after a pause otherwise cost
+/// host page faults.
+pub fn warm_page_cache(root: &Path, bytes: u64) {
+    let path = root.join("warm.tmp");
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .expect("create the warm-up file");
+    let buf = pattern(MIB as usize);
+    let mut at = 0;
+    while at < bytes {
+        f.write_all_at(&buf, at).expect("warm-up pwrite");
+        at += MIB;
+    }
+    drop(f);
+    std::fs::remove_file(&path).expect("remove the warm-up file");
 }
