@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod log;
 pub mod net;
 pub mod node;
+pub mod objects;
 pub mod pushlog;
 pub mod repl;
 pub mod wal;
