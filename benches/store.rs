@@ -207,19 +207,23 @@ fn have_negotiation(cfg: &Config) {
         .collect();
     let hits = cfg.have_batches * HAVE_BATCH.div_ceil(HAVE_HIT_EVERY);
 
+    let arms: [&dyn Fn() -> f64; 5] = [
+        &|| have_pass(&four, &batches, hits),
+        &|| have_pass(&one, &batches, hits),
+        &|| have_pass(&fast, &batches, hits),
+        &|| have_pass(&no_fast, &batches, hits),
+        &|| have_pass_single(&one, &batches, hits),
+    ];
     let mut t = [vec![], vec![], vec![], vec![], vec![]];
     for round in 0..=cfg.have_rounds {
-        let r = [
-            have_pass(&four, &batches, hits),
-            have_pass(&one, &batches, hits),
-            have_pass(&fast, &batches, hits),
-            have_pass(&no_fast, &batches, hits),
-            have_pass_single(&one, &batches, hits),
-        ];
-        // Round 0 warms the caches and is not counted.
-        if round > 0 {
-            for (v, x) in t.iter_mut().zip(r) {
-                v.push(x);
+        // Each round starts at another arm, so none always runs right
+        // after the one that evicted its cache lines.
+        for k in 0..arms.len() {
+            let a = (round + k) % arms.len();
+            let ns = arms[a]();
+            // Round 0 warms the caches and is not counted.
+            if round > 0 {
+                t[a].push(ns);
             }
         }
     }

@@ -452,12 +452,13 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
         complete: bool,
         f: impl Fn(&TailRow) -> T,
     ) -> Result<()> {
-        let misses: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
-        if misses.is_empty() {
+        if complete && self.fast_path.load(Ordering::Relaxed) {
+            let misses = out.iter().filter(|r| r.is_none()).count();
+            bump(&self.counters.fast_path_misses, misses);
             return Ok(());
         }
-        if complete && self.fast_path.load(Ordering::Relaxed) {
-            bump(&self.counters.fast_path_misses, misses.len());
+        let misses: Vec<usize> = (0..out.len()).filter(|&i| out[i].is_none()).collect();
+        if misses.is_empty() {
             return Ok(());
         }
         bump(&self.counters.tail_lookups, misses.len());
