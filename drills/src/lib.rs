@@ -63,7 +63,7 @@ impl Rng {
 
 /// `--key value` arguments, and `--flag` alone for a true flag.
 #[derive(Debug, Default)]
-pub struct Args(std::collections::HashMap<String, String>);
+pub struct Args(pub std::collections::HashMap<String, String>);
 
 impl Args {
     pub fn parse(flags: &[&str]) -> Result<Args> {
