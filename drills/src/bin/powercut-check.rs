@@ -256,6 +256,7 @@ fn run() -> Result<bool> {
             "failed_states": ck.failed,
             "replay_all_identical": identical,
             "check_seconds": (seconds * 10.0).round() / 10.0,
+            "guest_seconds": args.num("guest-seconds", 0)?,
             "passed": ok,
         })
     );
