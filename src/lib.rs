@@ -10,4 +10,5 @@ pub mod node;
 pub mod objects;
 pub mod pushlog;
 pub mod repl;
+pub mod store;
 pub mod wal;

@@ -319,8 +319,12 @@ impl PushLog {
     }
 
     fn staged_path(path: &Path) -> PathBuf {
+        Self::beside(path, ".compact")
+    }
+
+    fn beside(path: &Path, suffix: &str) -> PathBuf {
         let mut name = path.as_os_str().to_owned();
-        name.push(".compact");
+        name.push(suffix);
         PathBuf::from(name)
     }
 
@@ -329,6 +333,7 @@ impl PushLog {
     /// a crash interrupted before its swap is rolled back.
     pub fn open(path: impl AsRef<Path>) -> Result<PushLog, PushLogError> {
         let path = path.as_ref().to_path_buf();
+        Self::finish_retain(&path)?;
         Self::roll_back_compaction(&path)?;
         let created = !path.exists();
         let mut file = OpenOptions::new()
@@ -395,6 +400,66 @@ impl PushLog {
         self.len += frame.len() as u64;
         self.pushes.push(push.clone());
         Ok(())
+    }
+
+    /// Drop every push of a seq before `before`, from the live log and the
+    /// archive: the pushes kept are written to `<file>.erasing` (fsync),
+    /// which a rename to `<file>.erased` marks whole; then the archive is
+    /// removed and `.erased` renamed over the live log. A crash before the
+    /// first rename keeps the old log; after it, `open` finishes the job.
+    /// The result is an uncompacted log, as if the dropped pushes had never
+    /// been appended. Returns how many pushes went.
+    pub fn retain_from(&mut self, before: u64) -> Result<usize, PushLogError> {
+        let history = self.history()?;
+        let (kept, dropped): (Vec<Push>, Vec<Push>) =
+            history.into_iter().partition(|p| p.seq >= before);
+        if dropped.is_empty() {
+            return Ok(0);
+        }
+        let erasing = Self::beside(&self.path, ".erasing");
+        {
+            let mut bytes = Vec::new();
+            for push in &kept {
+                bytes.extend_from_slice(&encode_frame(push)?);
+            }
+            let f = File::create(&erasing)?;
+            f.write_all_at(&bytes, 0)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&erasing, Self::beside(&self.path, ".erased"))?;
+        sync_dir_of(&self.path)?;
+        Self::finish_retain(&self.path)?;
+        *self = PushLog::open(&self.path)?;
+        Ok(dropped.len())
+    }
+
+    /// Finish a `retain_from` a crash interrupted, or drop its unfinished
+    /// staged file.
+    fn finish_retain(path: &Path) -> Result<(), PushLogError> {
+        let erasing = Self::beside(path, ".erasing");
+        if erasing.exists() {
+            std::fs::remove_file(&erasing)?;
+        }
+        let erased = Self::beside(path, ".erased");
+        if !erased.exists() {
+            return Ok(());
+        }
+        match std::fs::remove_file(Self::archive_path(path)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        std::fs::rename(&erased, path)?;
+        sync_dir_of(path)?;
+        Ok(())
+    }
+
+    /// The seq of the last push held, 0 for none.
+    pub fn last_seq(&self) -> u64 {
+        self.pushes
+            .last()
+            .or(self.checkpoint.as_ref())
+            .map_or(0, |p| p.seq)
     }
 
     /// The pushes since the last compaction, oldest first.

@@ -204,3 +204,26 @@ fn documented_kind_values_are_the_code_s() {
     }
     assert_eq!(twinlog::log::APP_KIND_FIRST, 0x8000);
 }
+
+#[test]
+fn archive_record_table_matches_the_code() {
+    use twinlog::store::archive::{ARCHIVE_MAGIC, RECORD_HEADER_LEN};
+    let d = doc();
+    let rows = table(&d, "Archive record fields");
+    contiguous(&rows, RECORD_HEADER_LEN as usize);
+    let fields: Vec<&str> = rows.iter().map(|(_, _, f)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "seq",
+            "body_len",
+            "objects",
+            "body_crc",
+            "kind",
+            "header_crc",
+            "reserved"
+        ]
+    );
+    assert!(d.contains("89 54 57 50 0D 0A 1A 0A"));
+    assert_eq!(ARCHIVE_MAGIC, *b"\x89TWP\r\n\x1a\n");
+}

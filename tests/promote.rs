@@ -54,7 +54,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     let client = daemon::load::admin_client(&pc).await.expect("admin");
     for i in 0..20u8 {
         let (_, d) = client
-            .append(2, b"", &[i; 100], Durability::Twin)
+            .append(0x8000, b"", &[i; 100], Durability::Twin)
             .await
             .expect("append");
         assert_eq!(d, Durability::Twin);
@@ -101,7 +101,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
         );
     }
     let (seq, d) = client
-        .append(2, b"", b"after", Durability::Local)
+        .append(0x8000, b"", b"after", Durability::Local)
         .await
         .expect("append");
     assert_eq!((seq, d), (21, Durability::Local));

@@ -142,6 +142,38 @@ fn documented_client_indices_are_the_encoder_s() {
         ("Read", Request::Read { seq: 1 }),
         ("Status", Request::Status),
         ("Tail", Request::Tail { from: 1 }),
+        (
+            "CreateRepo",
+            Request::CreateRepo {
+                repo: "r".into(),
+                durability: Durability::Twin,
+            },
+        ),
+        (
+            "Push",
+            Request::Push {
+                repo: "r".into(),
+                pack_len: 0,
+                updates: Vec::new(),
+                durability: Durability::Twin,
+            },
+        ),
+        ("Refs", Request::Refs { repo: "r".into() }),
+        ("PushHistory", Request::PushHistory { repo: "r".into() }),
+        (
+            "ReadObject",
+            Request::ReadObject {
+                repo: "r".into(),
+                oid: [0; 20],
+            },
+        ),
+        (
+            "Have",
+            Request::Have {
+                repo: "r".into(),
+                oids: Vec::new(),
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
@@ -167,6 +199,25 @@ fn documented_client_indices_are_the_encoder_s() {
         ),
         ("Status", Response::Status(Status::default())),
         ("Error", Response::Error(ApiError::BadRequest("x".into()))),
+        (
+            "Pushed",
+            Response::Pushed {
+                pack_seq: None,
+                refs_seq: Some(1),
+                objects: 0,
+                durability: Durability::Twin,
+                twin_wait_us: 0,
+            },
+        ),
+        ("Listing", Response::Listing { len: 0 }),
+        (
+            "Object",
+            Response::Object {
+                obj_type: 3,
+                len: 0,
+            },
+        ),
+        ("Absent", Response::Absent),
     ];
     for (name, r) in responses {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");

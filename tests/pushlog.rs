@@ -273,3 +273,60 @@ for i in range(r.num_record_batches):
         "pyarrow sees one batch per push, exactly the pushes written"
     );
 }
+
+#[test]
+fn retain_from_drops_old_pushes_from_a_compacted_log_whatever_a_crash_stops() {
+    use twinlog::pushlog::Finish;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("refs.pushlog");
+    let build = || {
+        let _ = std::fs::remove_dir_all(dir.path());
+        std::fs::create_dir_all(dir.path()).expect("mkdir");
+        let mut log = PushLog::open(&path).expect("open");
+        for seq in 1..=6 {
+            log.append(&push(seq)).expect("append");
+        }
+        log.compact(Finish::Swap).expect("compact");
+        for seq in 7..=9 {
+            log.append(&push(seq)).expect("append");
+        }
+        log
+    };
+    let seqs = |log: &PushLog| -> Vec<u64> {
+        log.history()
+            .expect("history")
+            .iter()
+            .map(|p| p.seq)
+            .collect()
+    };
+    let mut log = build();
+    assert_eq!(log.retain_from(5).expect("retain"), 4);
+    assert_eq!(seqs(&log), vec![5, 6, 7, 8, 9]);
+    drop(log);
+    let log = PushLog::open(&path).expect("reopen");
+    assert_eq!(seqs(&log), vec![5, 6, 7, 8, 9]);
+    assert!(!PushLog::archive_path(&path).exists());
+
+    // A crash while the kept pushes were being written: the old log stays.
+    let log = build();
+    drop(log);
+    let beside = |s: &str| {
+        let mut p = path.as_os_str().to_owned();
+        p.push(s);
+        std::path::PathBuf::from(p)
+    };
+    std::fs::write(beside(".erasing"), b"torn").expect("write");
+    let log = PushLog::open(&path).expect("reopen");
+    assert_eq!(seqs(&log), (1..=9).collect::<Vec<_>>());
+    assert!(!beside(".erasing").exists());
+
+    // A crash after the kept pushes were marked whole: open finishes.
+    let log = build();
+    let kept: Vec<u8> = (5..=9)
+        .flat_map(|s| encode_frame(&push(s)).expect("f"))
+        .collect();
+    drop(log);
+    std::fs::write(beside(".erased"), &kept).expect("write");
+    let log = PushLog::open(&path).expect("reopen");
+    assert_eq!(seqs(&log), vec![5, 6, 7, 8, 9]);
+}

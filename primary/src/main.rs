@@ -9,6 +9,8 @@ use twinlog::daemon::{self, DaemonError, PrimaryConfig};
 use twinlog::net::Fingerprint;
 use twinlog::node::{Client, Durability};
 
+mod repo;
+
 #[derive(Parser)]
 #[command(
     name = "primary",
@@ -110,6 +112,14 @@ enum Cmd {
         config: PathBuf,
         #[arg(long, default_value_t = 1)]
         from: u64,
+    },
+    /// The store's repositories: create, import from git, refs, history,
+    /// objects.
+    Repo {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(subcommand)]
+        cmd: repo::RepoCmd,
     },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
@@ -239,6 +249,11 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             {
                 println!("{} {} {}", e.seq, e.kind, e.blob.len());
             }
+        }
+        Cmd::Repo { config, cmd } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            repo::run(&client, cmd).await?;
         }
         Cmd::Read { config, seq, out } => {
             let cfg = PrimaryConfig::load(&config)?;

@@ -31,6 +31,8 @@ pub const CERT_FILE: &str = "cert.pem";
 pub const KEY_FILE: &str = "key.pem";
 pub const ADMIN_DIR: &str = "admin";
 pub const LOG_DIR: &str = "log";
+/// The store's directory in a data directory.
+pub const STORE_DIR: &str = "store";
 pub const PRIMARY_CONFIG: &str = "primary.toml";
 pub const TWIN_CONFIG: &str = "twin.toml";
 
@@ -57,6 +59,8 @@ pub enum DaemonError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Log(#[from] crate::log::Error),
+    #[error("store: {0}")]
+    Store(Box<crate::store::StoreError>),
     #[error(transparent)]
     Net(#[from] NetError),
     #[error("{0}")]
@@ -65,6 +69,12 @@ pub enum DaemonError {
     Initialized(PathBuf),
     #[error("{0}")]
     Setup(String),
+}
+
+impl From<crate::store::StoreError> for DaemonError {
+    fn from(e: crate::store::StoreError) -> DaemonError {
+        DaemonError::Store(Box::new(e))
+    }
 }
 
 impl DaemonError {
@@ -260,6 +270,20 @@ fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError
     )?))
 }
 
+/// The store beside the log, caught up with it before anything is served.
+async fn open_store(
+    log: &Arc<Log>,
+    data_dir: &Path,
+) -> Result<Arc<crate::node::store::StoreHost>, DaemonError> {
+    let log = log.clone();
+    let dir = data_dir.join(STORE_DIR);
+    Ok(tokio::task::spawn_blocking(move || {
+        crate::node::store::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
+    })
+    .await
+    .map_err(|e| DaemonError::Setup(format!("opening the store: {e}")))??)
+}
+
 fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
     out.push_str(&format!(
         "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
@@ -318,8 +342,9 @@ pub async fn serve_primary(
     }
     let pins = Arc::new(pins);
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let store = open_store(&log, &cfg.data_dir).await?;
     let endpoint = net::server(cfg.listen, &identity, pins.clone())?;
-    let node = Primary::new(
+    let node = Primary::with_store(
         log.clone(),
         pins,
         NodePrimaryConfig {
@@ -327,6 +352,7 @@ pub async fn serve_primary(
             timers: cfg.timers.timers(),
             epoch: Epoch::load(&cfg.data_dir)?.get(),
         },
+        Some(store),
     );
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
     let status_node = node.clone();
@@ -409,6 +435,7 @@ pub async fn serve_twin(
     })?;
     let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let store = open_store(&log, &cfg.data_dir).await?;
     let endpoint = net::client(&identity, pins)?;
     let node = Twin::new(
         log.clone(),
@@ -419,6 +446,17 @@ pub async fn serve_twin(
             ..NodeTwinConfig::default()
         },
     );
+    // The store follows the durable head: one catch-up per wake, however
+    // many batches became durable meanwhile.
+    let applier = crate::node::store::Applier::start(store)?;
+    let waker = applier.waker();
+    let mut durable = node.durable();
+    let follow = tokio::spawn(async move {
+        waker.wake();
+        while durable.changed().await.is_ok() {
+            waker.wake();
+        }
+    });
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
     let status_node = node.clone();
     let handler: http::Handler = Arc::new(move |path| {
@@ -467,6 +505,11 @@ pub async fn serve_twin(
     );
     node.run(endpoint, shutdown).await;
     log.sync()?;
+    follow.abort();
+    let _ = follow.await;
+    tokio::task::spawn_blocking(move || applier.stop())
+        .await
+        .map_err(|e| DaemonError::Setup(format!("stopping the store: {e}")))?;
     tracing::info!(head = log.head_seq(), "twin stopped");
     Ok(())
 }

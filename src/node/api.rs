@@ -33,7 +33,58 @@ pub enum Request {
     /// Frames from `from` on, each as it becomes durable, until the client
     /// closes the stream: a `Response::Frame` and its blob per frame.
     Tail { from: u64 },
+    /// Create a repository in the store.
+    CreateRepo {
+        repo: String,
+        durability: Durability,
+    },
+    /// A push: `pack_len` bytes of objects follow (a Pack frame's blob,
+    /// docs/FORMAT.md), then the ref updates apply, each from where the ref
+    /// is now. Either part may be empty, not both.
+    Push {
+        repo: String,
+        pack_len: u64,
+        updates: Vec<RefMove>,
+        durability: Durability,
+    },
+    /// A repository's current refs: `Response::Listing` of [`RefsListing`].
+    Refs { repo: String },
+    /// A repository's pushes: `Response::Listing` of [`HistoryListing`].
+    PushHistory { repo: String },
+    /// One object: `Response::Object` and its bytes, or `Response::Absent`.
+    ReadObject { repo: String, oid: [u8; 20] },
+    /// Which of these objects the repository holds (at most [`MAX_HAVE`]).
+    Have { repo: String, oids: Vec<[u8; 20]> },
 }
+
+/// The most oids one `Have` asks about: the request stays well inside a
+/// control message.
+pub const MAX_HAVE: usize = 2048;
+/// The largest listing a `Response::Listing` announces.
+pub const MAX_LISTING: u64 = 64 << 20;
+
+/// A ref moved by a push: created (`old` None), deleted (`new` None) or
+/// updated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefMove {
+    pub name: String,
+    pub old: Option<[u8; 20]>,
+    pub new: Option<[u8; 20]>,
+}
+
+/// A repository's refs, by name.
+pub type RefsListing = Vec<(String, [u8; 20])>;
+
+/// One push as the history lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushRecord {
+    pub seq: u64,
+    pub at_ms: u64,
+    pub updates: Vec<RefMove>,
+}
+
+/// A repository's pushes, oldest first.
+pub type HistoryListing = Vec<PushRecord>;
 
 /// What the primary answers.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +109,27 @@ pub enum Response {
     /// The request was refused or failed; nothing was changed unless the
     /// error says the frame is durable locally.
     Error(ApiError),
+    /// A push landed: its frames, as durable as `durability` says.
+    Pushed {
+        pack_seq: Option<u64>,
+        refs_seq: Option<u64>,
+        objects: u64,
+        durability: Durability,
+        twin_wait_us: u64,
+    },
+    /// `len` bytes of a postcard-encoded listing follow.
+    Listing {
+        len: u64,
+    },
+    /// An object: its type (git's number) and its `len` bytes follow.
+    Object {
+        obj_type: u8,
+        len: u64,
+    },
+    /// The object is not in the repository.
+    Absent,
+    /// `Have`'s answer, one per oid asked.
+    Have(Vec<bool>),
 }
 
 /// A request's failure, by name.
@@ -79,6 +151,50 @@ pub enum ApiError {
     /// The request did not decode or its bytes ran short.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// No such repository.
+    #[error("no repository {0:?}")]
+    NoRepo(String),
+    /// The repository exists already.
+    #[error("repository {0:?} exists")]
+    RepoExists(String),
+    /// A ref is not where the push said it was: nothing was written.
+    #[error("ref {name} is at {current}, the push expected {expected}")]
+    RefMoved {
+        name: String,
+        expected: String,
+        current: String,
+    },
+    /// A push whose pack or updates do not check: nothing was written.
+    #[error("push refused: {0}")]
+    BadPush(String),
+    /// The store failed or refused otherwise.
+    #[error("store: {0}")]
+    Store(String),
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> ApiError {
+        use crate::store::StoreError as E;
+        match e {
+            E::NoRepo(r) => ApiError::NoRepo(r),
+            E::RepoExists(r) => ApiError::RepoExists(r),
+            E::RefMoved {
+                name,
+                expected,
+                current,
+            } => ApiError::RefMoved {
+                name,
+                expected,
+                current,
+            },
+            E::BadPush(why) => ApiError::BadPush(why),
+            E::BadFrame { why, .. } => ApiError::BadPush(why),
+            E::BadName { name, why } => ApiError::BadRequest(format!("{name:?}: {why}")),
+            E::TooLarge { .. } => ApiError::BadPush(e.to_string()),
+            E::Log(l) => ApiError::Refused(l.to_string()),
+            other => ApiError::Store(other.to_string()),
+        }
+    }
 }
 
 /// The primary's view of itself and its twin.

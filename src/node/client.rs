@@ -35,7 +35,7 @@ pub struct Appended {
 #[derive(Debug)]
 pub struct Client {
     _endpoint: quinn::Endpoint,
-    conn: quinn::Connection,
+    pub(crate) conn: quinn::Connection,
 }
 
 impl Client {
@@ -58,7 +58,7 @@ impl Client {
         })
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         req: &Request,
         blob: &[u8],
@@ -74,7 +74,7 @@ impl Client {
     }
 
     /// The answer to a request: a named error, or the response.
-    async fn response(recv: &mut quinn::RecvStream) -> Result<Response, ClientError> {
+    pub(crate) async fn response(recv: &mut quinn::RecvStream) -> Result<Response, ClientError> {
         match net::read_msg::<Response>(recv).await? {
             None => Err(ClientError::Unexpected("no answer".into())),
             Some(Response::Error(e)) => Err(e.into()),
@@ -113,7 +113,7 @@ impl Client {
         Self::appended(self.call(&req, blob).await?.0)
     }
 
-    fn appended(resp: Response) -> Result<Appended, ClientError> {
+    pub(crate) fn appended(resp: Response) -> Result<Appended, ClientError> {
         match resp {
             Response::Appended {
                 seq,

@@ -1,0 +1,107 @@
+//! `primary repo ...`: the store's client commands, through the running
+//! daemon as its admin client.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use twinlog::daemon::DaemonError;
+use twinlog::node::{Client, Durability};
+use twinlog::store::frames::{hex, type_name, unhex};
+
+#[derive(Subcommand)]
+pub enum RepoCmd {
+    /// Create a repository.
+    Create { name: String },
+    /// Import a git repository's objects and refs (git must be installed).
+    Import {
+        name: String,
+        /// The git repository (a work tree or a bare repository).
+        #[arg(long)]
+        git: PathBuf,
+        #[arg(long, default_value_t = 8)]
+        pack_mib: usize,
+    },
+    /// A repository's current refs: `<oid> <name>` per line.
+    Refs { name: String },
+    /// A repository's pushes, oldest first.
+    History { name: String },
+    /// An object's bytes to stdout (its type on stderr).
+    Cat { name: String, oid: String },
+    /// Which of these objects the repository holds: `<oid> yes|no`.
+    Have { name: String, oids: Vec<String> },
+}
+
+fn failed(e: impl std::fmt::Display) -> DaemonError {
+    DaemonError::Setup(e.to_string())
+}
+
+fn oid_arg(s: &str) -> Result<[u8; 20], DaemonError> {
+    unhex::<20>(s).ok_or_else(|| failed(format!("{s:?} is not a 40-digit hex object id")))
+}
+
+pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
+    match cmd {
+        RepoCmd::Create { name } => {
+            let a = client
+                .create_repo(&name, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            println!("created {name} at {} ({:?})", a.seq, a.durability);
+        }
+        RepoCmd::Import {
+            name,
+            git,
+            pack_mib,
+        } => {
+            let started = std::time::Instant::now();
+            let r = client
+                .import_git(&git, &name, pack_mib << 20, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "imported {} objects ({:.1} MiB) in {} packs and {} refs in {secs:.1} s ({:.0} objects/s)",
+                r.objects,
+                r.bytes as f64 / 1048576.0,
+                r.packs,
+                r.refs,
+                r.objects as f64 / secs.max(1e-9)
+            );
+        }
+        RepoCmd::Refs { name } => {
+            for (r, oid) in client.refs(&name).await.map_err(failed)? {
+                println!("{} {r}", hex(&oid));
+            }
+        }
+        RepoCmd::History { name } => {
+            let show = |o: Option<[u8; 20]>| o.map_or_else(|| "-".repeat(40), |o| hex(&o));
+            for p in client.push_history(&name).await.map_err(failed)? {
+                println!("push {} at {} ms", p.seq, p.at_ms);
+                for u in p.updates {
+                    println!("  {} {} {}", show(u.old), show(u.new), u.name);
+                }
+            }
+        }
+        RepoCmd::Cat { name, oid } => {
+            let oid = oid_arg(&oid)?;
+            match client.read_object(&name, oid).await.map_err(failed)? {
+                Some((t, data)) => {
+                    eprintln!("{} {}", type_name(t), data.len());
+                    std::io::Write::write_all(&mut std::io::stdout(), &data)?;
+                }
+                None => return Err(failed(format!("no object {} in {name}", hex(&oid)))),
+            }
+        }
+        RepoCmd::Have { name, oids } => {
+            let parsed = oids
+                .iter()
+                .map(|o| oid_arg(o))
+                .collect::<Result<Vec<_>, _>>()?;
+            let have = client.have(&name, &parsed).await.map_err(failed)?;
+            for (o, h) in oids.iter().zip(have) {
+                println!("{o} {}", if h { "yes" } else { "no" });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,210 @@
+//! The client's store requests: create a repository, push, list refs and
+//! pushes, read an object, ask which objects a repository has, and import a
+//! git repository through pushes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::api::{
+    Durability, HistoryListing, PushRecord, RefMove, RefsListing, Request, Response, MAX_HAVE,
+    MAX_LISTING,
+};
+use super::client::{Appended, Client, ClientError};
+use crate::net::NetError;
+use crate::objects::ObjType;
+use crate::store::import::{self, GitImport};
+use crate::store::Result as StoreResult;
+
+/// An acknowledged push.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    pub pack_seq: Option<u64>,
+    pub refs_seq: Option<u64>,
+    pub objects: u64,
+    pub durability: Durability,
+}
+
+impl Client {
+    /// Create a repository.
+    pub async fn create_repo(
+        &self,
+        repo: &str,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::CreateRepo {
+            repo: repo.to_owned(),
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
+    /// Push a pack (a Pack frame's blob, possibly empty) and ref updates.
+    pub async fn push(
+        &self,
+        repo: &str,
+        pack: &[u8],
+        updates: Vec<RefMove>,
+        durability: Durability,
+    ) -> Result<Pushed, ClientError> {
+        let req = Request::Push {
+            repo: repo.to_owned(),
+            pack_len: pack.len() as u64,
+            updates,
+            durability,
+        };
+        match self.call(&req, pack).await?.0 {
+            Response::Pushed {
+                pack_seq,
+                refs_seq,
+                objects,
+                durability,
+                ..
+            } => Ok(Pushed {
+                pack_seq,
+                refs_seq,
+                objects,
+                durability,
+            }),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    async fn listing<T: serde::de::DeserializeOwned>(
+        &self,
+        req: &Request,
+    ) -> Result<T, ClientError> {
+        let (resp, mut recv) = self.call(req, &[]).await?;
+        let Response::Listing { len } = resp else {
+            return Err(ClientError::Unexpected(format!("{resp:?}")));
+        };
+        if len > MAX_LISTING {
+            return Err(ClientError::Unexpected(format!(
+                "a listing of {len} bytes; at most {MAX_LISTING}"
+            )));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        recv.read_exact(&mut bytes).await.map_err(NetError::from)?;
+        postcard::from_bytes(&bytes).map_err(|e| ClientError::Unexpected(format!("listing: {e}")))
+    }
+
+    /// A repository's current refs.
+    pub async fn refs(&self, repo: &str) -> Result<BTreeMap<String, [u8; 20]>, ClientError> {
+        let refs: RefsListing = self
+            .listing(&Request::Refs {
+                repo: repo.to_owned(),
+            })
+            .await?;
+        Ok(refs.into_iter().collect())
+    }
+
+    /// A repository's pushes, oldest first.
+    pub async fn push_history(&self, repo: &str) -> Result<Vec<PushRecord>, ClientError> {
+        let h: HistoryListing = self
+            .listing(&Request::PushHistory {
+                repo: repo.to_owned(),
+            })
+            .await?;
+        Ok(h)
+    }
+
+    /// One object's type and bytes; None when the repository lacks it.
+    pub async fn read_object(
+        &self,
+        repo: &str,
+        oid: [u8; 20],
+    ) -> Result<Option<(ObjType, Vec<u8>)>, ClientError> {
+        let req = Request::ReadObject {
+            repo: repo.to_owned(),
+            oid,
+        };
+        let (resp, mut recv) = self.call(&req, &[]).await?;
+        match resp {
+            Response::Absent => Ok(None),
+            Response::Object { obj_type, len } => {
+                let t = ObjType::from_u8(obj_type)
+                    .ok_or_else(|| ClientError::Unexpected(format!("object type {obj_type}")))?;
+                if len > crate::store::frames::MAX_OBJECT_BYTES {
+                    return Err(ClientError::Unexpected(format!("an object of {len} bytes")));
+                }
+                let mut data = vec![0u8; len as usize];
+                recv.read_exact(&mut data).await.map_err(NetError::from)?;
+                if crate::store::frames::git_oid(t, &data) != oid {
+                    return Err(ClientError::Unexpected(
+                        "the object does not hash to its id".into(),
+                    ));
+                }
+                Ok(Some((t, data)))
+            }
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Which of `oids` the repository holds, asked in batches.
+    pub async fn have(&self, repo: &str, oids: &[[u8; 20]]) -> Result<Vec<bool>, ClientError> {
+        let mut out = Vec::with_capacity(oids.len());
+        for batch in oids.chunks(MAX_HAVE) {
+            let req = Request::Have {
+                repo: repo.to_owned(),
+                oids: batch.to_vec(),
+            };
+            match self.call(&req, &[]).await?.0 {
+                Response::Have(h) if h.len() == batch.len() => out.extend(h),
+                other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Import the git repository at `git_dir` as repository `repo`: created,
+    /// then its objects in packs of about `pack_bytes`, then its refs.
+    pub async fn import_git(
+        &self,
+        git_dir: &Path,
+        repo: &str,
+        pack_bytes: usize,
+        durability: Durability,
+    ) -> Result<GitImport, ClientError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+        let git_dir = git_dir.to_owned();
+        let name = repo.to_owned();
+        let reader = tokio::task::spawn_blocking(move || -> StoreResult<GitImport> {
+            import::read_git_repo(&git_dir, &name, pack_bytes, now_ms(), &mut |f| {
+                tx.blocking_send(f).map_err(|_| {
+                    crate::store::StoreError::Io(std::io::Error::other("import cancelled"))
+                })
+            })
+        });
+        while let Some(f) = rx.recv().await {
+            match f.kind {
+                crate::log::Kind::RepoStore => {
+                    self.create_repo(repo, durability).await?;
+                }
+                crate::log::Kind::Pack => {
+                    self.push(repo, &f.blob, Vec::new(), durability).await?;
+                }
+                crate::log::Kind::Refs => {
+                    let body: crate::store::frames::RefsBody =
+                        crate::store::frames::decode_small(0, &f.blob)
+                            .map_err(|e| ClientError::Unexpected(e.to_string()))?;
+                    let updates = body
+                        .updates
+                        .into_iter()
+                        .map(|(name, old, new)| RefMove { name, old, new })
+                        .collect();
+                    self.push(repo, &[], updates, durability).await?;
+                }
+                other => return Err(ClientError::Unexpected(format!("import frame {other:?}"))),
+            }
+        }
+        reader
+            .await
+            .map_err(|e| ClientError::Unexpected(e.to_string()))?
+            .map_err(|e| ClientError::Unexpected(format!("import: {e}")))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,315 @@
+//! A repository's large objects: content-addressed files under `lfs/`,
+//! named by the hex SHA-256 of their bytes, streamed in and out, and a
+//! journal of every put and delete with the seq that did it, which is what
+//! lets an erase drop exactly the objects of frames before a seq.
+//!
+//! Journal records are 48 bytes: `seq u64 | op u32 (1 put, 2 delete) |
+//! oid [32] | crc u32` (crc over the first 44). A torn tail is cut.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::frames::{hex, LFS_OID_LEN};
+use super::{sync_dir, Result, StoreError};
+
+const RECORD_LEN: usize = 48;
+const OP_PUT: u32 = 1;
+const OP_DELETE: u32 = 2;
+
+/// One journal record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LfsOp {
+    pub seq: u64,
+    pub put: bool,
+    pub oid: [u8; LFS_OID_LEN],
+}
+
+fn encode(op: &LfsOp) -> [u8; RECORD_LEN] {
+    let mut b = [0u8; RECORD_LEN];
+    b[0..8].copy_from_slice(&op.seq.to_le_bytes());
+    let code = if op.put { OP_PUT } else { OP_DELETE };
+    b[8..12].copy_from_slice(&code.to_le_bytes());
+    b[12..44].copy_from_slice(&op.oid);
+    let crc = crc32fast::hash(&b[..44]);
+    b[44..48].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn decode(b: &[u8]) -> Option<LfsOp> {
+    let mut c = [0u8; 4];
+    c.copy_from_slice(&b[44..48]);
+    if crc32fast::hash(&b[..44]) != u32::from_le_bytes(c) {
+        return None;
+    }
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&b[0..8]);
+    let mut o = [0u8; 4];
+    o.copy_from_slice(&b[8..12]);
+    let put = match u32::from_le_bytes(o) {
+        OP_PUT => true,
+        OP_DELETE => false,
+        _ => return None,
+    };
+    let mut oid = [0u8; LFS_OID_LEN];
+    oid.copy_from_slice(&b[12..44]);
+    Some(LfsOp {
+        seq: u64::from_le_bytes(s),
+        put,
+        oid,
+    })
+}
+
+/// The large objects of one repository.
+#[derive(Debug)]
+pub struct Lfs {
+    dir: PathBuf,
+    journal: File,
+    journal_path: PathBuf,
+    ops: Vec<LfsOp>,
+}
+
+impl Lfs {
+    /// Open or create the objects of the repository at `repo_dir`.
+    pub fn open(repo_dir: &Path) -> Result<Lfs> {
+        let dir = repo_dir.join("lfs");
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir)?;
+            sync_dir(&dir)?;
+        }
+        // Partial puts a crash left behind.
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            if e.file_name().to_string_lossy().starts_with("tmp-") {
+                std::fs::remove_file(e.path())?;
+            }
+        }
+        let journal_path = repo_dir.join("lfs.journal");
+        let mut journal = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&journal_path)?;
+        let mut bytes = Vec::new();
+        journal.read_to_end(&mut bytes)?;
+        let mut ops = Vec::new();
+        for rec in bytes.chunks_exact(RECORD_LEN) {
+            match decode(rec) {
+                Some(op) => ops.push(op),
+                None => break,
+            }
+        }
+        let good = (ops.len() * RECORD_LEN) as u64;
+        if good < bytes.len() as u64 {
+            tracing::warn!(path = %journal_path.display(), cut = bytes.len() as u64 - good,
+                "lfs journal: cutting a torn tail");
+            journal.set_len(good)?;
+            journal.sync_all()?;
+        }
+        Ok(Lfs {
+            dir,
+            journal,
+            journal_path,
+            ops,
+        })
+    }
+
+    /// The seq of the last put or delete, 0 for none.
+    pub fn last_seq(&self) -> u64 {
+        self.ops.last().map_or(0, |o| o.seq)
+    }
+
+    /// The file of an object.
+    pub fn path_of(&self, oid: &[u8; LFS_OID_LEN]) -> PathBuf {
+        self.dir.join(hex(oid))
+    }
+
+    /// Whether the object is present.
+    pub fn contains(&self, oid: &[u8; LFS_OID_LEN]) -> bool {
+        self.path_of(oid).exists()
+    }
+
+    /// Start a put of frame `seq`.
+    pub fn begin_put(&self, seq: u64, oid: [u8; LFS_OID_LEN]) -> Result<LfsPut> {
+        let tmp = self.dir.join(format!("tmp-{seq}"));
+        let file = File::create(&tmp)?;
+        Ok(LfsPut {
+            tmp,
+            file,
+            oid,
+            seq,
+            hasher: ring::digest::Context::new(&ring::digest::SHA256),
+        })
+    }
+
+    /// Finish a put: the content must hash to its oid. Durable, then
+    /// journaled.
+    pub fn finish_put(&mut self, mut put: LfsPut) -> Result<()> {
+        let got = put.hasher.finish();
+        if got.as_ref() != put.oid {
+            let _ = std::fs::remove_file(&put.tmp);
+            return Err(StoreError::BadFrame {
+                seq: put.seq,
+                why: format!(
+                    "large object {} hashes to {}",
+                    hex(&put.oid),
+                    hex(got.as_ref())
+                ),
+            });
+        }
+        put.file.flush()?;
+        put.file.sync_all()?;
+        std::fs::rename(&put.tmp, self.path_of(&put.oid))?;
+        sync_dir(&self.dir.join("x"))?;
+        self.record(LfsOp {
+            seq: put.seq,
+            put: true,
+            oid: put.oid,
+        })
+    }
+
+    /// Delete an object (absent is fine: a replay repeats deletes), then
+    /// journal it.
+    pub fn delete(&mut self, seq: u64, oid: [u8; LFS_OID_LEN]) -> Result<()> {
+        match std::fs::remove_file(self.path_of(&oid)) {
+            Ok(()) => sync_dir(&self.dir.join("x"))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.record(LfsOp {
+            seq,
+            put: false,
+            oid,
+        })
+    }
+
+    fn record(&mut self, op: LfsOp) -> Result<()> {
+        let at = (self.ops.len() * RECORD_LEN) as u64;
+        self.journal.write_all_at(&encode(&op), at)?;
+        self.journal.sync_data()?;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    /// Drop what frames before `before` put: objects whose last operation
+    /// is such a put are deleted, and the journal keeps only the records
+    /// of `before` on (a staged file, renamed over). Idempotent.
+    pub fn erase_before(&mut self, before: u64) -> Result<u64> {
+        let mut last: BTreeMap<[u8; LFS_OID_LEN], LfsOp> = BTreeMap::new();
+        for op in &self.ops {
+            last.insert(op.oid, *op);
+        }
+        let mut dropped = 0;
+        for op in last.values().filter(|o| o.put && o.seq < before) {
+            match std::fs::remove_file(self.path_of(&op.oid)) {
+                Ok(()) => dropped += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        sync_dir(&self.dir.join("x"))?;
+        if self.ops.iter().any(|o| o.seq < before) {
+            let kept: Vec<LfsOp> = self
+                .ops
+                .iter()
+                .copied()
+                .filter(|o| o.seq >= before)
+                .collect();
+            let staged = self.journal_path.with_extension("journal.staged");
+            let mut f = File::create(&staged)?;
+            for op in &kept {
+                f.write_all(&encode(op))?;
+            }
+            f.sync_all()?;
+            std::fs::rename(&staged, &self.journal_path)?;
+            sync_dir(&self.journal_path)?;
+            self.journal = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.journal_path)?;
+            self.ops = kept;
+        }
+        Ok(dropped)
+    }
+
+    /// The present objects, by oid.
+    pub fn list(&self) -> Result<Vec<[u8; LFS_OID_LEN]>> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let name = e?.file_name();
+            if let Some(oid) = super::frames::unhex::<LFS_OID_LEN>(&name.to_string_lossy()) {
+                out.push(oid);
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+}
+
+/// A large object being written.
+pub struct LfsPut {
+    tmp: PathBuf,
+    file: File,
+    oid: [u8; LFS_OID_LEN],
+    seq: u64,
+    hasher: ring::digest::Context,
+}
+
+impl LfsPut {
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hasher.update(bytes);
+        self.file.write_all(bytes)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frames::lfs_oid;
+
+    fn put(l: &mut Lfs, seq: u64, content: &[u8]) -> [u8; 32] {
+        let oid = lfs_oid(content);
+        let mut p = l.begin_put(seq, oid).expect("begin");
+        for c in content.chunks(3) {
+            p.write(c).expect("write");
+        }
+        l.finish_put(p).expect("finish");
+        oid
+    }
+
+    #[test]
+    fn puts_deletes_and_erase_follow_the_journal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut l = Lfs::open(dir.path()).expect("open");
+        let a = put(&mut l, 2, b"early object");
+        let b = put(&mut l, 4, b"late object");
+        let c = put(&mut l, 5, b"deleted later");
+        l.delete(6, c).expect("delete");
+        assert!(l.contains(&a) && l.contains(&b) && !l.contains(&c));
+        assert_eq!(l.erase_before(3).expect("erase"), 1);
+        assert!(!l.contains(&a) && l.contains(&b));
+        drop(l);
+        let l = Lfs::open(dir.path()).expect("reopen");
+        assert_eq!(l.last_seq(), 6);
+        assert_eq!(l.list().expect("list"), vec![b]);
+        assert!(l.ops.iter().all(|o| o.seq >= 3));
+    }
+
+    #[test]
+    fn a_put_that_does_not_hash_to_its_oid_is_refused_and_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut l = Lfs::open(dir.path()).expect("open");
+        let mut p = l.begin_put(1, [7u8; 32]).expect("begin");
+        p.write(b"other bytes").expect("write");
+        assert!(matches!(
+            l.finish_put(p),
+            Err(StoreError::BadFrame { seq: 1, .. })
+        ));
+        assert!(l.list().expect("list").is_empty());
+        assert_eq!(l.last_seq(), 0);
+    }
+}

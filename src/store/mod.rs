@@ -1,0 +1,560 @@
+//! The store: the state the log feeds on each box. Repositories with their
+//! objects (a pack archive and an [`ObjectReadStack`] over it), refs (a
+//! [`PushLog`]) and large objects, plus control documents, applied frame by
+//! frame in sequence order.
+//!
+//! The log is written before the state: a frame is applied only once it is
+//! durable in the log, and the store records the seq it has applied up to
+//! (`APPLIED`). Every effect is made durable before that record moves, and
+//! every effect knows whether it is already there (the archive's last pack,
+//! the push log's last push, the LFS journal's last operation), so a replay
+//! after a crash applies each frame at most once and lands on the state an
+//! uninterrupted run has.
+//!
+//! [`ObjectReadStack`]: crate::objects::ObjectReadStack
+//! [`PushLog`]: crate::pushlog::PushLog
+
+pub mod archive;
+pub mod frames;
+pub mod import;
+pub mod lfs;
+mod marker;
+pub mod repo;
+pub mod snapshot;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::log::{self, HistoryId, Kind, Log, Meta};
+use crate::objects::{ObjType, OID_LEN};
+use crate::pushlog::{Push, PushLogError, RefUpdate};
+
+pub use frames::{FrameParts, PackBuilder, RepoOp};
+pub use repo::Repo;
+pub use snapshot::{Manifest, ManifestFile};
+
+/// A result of the store.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything the store refuses or fails at.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("log: {0}")]
+    Log(#[from] log::Error),
+    #[error("push log: {0}")]
+    PushLog(#[from] PushLogError),
+    #[error("object index: {0}")]
+    Objects(Box<crate::objects::Error>),
+    /// A frame in the log does not hold what its kind says.
+    #[error("frame {seq} does not apply: {why}")]
+    BadFrame { seq: u64, why: String },
+    /// A name a repository or document cannot have.
+    #[error("bad name {name:?}: {why}")]
+    BadName { name: String, why: String },
+    /// A push that cannot be applied as asked.
+    #[error("push refused: {0}")]
+    BadPush(String),
+    /// A ref moved since the pusher read it.
+    #[error("ref {name} is at {current}, the push expected {expected}")]
+    RefMoved {
+        name: String,
+        expected: String,
+        current: String,
+    },
+    #[error("no repository {0:?}")]
+    NoRepo(String),
+    #[error("repository {0:?} exists")]
+    RepoExists(String),
+    #[error("{what} of {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        what: &'static str,
+        len: u64,
+        max: u64,
+    },
+    /// Bytes of the store that do not decode.
+    #[error("corrupt store file {}: at byte {at}: {what}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        at: u64,
+        what: String,
+    },
+    /// The store belongs to another log.
+    #[error("the store belongs to log history {store}, the log is {log}")]
+    OtherHistory { store: String, log: String },
+    /// The store is ahead of the log it is applied from.
+    #[error("the store has applied up to {applied}, the log's head is {head}")]
+    AheadOfLog { applied: u64, head: u64 },
+    /// The frames the store needs next are below the log's retention floor.
+    #[error("the store needs frame {need}, the log retains from {first}: a snapshot is needed")]
+    BelowFloor { need: u64, first: u64 },
+    /// A snapshot whose files do not match its manifest.
+    #[error("snapshot {}: {what}", dir.display())]
+    BadSnapshot { dir: PathBuf, what: String },
+}
+
+impl From<crate::objects::Error> for StoreError {
+    fn from(e: crate::objects::Error) -> StoreError {
+        StoreError::Objects(Box::new(e))
+    }
+}
+
+/// Tuning of a store.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    /// redb's page-cache ceiling per repository's object index.
+    pub cache_bytes: usize,
+    /// The piece size frames are read from the log in.
+    pub piece: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_bytes: 16 << 20,
+            piece: 1 << 20,
+        }
+    }
+}
+
+/// What applying one frame did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub frames: u64,
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// The store of one box.
+pub struct Store {
+    dir: PathBuf,
+    history: HistoryId,
+    applied: u64,
+    marker: marker::AppliedMarker,
+    repos: BTreeMap<String, Repo>,
+    opts: StoreOptions,
+}
+
+/// fsync the directory holding `path`.
+pub(crate) fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => File::open(dir)?.sync_all(),
+        None => File::open(".")?.sync_all(),
+    }
+}
+
+/// fsync a directory itself.
+pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Whether a store directory holds no repository and no document: only
+/// then may it take another history.
+fn holds_nothing(dir: &Path) -> Result<bool> {
+    for sub in ["repos", "docs"] {
+        if std::fs::read_dir(dir.join(sub))?.next().is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A repository's directory name: its name with every byte outside
+/// `[A-Za-z0-9._-]` as `%XX`, so names map one to one onto directories.
+pub fn repo_dir_name(name: &str) -> String {
+    let mut s = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+fn repo_name_of_dir(dir: &str) -> Option<String> {
+    let b = dir.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl Store {
+    /// Open or create the store in `dir` for the log of `history`. A store
+    /// of another history is refused by name (one that has applied nothing
+    /// takes the new history: its log was fresh and adopted a leader's); what a crash left half done
+    /// (a purge, an unindexed pack, a torn push or journal record) is
+    /// finished or cut here.
+    pub fn open(dir: impl AsRef<Path>, history: HistoryId, opts: StoreOptions) -> Result<Store> {
+        let dir = dir.as_ref().to_owned();
+        for sub in ["repos", "docs", "trash"] {
+            let d = dir.join(sub);
+            if !d.exists() {
+                std::fs::create_dir_all(&d)?;
+                sync_dir(&d)?;
+            }
+        }
+        let mut marker = marker::AppliedMarker::open(&dir.join("APPLIED"), history)?;
+        if marker.history() != history && marker.applied() == 0 && holds_nothing(&dir)? {
+            marker.rebind(history)?;
+        }
+        if marker.history() != history {
+            return Err(StoreError::OtherHistory {
+                store: marker.history().to_string(),
+                log: history.to_string(),
+            });
+        }
+        // A purge moved the repository here first; finish deleting it.
+        for e in std::fs::read_dir(dir.join("trash"))? {
+            std::fs::remove_dir_all(e?.path())?;
+        }
+        let mut repos = BTreeMap::new();
+        for e in std::fs::read_dir(dir.join("repos"))? {
+            let e = e?;
+            let fname = e.file_name().to_string_lossy().into_owned();
+            let name = repo_name_of_dir(&fname).ok_or_else(|| StoreError::Corrupt {
+                path: e.path(),
+                at: 0,
+                what: "a directory that names no repository".into(),
+            })?;
+            repos.insert(name, Repo::open(&e.path(), opts.cache_bytes)?);
+        }
+        Ok(Store {
+            applied: marker.applied(),
+            dir,
+            history,
+            marker,
+            repos,
+            opts,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn history(&self) -> HistoryId {
+        self.history
+    }
+
+    /// The seq applied up to (durably recorded or not).
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Apply every frame from `applied + 1` to the log's head, then record
+    /// the new applied seq durably. Returns what was applied.
+    pub fn catch_up(&mut self, log: &Log) -> Result<Applied> {
+        if log.history() != self.history {
+            if self.applied != 0 || !holds_nothing(&self.dir)? {
+                return Err(StoreError::OtherHistory {
+                    store: self.history.to_string(),
+                    log: log.history().to_string(),
+                });
+            }
+            // A fresh follower's log adopted its leader's history.
+            self.marker.rebind(log.history())?;
+            self.history = log.history();
+        }
+        let head = log.head_seq();
+        if self.applied > head {
+            return Err(StoreError::AheadOfLog {
+                applied: self.applied,
+                head,
+            });
+        }
+        let mut done = Applied::default();
+        if self.applied == head {
+            return Ok(done);
+        }
+        if self.applied + 1 < log.first_seq() {
+            return Err(StoreError::BelowFloor {
+                need: self.applied + 1,
+                first: log.first_seq(),
+            });
+        }
+        for seq in self.applied + 1..=head {
+            let a = self.apply(log, seq)?;
+            done.frames += a.frames;
+            done.objects += a.objects;
+            done.bytes += a.bytes;
+        }
+        self.checkpoint()?;
+        Ok(done)
+    }
+
+    /// Record the applied seq durably.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        if self.marker.applied() != self.applied {
+            self.marker.record(self.applied)?;
+        }
+        Ok(())
+    }
+
+    /// Apply frame `seq`, which must be `applied + 1` and durable in `log`.
+    pub fn apply(&mut self, log: &Log, seq: u64) -> Result<Applied> {
+        if seq != self.applied + 1 {
+            return Err(StoreError::BadFrame {
+                seq,
+                why: format!("the store applies {} next", self.applied + 1),
+            });
+        }
+        let loc = log.locate_blob(seq)?;
+        let kind = Kind::from_u16(loc.kind).ok();
+        let mut done = Applied {
+            frames: 1,
+            objects: 0,
+            bytes: loc.blob_len,
+        };
+        match kind {
+            Some(Kind::RepoStore) => {
+                let op: RepoOp = frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
+                let repo = self.repo_of(seq, &loc.meta)?;
+                match op {
+                    RepoOp::Create => self.create_repo(&repo)?,
+                    RepoOp::Purge => self.purge_repo(&repo)?,
+                }
+            }
+            Some(Kind::Pack) => {
+                let name = self.repo_of(seq, &loc.meta)?;
+                let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
+                if repo.last_pack_seq() < seq {
+                    let mut p = repo.begin_pack(seq)?;
+                    log.read_pieces_from::<StoreError>(seq, 0, self.opts.piece, |_, piece, _| {
+                        repo.pack_piece(&mut p, piece)
+                    })?;
+                    done.objects = repo.finish_pack(p)?;
+                }
+            }
+            Some(Kind::Refs) => {
+                let body: frames::RefsBody =
+                    frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
+                let name = self.repo_of(seq, &loc.meta)?;
+                let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
+                repo.apply_push(&Push {
+                    seq,
+                    at_ms: body.at_ms,
+                    updates: body
+                        .updates
+                        .into_iter()
+                        .map(|(name, old, new)| RefUpdate { name, old, new })
+                        .collect(),
+                })?;
+            }
+            Some(Kind::LfsPut) => {
+                let (name, oid) = self.lfs_target(seq, &loc.meta)?;
+                let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
+                if repo.lfs().last_seq() < seq {
+                    let mut put = repo.lfs().begin_put(seq, oid)?;
+                    log.read_pieces_from::<StoreError>(seq, 0, self.opts.piece, |_, piece, _| {
+                        put.write(piece)
+                    })?;
+                    repo.lfs_mut().finish_put(put)?;
+                    done.objects = 1;
+                }
+            }
+            Some(Kind::LfsDelete) => {
+                let (name, oid) = self.lfs_target(seq, &loc.meta)?;
+                let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
+                if repo.lfs().last_seq() < seq {
+                    repo.lfs_mut().delete(seq, oid)?;
+                }
+            }
+            Some(Kind::ControlDoc) => {
+                let meta = Meta::decode(&loc.meta)?;
+                let name = String::from_utf8(meta.detail).map_err(|_| StoreError::BadFrame {
+                    seq,
+                    why: "a document name that is not UTF-8".into(),
+                })?;
+                frames::check_doc_name(&name)?;
+                if loc.blob_len > frames::MAX_DOC_BYTES {
+                    return Err(StoreError::TooLarge {
+                        what: "control document",
+                        len: loc.blob_len,
+                        max: frames::MAX_DOC_BYTES,
+                    });
+                }
+                let content = log.read(seq)?.blob;
+                self.write_doc(&name, &content)?;
+            }
+            Some(Kind::Erase) => {
+                let body: frames::EraseBody =
+                    frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
+                if body.before > seq {
+                    return Err(StoreError::BadFrame {
+                        seq,
+                        why: format!("an erase of frames before {} at {seq}", body.before),
+                    });
+                }
+                for name in &body.repos {
+                    if let Some(repo) = self.repos.get_mut(name) {
+                        repo.erase_before(body.before)?;
+                    }
+                }
+            }
+            // Erased data, the embedding Wal's records and applications' own
+            // kinds are no state of the store.
+            Some(Kind::Redacted | Kind::Record | Kind::App(_) | Kind::Reserved(_)) | None => {
+                done.bytes = 0;
+            }
+        }
+        self.applied = seq;
+        Ok(done)
+    }
+
+    fn small_blob(&self, log: &Log, seq: u64, loc: &log::Located) -> Result<Vec<u8>> {
+        if loc.blob_len > frames::MAX_SMALL_BLOB {
+            return Err(StoreError::TooLarge {
+                what: "RepoStore, Refs or Erase blob",
+                len: loc.blob_len,
+                max: frames::MAX_SMALL_BLOB,
+            });
+        }
+        Ok(log.read(seq)?.blob)
+    }
+
+    fn repo_of(&self, seq: u64, meta: &[u8]) -> Result<String> {
+        let name = Meta::repo_of(meta).map_err(|e| StoreError::BadFrame {
+            seq,
+            why: e.to_string(),
+        })?;
+        frames::check_repo_name(name)?;
+        Ok(name.to_owned())
+    }
+
+    fn lfs_target(&self, seq: u64, meta: &[u8]) -> Result<(String, [u8; frames::LFS_OID_LEN])> {
+        let m = Meta::decode(meta)?;
+        frames::check_repo_name(&m.repo)?;
+        let oid: [u8; frames::LFS_OID_LEN] =
+            m.detail
+                .as_slice()
+                .try_into()
+                .map_err(|_| StoreError::BadFrame {
+                    seq,
+                    why: format!("a large object's id of {} bytes", m.detail.len()),
+                })?;
+        Ok((m.repo, oid))
+    }
+
+    fn repo_path(&self, name: &str) -> PathBuf {
+        self.dir.join("repos").join(repo_dir_name(name))
+    }
+
+    fn create_repo(&mut self, name: &str) -> Result<()> {
+        if !self.repos.contains_key(name) {
+            let repo = Repo::open(&self.repo_path(name), self.opts.cache_bytes)?;
+            self.repos.insert(name.to_owned(), repo);
+        }
+        Ok(())
+    }
+
+    /// Move the repository to the trash (one rename, durable), then delete
+    /// it; `open` finishes a delete a crash interrupted.
+    fn purge_repo(&mut self, name: &str) -> Result<()> {
+        let Some(repo) = self.repos.remove(name) else {
+            return Ok(());
+        };
+        let from = repo.dir().to_owned();
+        drop(repo);
+        let to =
+            self.dir
+                .join("trash")
+                .join(format!("{}.{}", repo_dir_name(name), self.applied + 1));
+        std::fs::rename(&from, &to)?;
+        sync_dir(&from)?;
+        sync_dir(&to)?;
+        std::fs::remove_dir_all(&to)?;
+        Ok(())
+    }
+
+    fn write_doc(&self, name: &str, content: &[u8]) -> Result<()> {
+        let path = self.dir.join("docs").join(name);
+        let tmp = self.dir.join("docs").join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, content)?;
+        File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, &path)?;
+        sync_dir(&path)?;
+        Ok(())
+    }
+
+    /// The repositories, by name.
+    pub fn repos(&self) -> impl Iterator<Item = &str> {
+        self.repos.keys().map(String::as_str)
+    }
+
+    /// A repository.
+    pub fn repo(&self, name: &str) -> Result<&Repo> {
+        self.repos
+            .get(name)
+            .ok_or_else(|| StoreError::NoRepo(name.to_owned()))
+    }
+
+    /// A repository's current refs.
+    pub fn refs(&self, repo: &str) -> Result<BTreeMap<String, [u8; OID_LEN]>> {
+        Ok(self.repo(repo)?.refs())
+    }
+
+    /// A repository's pushes, oldest first.
+    pub fn push_history(&self, repo: &str) -> Result<Vec<Push>> {
+        self.repo(repo)?.history()
+    }
+
+    /// An object's type and bytes.
+    pub fn read_object(&self, repo: &str, oid: &[u8]) -> Result<Option<(ObjType, Vec<u8>)>> {
+        self.repo(repo)?.read_object(oid)
+    }
+
+    /// Which of `oids` the repository holds.
+    pub fn have(&self, repo: &str, oids: &[&[u8]]) -> Result<Vec<bool>> {
+        self.repo(repo)?.have(oids)
+    }
+
+    /// A control document.
+    pub fn doc(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        frames::check_doc_name(name)?;
+        match std::fs::read(self.dir.join("docs").join(name)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Check a push against the current refs: every update's `old` must be
+    /// where the ref is now (None: the ref must not exist).
+    pub fn check_push(&self, repo: &str, updates: &[RefUpdate]) -> Result<()> {
+        let refs = self.refs(repo)?;
+        if updates.is_empty() {
+            return Err(StoreError::BadPush("a push moves at least one ref".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for u in updates {
+            if !names.insert(&u.name) {
+                return Err(StoreError::BadPush(format!("ref {} moved twice", u.name)));
+            }
+            let current = refs.get(&u.name).copied();
+            if current != u.old {
+                let show =
+                    |o: Option<[u8; OID_LEN]>| o.map_or("nothing".into(), |o| frames::hex(&o));
+                return Err(StoreError::RefMoved {
+                    name: u.name.clone(),
+                    expected: show(u.old),
+                    current: show(current),
+                });
+            }
+        }
+        Ok(())
+    }
+}

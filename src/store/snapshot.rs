@@ -1,0 +1,250 @@
+//! A consistent snapshot of a store at a seq: its files copied into a
+//! directory, then a manifest naming each file's length and crc, written
+//! last, so a directory with a manifest that parses is a whole snapshot and
+//! every file can be checked against it.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{fsync_dir, sync_dir, Result, Store, StoreError};
+use crate::log::Log;
+
+/// The manifest's file name in a snapshot directory.
+pub const MANIFEST_NAME: &str = "MANIFEST.json";
+/// The manifest format's version.
+pub const MANIFEST_FORMAT: u32 = 1;
+
+/// One file of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// The path under the snapshot directory, `/`-separated.
+    pub path: String,
+    pub len: u64,
+    pub crc32: u32,
+}
+
+/// What a snapshot holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    /// The log history the store belongs to, hex.
+    pub history: String,
+    /// The seq the store had applied up to.
+    pub at: u64,
+    pub files: Vec<ManifestFile>,
+}
+
+impl Manifest {
+    /// The bytes of every file.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.len).sum()
+    }
+}
+
+const COPY_PIECE: usize = 1 << 20;
+
+/// Every regular file under `dir`, relative, sorted; the trash and files a
+/// write is staging are not state.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(dir.join(&rel))? {
+            let e = e?;
+            let name = e.file_name();
+            let lossy = name.to_string_lossy();
+            if rel.as_os_str().is_empty() && (lossy == "trash" || lossy == MANIFEST_NAME) {
+                continue;
+            }
+            if lossy.starts_with("tmp-") || lossy.ends_with(".tmp") || lossy.ends_with(".staged") {
+                continue;
+            }
+            let ty = e.file_type()?;
+            if ty.is_dir() {
+                stack.push(rel.join(&name));
+            } else if ty.is_file() {
+                out.push(rel.join(&name));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn rel_string(p: &Path) -> Result<String> {
+    let s = p.to_str().ok_or_else(|| StoreError::BadName {
+        name: p.to_string_lossy().into_owned(),
+        why: "a store file name that is not UTF-8".into(),
+    })?;
+    Ok(s.to_owned())
+}
+
+/// Copy one file, returning its length and crc; the copy is fsynced.
+fn copy_file(from: &Path, to: &Path) -> Result<(u64, u32)> {
+    let mut dst = File::create(to)?;
+    let got = read_crc(from, &mut |piece| dst.write_all(piece))?;
+    dst.sync_all()?;
+    Ok(got)
+}
+
+/// The length and crc of a file, read in pieces.
+pub fn crc_of_file(path: &Path) -> Result<(u64, u32)> {
+    read_crc(path, &mut |_| Ok(()))
+}
+
+fn read_crc(path: &Path, each: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(u64, u32)> {
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; COPY_PIECE];
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok((len, crc.finalize()));
+        }
+        crc.update(&buf[..n]);
+        each(&buf[..n])?;
+        len += n as u64;
+    }
+}
+
+impl Store {
+    /// Snapshot the store at the log's head into `dest` (which must not
+    /// exist): the log is frozen, the store catches up and records its
+    /// applied seq, then every file is copied and the manifest written.
+    pub fn snapshot(&mut self, log: &Log, dest: &Path) -> Result<Manifest> {
+        let _frozen = log.freeze();
+        self.catch_up(log)?;
+        self.checkpoint()?;
+        self.copy_to(dest)
+    }
+
+    /// Copy the store's files into `dest` with a manifest; the store must
+    /// not change meanwhile (`&mut self` sees to that).
+    fn copy_to(&mut self, dest: &Path) -> Result<Manifest> {
+        if dest.exists() {
+            return Err(StoreError::BadSnapshot {
+                dir: dest.to_owned(),
+                what: "the destination exists".into(),
+            });
+        }
+        std::fs::create_dir_all(dest)?;
+        let mut files = Vec::new();
+        for rel in files_under(&self.dir)? {
+            let to = dest.join(&rel);
+            if let Some(parent) = to.parent() {
+                if !parent.exists() {
+                    std::fs::create_dir_all(parent)?;
+                }
+            }
+            let (len, crc32) = copy_file(&self.dir.join(&rel), &to)?;
+            files.push(ManifestFile {
+                path: rel_string(&rel)?,
+                len,
+                crc32,
+            });
+        }
+        for sub in ["repos", "docs"] {
+            std::fs::create_dir_all(dest.join(sub))?;
+        }
+        sync_tree(dest)?;
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            history: self.history.to_string(),
+            at: self.applied,
+            files,
+        };
+        write_manifest(dest, &manifest)?;
+        Ok(manifest)
+    }
+}
+
+/// fsync every directory under `dir`, deepest first, then `dir`.
+pub fn sync_tree(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            sync_tree(&e.path())?;
+        }
+    }
+    fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Write the manifest (a staged file renamed into place, then the directory
+/// fsynced): its presence says the snapshot is whole.
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    let path = dir.join(MANIFEST_NAME);
+    let tmp = dir.join(format!("{MANIFEST_NAME}.tmp"));
+    let bytes = serde_json::to_vec_pretty(manifest).map_err(|e| StoreError::BadSnapshot {
+        dir: dir.to_owned(),
+        what: format!("manifest: {e}"),
+    })?;
+    let mut f = File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    sync_dir(&path)?;
+    Ok(())
+}
+
+/// Read a snapshot's manifest; a missing or unparsable one is a snapshot
+/// that is not whole.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let bad = |what: String| StoreError::BadSnapshot {
+        dir: dir.to_owned(),
+        what,
+    };
+    let bytes =
+        std::fs::read(dir.join(MANIFEST_NAME)).map_err(|e| bad(format!("manifest: {e}")))?;
+    let m: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("manifest does not parse: {e}")))?;
+    if m.format != MANIFEST_FORMAT {
+        return Err(bad(format!("manifest format {}", m.format)));
+    }
+    for f in &m.files {
+        let p = Path::new(&f.path);
+        if p.is_absolute()
+            || p.components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(bad(format!(
+                "a file path that leaves the snapshot: {}",
+                f.path
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// Check every file of a snapshot against its manifest: each is there, of
+/// its length and crc, and no other file is.
+pub fn verify(dir: &Path) -> Result<Manifest> {
+    let m = read_manifest(dir)?;
+    let bad = |what: String| StoreError::BadSnapshot {
+        dir: dir.to_owned(),
+        what,
+    };
+    for f in &m.files {
+        let (len, crc) =
+            crc_of_file(&dir.join(&f.path)).map_err(|e| bad(format!("{}: {e}", f.path)))?;
+        if len != f.len || crc != f.crc32 {
+            return Err(bad(format!(
+                "{}: {len} bytes, crc {crc:08x}; the manifest says {} bytes, crc {:08x}",
+                f.path, f.len, f.crc32
+            )));
+        }
+    }
+    let listed: std::collections::BTreeSet<&str> =
+        m.files.iter().map(|f| f.path.as_str()).collect();
+    for rel in files_under(dir)? {
+        let s = rel_string(&rel)?;
+        if !listed.contains(s.as_str()) {
+            return Err(bad(format!("{s} is not in the manifest")));
+        }
+    }
+    Ok(m)
+}

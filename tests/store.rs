@@ -1,0 +1,384 @@
+//! The store fed by the log: every kind applies, a replay after a crash at
+//! every frame lands on the state of an uninterrupted run, a lost index is
+//! rebuilt from the archive, an erase leaves the state a replay of the
+//! erased log gives, and a snapshot holds exactly the store.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use twinlog::log::{Kind, Log};
+use twinlog::objects::ObjType;
+use twinlog::pushlog::RefUpdate;
+use twinlog::store::frames::{self, lfs_meta, lfs_oid, FrameParts, PackBuilder, RepoOp};
+use twinlog::store::{snapshot, Store, StoreError, StoreOptions};
+
+fn append(log: &Log, f: &FrameParts) -> u64 {
+    log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)
+        .expect("append")
+}
+
+fn pack(repo: &str, objs: &[(ObjType, &[u8])]) -> (FrameParts, Vec<[u8; 20]>) {
+    let mut b = PackBuilder::new();
+    let oids = objs
+        .iter()
+        .map(|(t, d)| b.add(*t, d).expect("add"))
+        .collect();
+    (b.frame(repo).expect("frame"), oids)
+}
+
+fn push(repo: &str, name: &str, old: Option<[u8; 20]>, new: Option<[u8; 20]>) -> FrameParts {
+    frames::refs_frame(
+        repo,
+        1_700_000_000_000,
+        &[RefUpdate {
+            name: name.into(),
+            old,
+            new,
+        }],
+    )
+    .expect("refs")
+}
+
+fn lfs_put(log: &Log, repo: &str, content: &[u8]) -> [u8; 32] {
+    let oid = lfs_oid(content);
+    log.append_raw(
+        Kind::LfsPut.as_u16(),
+        &lfs_meta(repo, &oid).expect("meta"),
+        content,
+    )
+    .expect("append");
+    oid
+}
+
+/// A mixed workload: every kind, duplicate objects across packs, a purge
+/// and a re-create, a large object put and deleted, an erase in the middle
+/// and frames after it. Returns the erase's `before`.
+fn workload(log: &Log) -> u64 {
+    append(
+        log,
+        &frames::repo_frame("acme/a", RepoOp::Create).expect("f"),
+    );
+    let (p1, o1) = pack(
+        "acme/a",
+        &[
+            (ObjType::Blob, b"MARKER-early blob"),
+            (ObjType::Tree, b""),
+            (ObjType::Commit, b"tree 4b825dc\n\nfirst"),
+        ],
+    );
+    append(log, &p1);
+    append(log, &push("acme/a", "refs/heads/main", None, Some(o1[2])));
+    lfs_put(log, "acme/a", &vec![7u8; 300_000]);
+    append(log, &frames::repo_frame("b", RepoOp::Create).expect("f"));
+    let (pb, _) = pack("b", &[(ObjType::Blob, b"MARKER-early blob")]);
+    append(log, &pb);
+    append(
+        log,
+        &frames::doc_frame("policy.toml", b"retain = 3").expect("f"),
+    );
+    let before = log.head_seq() + 1;
+    let (p2, o2) = pack(
+        "acme/a",
+        &[
+            (ObjType::Blob, b"late blob"),
+            (ObjType::Tree, b""), // again: indexed where p1 put it
+        ],
+    );
+    append(log, &p2);
+    append(
+        log,
+        &push("acme/a", "refs/heads/main", Some(o1[2]), Some(o2[0])),
+    );
+    let gone = lfs_put(log, "acme/a", b"short-lived");
+    log.append_raw(
+        Kind::LfsDelete.as_u16(),
+        &lfs_meta("acme/a", &gone).expect("meta"),
+        &[],
+    )
+    .expect("append");
+    append(log, &frames::repo_frame("b", RepoOp::Purge).expect("f"));
+    append(log, &frames::repo_frame("b", RepoOp::Create).expect("f"));
+    let (pb2, ob2) = pack("b", &[(ObjType::Blob, b"b again")]);
+    append(log, &pb2);
+    append(log, &push("b", "refs/heads/main", None, Some(ob2[0])));
+    log.append_raw(0x8123, b"app", b"not the store's")
+        .expect("app");
+    append(
+        log,
+        &frames::erase_frame(before, &["acme/a".to_owned()]).expect("f"),
+    );
+    let (p3, o3) = pack("acme/a", &[(ObjType::Blob, b"after the erase")]);
+    append(log, &p3);
+    append(log, &push("acme/a", "refs/tags/t", None, Some(o3[0])));
+    append(
+        log,
+        &frames::doc_frame("policy.toml", b"retain = 4").expect("f"),
+    );
+    before
+}
+
+/// Everything a reader can see of a store, comparable.
+#[derive(Debug, PartialEq, Eq)]
+struct View {
+    applied: u64,
+    repos: BTreeMap<String, RepoView>,
+    doc: Option<Vec<u8>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct RepoView {
+    refs: BTreeMap<String, [u8; 20]>,
+    history: Vec<(u64, usize)>,
+    objects: Vec<(Vec<u8>, ObjType, Vec<u8>)>,
+    lfs: Vec<([u8; 32], Vec<u8>)>,
+}
+
+fn view(store: &Store) -> View {
+    let mut repos = BTreeMap::new();
+    for name in store.repos() {
+        let repo = store.repo(name).expect("repo");
+        let objects = repo
+            .object_ids()
+            .expect("oids")
+            .into_iter()
+            .map(|oid| {
+                let (t, d) = repo.read_object(&oid).expect("read").expect("present");
+                (oid, t, d)
+            })
+            .collect();
+        let lfs = repo
+            .lfs()
+            .list()
+            .expect("list")
+            .into_iter()
+            .map(|oid| {
+                let content = std::fs::read(repo.lfs().path_of(&oid)).expect("read");
+                (oid, content)
+            })
+            .collect();
+        repos.insert(
+            name.to_owned(),
+            RepoView {
+                refs: repo.refs(),
+                history: repo
+                    .history()
+                    .expect("history")
+                    .iter()
+                    .map(|p| (p.seq, p.updates.len()))
+                    .collect(),
+                objects,
+                lfs,
+            },
+        );
+    }
+    View {
+        applied: store.applied(),
+        repos,
+        doc: store.doc("policy.toml").expect("doc"),
+    }
+}
+
+fn fresh_store(dir: &Path, log: &Log) -> Store {
+    Store::open(dir, log.history(), StoreOptions::default()).expect("store")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn every_kind_applies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    workload(&log);
+    let mut store = fresh_store(&dir.path().join("store"), &log);
+    let done = store.catch_up(&log).expect("catch up");
+    assert_eq!(done.frames, log.head_seq());
+    let v = view(&store);
+    let a = &v.repos["acme/a"];
+    assert_eq!(a.refs.len(), 2);
+    let blobs: Vec<&[u8]> = a.objects.iter().map(|(_, _, d)| d.as_slice()).collect();
+    assert!(blobs.contains(&&b"late blob"[..]) && blobs.contains(&&b"after the erase"[..]));
+    assert!(
+        !blobs.contains(&&b"MARKER-early blob"[..]),
+        "the erase dropped the early pack's objects"
+    );
+    assert_eq!(
+        a.objects.len(),
+        3,
+        "late blob, the empty tree, after the erase"
+    );
+    assert!(a.lfs.is_empty(), "one large object erased, one deleted");
+    assert_eq!(a.history.len(), 2, "the push before the erase went");
+    let b = &v.repos["b"];
+    assert_eq!(b.objects.len(), 1, "the purge dropped b's first pack");
+    assert_eq!(v.doc.as_deref(), Some(&b"retain = 4"[..]));
+    // Queries.
+    let oid = a.objects[0].0.clone();
+    let have = store.have("acme/a", &[&oid, &[9u8; 20]]).expect("have");
+    assert_eq!(have, vec![true, false]);
+    assert!(matches!(store.refs("nope"), Err(StoreError::NoRepo(_))));
+    // Reopen: the same state.
+    drop(store);
+    let store = fresh_store(&dir.path().join("store"), &log);
+    assert_eq!(view(&store), v);
+}
+
+#[test]
+fn a_replay_after_a_crash_at_every_frame_lands_on_the_same_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    workload(&log);
+    let whole = {
+        let mut s = fresh_store(&dir.path().join("whole"), &log);
+        s.catch_up(&log).expect("catch up");
+        view(&s)
+    };
+    let live = dir.path().join("live");
+    let mut store = fresh_store(&live, &log);
+    for seq in 1..=log.head_seq() {
+        store.apply(&log, seq).expect("apply");
+        // A crash after this frame's effects, before the applied seq moved
+        // (recorded every third frame): the copy replays from its record.
+        if seq % 3 == 0 {
+            store.checkpoint().expect("checkpoint");
+        }
+        let crashed = dir.path().join(format!("crash-{seq}"));
+        copy_dir(&live, &crashed);
+        let mut s = fresh_store(&crashed, &log);
+        assert!(s.applied() <= seq);
+        s.catch_up(&log).expect("replay");
+        assert_eq!(view(&s), whole, "crash after frame {seq}");
+        drop(s);
+        std::fs::remove_dir_all(&crashed).expect("rm");
+    }
+}
+
+#[test]
+fn a_lost_index_is_rebuilt_from_the_archive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    workload(&log);
+    let path = dir.path().join("store");
+    let v = {
+        let mut s = fresh_store(&path, &log);
+        s.catch_up(&log).expect("catch up");
+        view(&s)
+    };
+    for e in std::fs::read_dir(path.join("repos")).expect("repos") {
+        std::fs::remove_file(e.expect("entry").path().join("objects.redb")).expect("rm");
+    }
+    let s = fresh_store(&path, &log);
+    assert_eq!(view(&s), v);
+}
+
+#[test]
+fn an_erase_leaves_what_a_replay_of_the_erased_log_gives() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    let before = workload(&log);
+    let erased_in_place = {
+        let mut s = fresh_store(&dir.path().join("a"), &log);
+        s.catch_up(&log).expect("catch up");
+        view(&s)
+    };
+    log.erase(before, &["acme/a".to_owned()]).expect("erase");
+    let mut s = fresh_store(&dir.path().join("b"), &log);
+    s.catch_up(&log).expect("replay");
+    assert_eq!(view(&s), erased_in_place);
+    // No byte of the erased data is anywhere in either store.
+    for d in ["a", "b"] {
+        assert!(
+            !tree_contains(&dir.path().join(d), b"MARKER"),
+            "store {d} holds an erased byte"
+        );
+    }
+}
+
+fn tree_contains(dir: &Path, needle: &[u8]) -> bool {
+    std::fs::read_dir(dir).expect("read_dir").any(|e| {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_dir() {
+            tree_contains(&e.path(), needle)
+        } else {
+            let b = std::fs::read(e.path()).expect("read");
+            b.windows(needle.len()).any(|w| w == needle)
+        }
+    })
+}
+
+#[test]
+fn a_snapshot_holds_exactly_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    workload(&log);
+    let mut store = fresh_store(&dir.path().join("store"), &log);
+    let snap = dir.path().join("snap");
+    let m = store.snapshot(&log, &snap).expect("snapshot");
+    assert_eq!(m.at, log.head_seq());
+    assert_eq!(snapshot::verify(&snap).expect("verify"), m);
+    let v = view(&store);
+    drop(store);
+    let from_snap = fresh_store(&snap, &log);
+    assert_eq!(view(&from_snap), v);
+    drop(from_snap);
+    // Opening it wrote nothing the manifest does not list... but a damaged
+    // file is found by name.
+    let victim = m.files.iter().find(|f| f.len > 100).expect("a file");
+    let p = snap.join(&victim.path);
+    let mut b = std::fs::read(&p).expect("read");
+    b[50] ^= 1;
+    std::fs::write(&p, &b).expect("write");
+    assert!(matches!(
+        snapshot::verify(&snap),
+        Err(StoreError::BadSnapshot { .. })
+    ));
+}
+
+#[test]
+fn frames_that_do_not_apply_are_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    let (p, _) = pack("ghost", &[(ObjType::Blob, b"x")]);
+    append(&log, &p);
+    let mut s = fresh_store(&dir.path().join("store"), &log);
+    assert!(matches!(s.catch_up(&log), Err(StoreError::NoRepo(_))));
+    assert_eq!(s.applied(), 0);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    append(&log, &frames::repo_frame("r", RepoOp::Create).expect("f"));
+    let (p, _) = pack("r", &[(ObjType::Blob, b"x")]);
+    let mut blob = p.blob.clone();
+    let last = blob.len() - 1;
+    blob[last] ^= 1; // the content no longer hashes to its oid
+    log.append_raw(Kind::Pack.as_u16(), &p.meta, &blob)
+        .expect("append");
+    let mut s = fresh_store(&dir.path().join("store"), &log);
+    assert!(matches!(
+        s.catch_up(&log),
+        Err(StoreError::BadFrame { seq: 2, .. })
+    ));
+    assert_eq!(s.applied(), 1);
+    assert_eq!(s.repo("r").expect("repo").objects(), 0);
+
+    let other = Log::open(dir.path().join("other")).expect("log");
+    drop(s);
+    assert!(matches!(
+        Store::open(
+            dir.path().join("store"),
+            other.history(),
+            StoreOptions::default()
+        ),
+        Err(StoreError::OtherHistory { .. })
+    ));
+}

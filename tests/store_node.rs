@@ -1,0 +1,329 @@
+//! The store through the primary, over real QUIC on loopback: create,
+//! push, refs, history, objects and `have`; refusals that write nothing; a
+//! git repository imported; and the twin's store, fed by its log, equal to
+//! the primary's.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use twinlog::log::{Kind, Log};
+use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::node::api::RefMove;
+use twinlog::node::epoch::Epoch;
+use twinlog::node::store::{Applier, StoreHost};
+use twinlog::node::{
+    ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
+};
+use twinlog::objects::ObjType;
+use twinlog::repl::Timers;
+use twinlog::store::{PackBuilder, StoreOptions};
+
+fn fast() -> Timers {
+    Timers {
+        heartbeat: Duration::from_millis(50),
+        idle_timeout: Duration::from_secs(2),
+    }
+}
+
+struct Pair {
+    client: Client,
+    primary: Arc<Primary>,
+    primary_store: Arc<StoreHost>,
+    twin_store: Arc<StoreHost>,
+    twin: Arc<Twin>,
+    _stops: Vec<watch::Sender<bool>>,
+    _applier: tokio::task::JoinHandle<()>,
+}
+
+async fn start(dir: &Path) -> Pair {
+    let (pid, tid, cid) = (
+        Identity::mint().expect("mint"),
+        Identity::mint().expect("mint"),
+        Identity::mint().expect("mint"),
+    );
+    let log = Arc::new(Log::open(dir.join("p/log")).expect("log"));
+    let primary_store =
+        StoreHost::open(log.clone(), &dir.join("p/store"), StoreOptions::default()).expect("store");
+    let pins = Arc::new(
+        Pins::new()
+            .pin(tid.fingerprint(), Role::Twin)
+            .pin(cid.fingerprint(), Role::Client),
+    );
+    let endpoint = net::server(([127, 0, 0, 1], 0).into(), &pid, pins.clone()).expect("endpoint");
+    let addr: SocketAddr = endpoint.local_addr().expect("addr");
+    let primary = Primary::with_store(
+        log,
+        pins,
+        PrimaryConfig {
+            policy: TwinPolicy::Wait,
+            timers: fast(),
+            epoch: 0,
+        },
+        Some(primary_store.clone()),
+    );
+    let (pstop, pstopped) = watch::channel(false);
+    tokio::spawn(primary.clone().serve(endpoint, pstopped));
+
+    let tlog = Arc::new(Log::open(dir.join("t/log")).expect("twin log"));
+    let twin_store = StoreHost::open(tlog.clone(), &dir.join("t/store"), StoreOptions::default())
+        .expect("store");
+    let tpins = Arc::new(Pins::new().pin(pid.fingerprint(), Role::Primary));
+    let tend = net::client(&tid, tpins).expect("endpoint");
+    let twin = Twin::new(
+        tlog,
+        Arc::new(Epoch::in_memory(0)),
+        addr,
+        TwinConfig {
+            timers: fast(),
+            backoff_base: Duration::from_millis(20),
+            backoff_cap: Duration::from_millis(200),
+        },
+    );
+    let (tstop, tstopped) = watch::channel(false);
+    tokio::spawn(twin.clone().run(tend, tstopped));
+    let applier = Applier::start(twin_store.clone()).expect("applier");
+    let mut durable = twin.durable();
+    let applier_task = tokio::spawn(async move {
+        while durable.changed().await.is_ok() {
+            applier.wake();
+        }
+    });
+    let client = Client::connect(&cid, pid.fingerprint(), addr)
+        .await
+        .expect("connect");
+    Pair {
+        client,
+        primary,
+        primary_store,
+        twin_store,
+        twin,
+        _stops: vec![pstop, tstop],
+        _applier: applier_task,
+    }
+}
+
+fn moved(name: &str, old: Option<[u8; 20]>, new: Option<[u8; 20]>) -> Vec<RefMove> {
+    vec![RefMove {
+        name: name.into(),
+        old,
+        new,
+    }]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_land_in_both_stores_and_refusals_write_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    c.create_repo("acme/widgets", Durability::Twin)
+        .await
+        .expect("create");
+    assert!(matches!(
+        c.create_repo("acme/widgets", Durability::Twin).await,
+        Err(ClientError::Api(ApiError::RepoExists(_)))
+    ));
+    let mut pack = PackBuilder::new();
+    let blob = pack.add(ObjType::Blob, b"hello\n").expect("add");
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let big_oid = pack.add(ObjType::Blob, &big).expect("add");
+    let commit = pack
+        .add(
+            ObjType::Commit,
+            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n\nfirst\n",
+        )
+        .expect("add");
+    let pushed = c
+        .push(
+            "acme/widgets",
+            &pack.into_bytes(),
+            moved("refs/heads/main", None, Some(commit)),
+            Durability::Twin,
+        )
+        .await
+        .expect("push");
+    assert_eq!(pushed.objects, 3);
+    assert_eq!(pushed.durability, Durability::Twin);
+    assert_eq!(
+        c.read_object("acme/widgets", blob).await.expect("read"),
+        Some((ObjType::Blob, b"hello\n".to_vec()))
+    );
+    assert_eq!(
+        c.read_object("acme/widgets", big_oid)
+            .await
+            .expect("read")
+            .map(|(_, d)| d.len()),
+        Some(big.len())
+    );
+    assert_eq!(
+        c.have("acme/widgets", &[blob, [0u8; 20], commit])
+            .await
+            .expect("have"),
+        vec![true, false, true]
+    );
+    assert_eq!(
+        c.refs("acme/widgets").await.expect("refs")["refs/heads/main"],
+        commit
+    );
+
+    // Refusals, each by name, each leaving the log where it was.
+    let head = p.primary.log().head_seq();
+    assert!(matches!(
+        c.push(
+            "acme/widgets",
+            &[],
+            moved("refs/heads/main", None, Some(blob)),
+            Durability::Twin
+        )
+        .await,
+        Err(ClientError::Api(ApiError::RefMoved { .. }))
+    ));
+    let mut bad = PackBuilder::new();
+    bad.add(ObjType::Blob, b"will be damaged").expect("add");
+    let mut bad = bad.into_bytes();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert!(matches!(
+        c.push("acme/widgets", &bad, Vec::new(), Durability::Twin)
+            .await,
+        Err(ClientError::Api(ApiError::BadPush(_)))
+    ));
+    assert!(matches!(
+        c.push(
+            "nobody",
+            &[],
+            moved("refs/heads/x", None, Some(blob)),
+            Durability::Twin
+        )
+        .await,
+        Err(ClientError::Api(ApiError::NoRepo(_)))
+    ));
+    let raw = c
+        .append(Kind::Pack.as_u16(), b"", b"raw", Durability::Local)
+        .await;
+    assert!(
+        matches!(raw, Err(ClientError::Api(ApiError::Forbidden(_)))),
+        "{raw:?}"
+    );
+    assert_eq!(p.primary.log().head_seq(), head, "no refusal wrote a frame");
+
+    // An update moves the ref; the history has both pushes.
+    let mut pack2 = PackBuilder::new();
+    let c2 = pack2
+        .add(
+            ObjType::Commit,
+            b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n\nsecond\n",
+        )
+        .expect("add");
+    c.push(
+        "acme/widgets",
+        &pack2.into_bytes(),
+        moved("refs/heads/main", Some(commit), Some(c2)),
+        Durability::Twin,
+    )
+    .await
+    .expect("push");
+    let h = c.push_history("acme/widgets").await.expect("history");
+    assert_eq!(h.len(), 2);
+    assert_eq!(h[1].updates[0].old, Some(commit));
+
+    converge(&p).await;
+}
+
+/// The twin's store reaches the primary's head and holds what it holds.
+async fn converge(p: &Pair) {
+    let head = p.primary.log().head_seq();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while p.twin_store.lock().applied() < head {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "twin store at {} of {head}, twin log at {}",
+            p.twin_store.lock().applied(),
+            p.twin.log().head_seq()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ps = p.primary_store.lock();
+    let ts = p.twin_store.lock();
+    let names: Vec<&str> = ps.repos().collect();
+    assert_eq!(names, ts.repos().collect::<Vec<_>>());
+    for name in names {
+        let (a, b) = (ps.repo(name).expect("repo"), ts.repo(name).expect("repo"));
+        assert_eq!(a.refs(), b.refs());
+        assert_eq!(a.history().expect("history"), b.history().expect("history"));
+        let oids = a.object_ids().expect("oids");
+        assert_eq!(oids, b.object_ids().expect("oids"));
+        for oid in oids {
+            assert_eq!(
+                a.read_object(&oid).expect("read"),
+                b.read_object(&oid).expect("read")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_repository_imports_and_reads_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let git = dir.path().join("src");
+    let sh = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&git)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {:?}", out);
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    std::fs::create_dir_all(&git).expect("mkdir");
+    sh(&["init", "-q", "-b", "main"]);
+    for i in 0..5 {
+        std::fs::write(
+            git.join(format!("f{i}.txt")),
+            format!("file {i}\n").repeat(i + 1),
+        )
+        .expect("write");
+        sh(&["add", "."]);
+        sh(&["commit", "-q", "-m", &format!("commit {i}")]);
+    }
+    sh(&["tag", "v1"]);
+    let p = start(dir.path()).await;
+    let r = p
+        .client
+        .import_git(&git, "imported", 256, Durability::Twin)
+        .await
+        .expect("import");
+    let count: u64 = sh(&["count-objects", "-v"])
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|n| n.parse().ok())
+        .expect("count");
+    assert_eq!(r.objects, count, "every loose object imported");
+    assert!(r.packs > 1, "small packs: several pushes");
+    let refs = p.client.refs("imported").await.expect("refs");
+    let head = sh(&["rev-parse", "HEAD"]);
+    assert_eq!(
+        twinlog::store::frames::hex(&refs["refs/heads/main"]),
+        head.trim()
+    );
+    assert!(refs.contains_key("refs/tags/v1"));
+    let (t, data) = p
+        .client
+        .read_object(
+            "imported",
+            twinlog::store::frames::unhex(head.trim()).expect("hex"),
+        )
+        .await
+        .expect("read")
+        .expect("present");
+    assert_eq!(t, ObjType::Commit);
+    assert_eq!(data, sh(&["cat-file", "commit", "HEAD"]).into_bytes());
+    converge(&p).await;
+}
