@@ -16,11 +16,22 @@
 //! pack's extent of a file-backed tail, with every pack absorbed (the scan
 //! stops early) and with one pack un-absorbed (the scan runs to the end).
 //!
-//! Each group of cases is one function called from `main`; a new group
-//! (push log, import) is one more function and one more call.
+//! `pushlog_bytes_per_push*`: a push of 4 ref updates as one Arrow IPC
+//! frame, and the live file after a compaction (`store_cases/pushlog.rs`).
+//!
+//! `import_objects_per_s`: a git repository made by `git fast-import`
+//! imported into a log and its store, end to end (`store_cases/import.rs`).
+//!
+//! Each group of cases is one function called from `main`.
 
 #[path = "common/mod.rs"]
 mod common;
+mod store_cases {
+    #[path = "../store_cases/import.rs"]
+    pub mod import;
+    #[path = "../store_cases/pushlog.rs"]
+    pub mod pushlog;
+}
 
 use common::*;
 
@@ -34,7 +45,7 @@ use twinlog::objects::{
 };
 
 /// The `bench` field of every line this program prints.
-const BENCH: &str = "store";
+pub const BENCH: &str = "store";
 /// Oids per have batch, as a client sends them.
 const HAVE_BATCH: usize = 1000;
 /// One oid in this many of a have batch is in the repository.
@@ -94,6 +105,8 @@ fn main() {
 
     have_negotiation(&cfg);
     extents_with_rows(&cfg, root.path());
+    store_cases::pushlog::run(root.path(), if quick { 200 } else { 2000 });
+    store_cases::import::run(root.path(), if quick { 300 } else { 4000 });
 
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
