@@ -256,9 +256,46 @@ fn a_replay_after_a_crash_at_every_frame_lands_on_the_same_state() {
         copy_dir(&live, &crashed);
         let mut s = fresh_store(&crashed, &log);
         assert!(s.applied() <= seq);
+        let recorded = s.applied();
         s.catch_up(&log).expect("replay");
         assert_eq!(view(&s), whole, "crash after frame {seq}");
         drop(s);
+        // A crash inside a pack's append, before its record was durable:
+        // the archive's last record cut at bytes through its header and
+        // body.
+        let is_pack = log.read(seq).expect("read").kind == Kind::Pack.as_u16();
+        if is_pack && recorded < seq {
+            let repo = twinlog::log::Meta::decode(&log.read(seq).expect("read").meta)
+                .expect("meta")
+                .repo;
+            let archive = live
+                .join("repos")
+                .join(twinlog::store::repo_dir_name(&repo))
+                .join("archive");
+            let whole_archive = std::fs::read(&archive).expect("archive");
+            let last_len = 40 + log.read(seq).expect("read").blob.len();
+            let start = whole_archive.len() - last_len;
+            for cut in [
+                start + 1,
+                start + 20,
+                start + 39,
+                start + 40,
+                whole_archive.len() - 1,
+            ] {
+                let torn = dir.path().join(format!("torn-{seq}-{cut}"));
+                copy_dir(&live, &torn);
+                let torn_archive = torn
+                    .join("repos")
+                    .join(twinlog::store::repo_dir_name(&repo))
+                    .join("archive");
+                std::fs::write(&torn_archive, &whole_archive[..cut]).expect("cut");
+                let mut s = fresh_store(&torn, &log);
+                s.catch_up(&log).expect("replay over a torn pack");
+                assert_eq!(view(&s), whole, "pack {seq} torn at byte {cut}");
+                drop(s);
+                std::fs::remove_dir_all(&torn).expect("rm");
+            }
+        }
         std::fs::remove_dir_all(&crashed).expect("rm");
     }
 }
