@@ -174,6 +174,14 @@ fn documented_client_indices_are_the_encoder_s() {
                 oids: Vec::new(),
             },
         ),
+        (
+            "Erase",
+            Request::Erase {
+                before: 1,
+                repos: Vec::new(),
+                durability: Durability::Twin,
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");

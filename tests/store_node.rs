@@ -327,3 +327,78 @@ async fn a_git_repository_imports_and_reads_back() {
     assert_eq!(data, sh(&["cat-file", "commit", "HEAD"]).into_bytes());
     converge(&p).await;
 }
+
+fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let e = e.expect("entry");
+        let ty = e.file_type().expect("type");
+        if ty.is_dir() {
+            files_containing(&e.path(), needle, out);
+        } else if ty.is_file() {
+            let b = std::fs::read(e.path()).expect("read");
+            if b.windows(needle.len()).any(|w| w == needle) {
+                out.push(e.path().display().to_string());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erase_leaves_no_byte_on_either_box() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    let marker = b"ERASE-ME-7f3a9c1e-the-unique-marker";
+    for repo in ["secret", "kept"] {
+        c.create_repo(repo, Durability::Twin).await.expect("create");
+    }
+    let mut last = None;
+    for i in 0..3u8 {
+        let mut secret = PackBuilder::new();
+        let mut blob = marker.to_vec();
+        blob.extend_from_slice(&[i; 5000]);
+        let oid = secret.add(ObjType::Blob, &blob).expect("add");
+        c.push(
+            "secret",
+            &secret.into_bytes(),
+            moved("refs/heads/main", last, Some(oid)),
+            Durability::Twin,
+        )
+        .await
+        .expect("push");
+        last = Some(oid);
+        let mut kept = PackBuilder::new();
+        kept.add(ObjType::Blob, &[b'k', i]).expect("add");
+        c.push("kept", &kept.into_bytes(), Vec::new(), Durability::Twin)
+            .await
+            .expect("push");
+    }
+    converge(&p).await;
+    let mut before = Vec::new();
+    files_containing(dir.path(), marker, &mut before);
+    assert!(
+        before.len() >= 4,
+        "the marker is on both boxes first: {before:?}"
+    );
+
+    let head = p.primary.log().head_seq();
+    c.erase(head + 1, &["secret".to_owned()], Durability::Twin)
+        .await
+        .expect("erase");
+    converge(&p).await;
+    let mut found = Vec::new();
+    files_containing(dir.path(), marker, &mut found);
+    assert!(found.is_empty(), "erased bytes survive in {found:?}");
+    let kept = p.primary_store.lock().repo("kept").expect("repo").objects();
+    assert_eq!(kept, 3, "the other repository keeps its objects");
+    assert_eq!(
+        p.twin_store.lock().repo("secret").expect("repo").objects(),
+        0
+    );
+    assert!(c.refs("secret").await.expect("refs").is_empty());
+    assert!(matches!(
+        c.erase(head + 10, &["secret".to_owned()], Durability::Twin)
+            .await,
+        Err(ClientError::Api(ApiError::BadRequest(_)))
+    ));
+}

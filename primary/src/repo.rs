@@ -29,6 +29,15 @@ pub enum RepoCmd {
     Cat { name: String, oid: String },
     /// Which of these objects the repository holds: `<oid> yes|no`.
     Have { name: String, oids: Vec<String> },
+    /// Erase every data frame of these repositories before a sequence, in
+    /// place, on this box and on the twin (their stores drop the data too).
+    Erase {
+        /// Frames before this sequence (`head + 1`: everything so far).
+        #[arg(long)]
+        before: u64,
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 fn failed(e: impl std::fmt::Display) -> DaemonError {
@@ -91,6 +100,18 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
                 }
                 None => return Err(failed(format!("no object {} in {name}", hex(&oid)))),
             }
+        }
+        RepoCmd::Erase { before, names } => {
+            let a = client
+                .erase(before, &names, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            println!(
+                "erase of {} before {before} appended at {} and carried out ({:?})",
+                names.join(", "),
+                a.seq,
+                a.durability
+            );
         }
         RepoCmd::Have { name, oids } => {
             let parsed = oids

@@ -55,6 +55,13 @@ pub enum Request {
     ReadObject { repo: String, oid: [u8; 20] },
     /// Which of these objects the repository holds (at most [`MAX_HAVE`]).
     Have { repo: String, oids: Vec<[u8; 20]> },
+    /// Erase the data frames of `repos` before `before`, on both boxes: an
+    /// Erase frame, carried out on each box's log and store. `Appended`.
+    Erase {
+        before: u64,
+        repos: Vec<String>,
+        durability: Durability,
+    },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a

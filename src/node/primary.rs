@@ -400,6 +400,11 @@ impl Primary {
                 self.push(repo, pack_len, updates, durability, &mut recv)
                     .await
             }
+            Request::Erase {
+                before,
+                repos,
+                durability,
+            } => self.erase(before, repos, durability).await,
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }
@@ -525,6 +530,40 @@ impl Primary {
             Err(e) => return Response::Error(e),
         };
         let seq = match tokio::task::spawn_blocking(move || host.create_repo(&repo)).await {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => return Response::Error(e.into()),
+            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+        };
+        match self.store_written(seq, 64, durability).await {
+            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
+            (durability, twin_wait_us) => Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            },
+        }
+    }
+
+    /// An erase: the frame appended and carried out here (log, then store)
+    /// before the answer; the twin carries it out as it applies the frame.
+    async fn erase(&self, before: u64, repos: Vec<String>, durability: Durability) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let head = self.log.head_seq();
+        if before > head + 1 {
+            return Response::Error(ApiError::BadRequest(format!(
+                "an erase before {before}, past the next sequence {}",
+                head + 1
+            )));
+        }
+        let appended = tokio::task::spawn_blocking(move || {
+            let f = crate::store::frames::erase_frame(before, &repos)?;
+            host.append_frame(&f)
+        })
+        .await;
+        let seq = match appended {
             Ok(Ok(seq)) => seq,
             Ok(Err(e)) => return Response::Error(e.into()),
             Err(e) => return Response::Error(ApiError::Store(e.to_string())),

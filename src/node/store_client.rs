@@ -139,6 +139,21 @@ impl Client {
         }
     }
 
+    /// Erase the data frames of `repos` before `before` on both boxes.
+    pub async fn erase(
+        &self,
+        before: u64,
+        repos: &[String],
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::Erase {
+            before,
+            repos: repos.to_vec(),
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
     /// Which of `oids` the repository holds, asked in batches.
     pub async fn have(&self, repo: &str, oids: &[[u8; 20]]) -> Result<Vec<bool>, ClientError> {
         let mut out = Vec::with_capacity(oids.len());

@@ -399,6 +399,14 @@ impl Store {
                         why: format!("an erase of frames before {} at {seq}", body.before),
                     });
                 }
+                // The log first: its erase is idempotent, so a crash
+                // before the store's part repeats both on replay, and a
+                // restore from this box finds no erased byte.
+                let erased = log.erase(body.before, &body.repos)?;
+                tracing::info!(
+                    seq, before = body.before, repos = ?body.repos, frames = erased.frames,
+                    bytes = erased.bytes, "erase carried out on the log"
+                );
                 for name in &body.repos {
                     if let Some(repo) = self.repos.get_mut(name) {
                         repo.erase_before(body.before)?;
