@@ -234,3 +234,41 @@ fn documented_client_indices_are_the_encoder_s() {
     assert_eq!(encode(&Durability::Local)[4], 0);
     assert_eq!(encode(&Durability::Twin)[4], 1);
 }
+
+#[test]
+fn snapshot_messages_have_their_documented_indices() {
+    use twinlog::node::snapshot::{SnapshotReq, SnapshotResp};
+    use twinlog::store::install::SnapshotBase;
+    let reqs = [
+        ("Manifest", SnapshotReq::Manifest),
+        (
+            "File",
+            SnapshotReq::File {
+                at: 1,
+                path: "x".into(),
+                offset: 0,
+            },
+        ),
+    ];
+    for (name, m) in reqs {
+        assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
+    }
+    let resps = [
+        (
+            "Manifest",
+            SnapshotResp::Manifest {
+                base: SnapshotBase {
+                    at: 1,
+                    crc_at: 0,
+                    history: [0; 16],
+                },
+                len: 0,
+            },
+        ),
+        ("File", SnapshotResp::File { len: 0 }),
+        ("Refused", SnapshotResp::Refused("x".into())),
+    ];
+    for (name, m) in resps {
+        assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
+    }
+}

@@ -236,17 +236,17 @@ async fn pushes_land_in_both_stores_and_refusals_write_nothing() {
 async fn converge(p: &Pair) {
     let head = p.primary.log().head_seq();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while p.twin_store.lock().applied() < head {
+    while p.twin_store.lock().expect("store").applied() < head {
         assert!(
             tokio::time::Instant::now() < deadline,
             "twin store at {} of {head}, twin log at {}",
-            p.twin_store.lock().applied(),
+            p.twin_store.lock().expect("store").applied(),
             p.twin.log().head_seq()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let ps = p.primary_store.lock();
-    let ts = p.twin_store.lock();
+    let ps = p.primary_store.lock().expect("store");
+    let ts = p.twin_store.lock().expect("store");
     let names: Vec<&str> = ps.repos().collect();
     assert_eq!(names, ts.repos().collect::<Vec<_>>());
     for name in names {
@@ -389,10 +389,21 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     let mut found = Vec::new();
     files_containing(dir.path(), marker, &mut found);
     assert!(found.is_empty(), "erased bytes survive in {found:?}");
-    let kept = p.primary_store.lock().repo("kept").expect("repo").objects();
+    let kept = p
+        .primary_store
+        .lock()
+        .expect("store")
+        .repo("kept")
+        .expect("repo")
+        .objects();
     assert_eq!(kept, 3, "the other repository keeps its objects");
     assert_eq!(
-        p.twin_store.lock().repo("secret").expect("repo").objects(),
+        p.twin_store
+            .lock()
+            .expect("store")
+            .repo("secret")
+            .expect("repo")
+            .objects(),
         0
     );
     assert!(c.refs("secret").await.expect("refs").is_empty());

@@ -121,6 +121,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: repo::RepoCmd,
     },
+    /// Drop the log's whole segments below a sequence by hand (the open
+    /// segment is closed first). Past the twin's position only with --force.
+    Retain {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        from: u64,
+        #[arg(long)]
+        force: bool,
+    },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
         #[arg(long, short)]
@@ -254,6 +264,19 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let cfg = PrimaryConfig::load(&config)?;
             let client = admin(&cfg).await?;
             repo::run(&client, cmd).await?;
+        }
+        Cmd::Retain {
+            config,
+            from,
+            force,
+        } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            let first = client
+                .retain_from(from, force)
+                .await
+                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+            println!("the log retains from {first}");
         }
         Cmd::Read { config, seq, out } => {
             let cfg = PrimaryConfig::load(&config)?;

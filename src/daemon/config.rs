@@ -83,6 +83,15 @@ impl DurabilitySection {
     }
 }
 
+/// `[retention]`: how much log the primary keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// Bytes of log past which the oldest whole segments are dropped, those
+    /// the twin has acknowledged first; 0 keeps everything.
+    pub max_bytes: u64,
+}
+
 /// `[timers]`: heartbeats and the silence after which a connection is
 /// given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +149,8 @@ pub struct PrimaryConfig {
     pub segment_bytes: u64,
     #[serde(default)]
     pub timers: TimersSection,
+    #[serde(default)]
+    pub retention: RetentionSection,
 }
 
 /// `twin.toml`.
@@ -209,7 +220,14 @@ segment_bytes = {segment}
 # durability after timeout_ms until the twin has caught up.
 policy = "{policy}"
 timeout_ms = {timeout}
+
+[retention]
+# Bytes of log past which the oldest whole segments are dropped: first
+# those the twin has acknowledged, then, if the log is still over, those it
+# has not (it is then below the floor and gets a snapshot). 0 keeps all.
+max_bytes = {max_bytes}
 {timers}"#,
+            max_bytes = self.retention.max_bytes,
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,
@@ -280,6 +298,7 @@ mod tests {
                 heartbeat_ms: 20,
                 idle_timeout_ms: 300,
             },
+            retention: RetentionSection { max_bytes: 1 << 30 },
         }
     }
 

@@ -33,6 +33,10 @@ pub const ADMIN_DIR: &str = "admin";
 pub const LOG_DIR: &str = "log";
 /// The store's directory in a data directory.
 pub const STORE_DIR: &str = "store";
+/// The twin's position the primary's retention holds, across restarts.
+pub const TWIN_SLOT: &str = "TWIN_SLOT";
+/// Snapshots a primary offers to a twin below its floor.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
 pub const PRIMARY_CONFIG: &str = "primary.toml";
 pub const TWIN_CONFIG: &str = "twin.toml";
 
@@ -174,6 +178,7 @@ pub fn init_primary(
         durability: Default::default(),
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
         timers: Default::default(),
+        retention: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -352,8 +357,17 @@ pub async fn serve_primary(
             timers: cfg.timers.timers(),
             epoch: Epoch::load(&cfg.data_dir)?.get(),
         },
-        Some(store),
+        Some(store.clone()),
     );
+    node.set_retention(crate::node::retention::Retention {
+        max_bytes: cfg.retention.max_bytes,
+        slot: Some(cfg.data_dir.join(TWIN_SLOT)),
+    });
+    node.set_snapshots(crate::node::snapshot::SnapshotSource::new(
+        store.clone(),
+        &cfg.data_dir.join(SNAPSHOTS_DIR),
+        Some(cfg.data_dir.join(crate::store::install::BASE_FILE)),
+    ));
     let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
     let status_node = node.clone();
     let handler: http::Handler = Arc::new(move |path| {
@@ -408,6 +422,24 @@ pub async fn serve_primary(
                     "1 while twin appends fall back to local.",
                     u8::from(s.degraded),
                 );
+                gauge(
+                    &mut out,
+                    "twinlog_retention_max_bytes",
+                    "The log's byte cap (0: none).",
+                    s.retention_max_bytes,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_hold_seq",
+                    "The twin's position retention holds.",
+                    s.twin_hold,
+                );
+                gauge(
+                    &mut out,
+                    "twinlog_twin_below_floor",
+                    "1 while the frame at the twin's position is no longer retained.",
+                    u8::from(s.twin_below_floor),
+                );
                 Some(("text/plain; version=0.0.4", out))
             }
             _ => None,
@@ -435,6 +467,8 @@ pub async fn serve_twin(
     })?;
     let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let paths = crate::store::install::InstallPaths::new(&cfg.data_dir);
+    crate::store::install::finish(&paths, &log)?;
     let store = open_store(&log, &cfg.data_dir).await?;
     let endpoint = net::client(&identity, pins)?;
     let node = Twin::new(
@@ -446,6 +480,10 @@ pub async fn serve_twin(
             ..NodeTwinConfig::default()
         },
     );
+    node.set_snapshots(crate::node::twin::TwinSnapshots {
+        paths,
+        store: store.clone(),
+    })?;
     // The store follows the durable head: one catch-up per wake, however
     // many batches became durable meanwhile.
     let applier = crate::node::store::Applier::start(store)?;
@@ -548,6 +586,19 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     if let Some(e) = &s.twin_last_error {
         out.push_str(&format!("last twin disconnect: {e}\n"));
     }
+    out.push_str(&format!(
+        "retention: {:.1} MiB of log{}, holding from the twin's position {}\n",
+        s.log_bytes as f64 / 1048576.0,
+        if s.retention_max_bytes == 0 {
+            String::from(", no cap")
+        } else {
+            format!(", cap {:.1} MiB", s.retention_max_bytes as f64 / 1048576.0)
+        },
+        s.twin_hold
+    ));
+    if s.twin_below_floor {
+        out.push_str("twin: BELOW THE RETENTION FLOOR: it needs a snapshot\n");
+    }
     out
 }
 
@@ -636,6 +687,7 @@ pub fn promote(
         durability: Default::default(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
+        retention: Default::default(),
     };
     write_config(&primary_config, &primary.render())?;
     tracing::warn!(epoch = new, head, "twin promoted to primary");

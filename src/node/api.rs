@@ -62,6 +62,9 @@ pub enum Request {
         repos: Vec<String>,
         durability: Durability,
     },
+    /// Drop the whole segments below `seq` by hand (after closing the open
+    /// one). Past the twin's position only with `force`. `Retained`.
+    RetainFrom { seq: u64, force: bool },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a
@@ -137,6 +140,10 @@ pub enum Response {
     Absent,
     /// `Have`'s answer, one per oid asked.
     Have(Vec<bool>),
+    /// The log now retains from `first`.
+    Retained {
+        first: u64,
+    },
 }
 
 /// A request's failure, by name.
@@ -223,4 +230,13 @@ pub struct Status {
     pub degraded: bool,
     /// Why the last twin connection ended, if it did.
     pub twin_last_error: Option<String>,
+    /// The log's byte cap (0: none) and its bytes now.
+    pub retention_max_bytes: u64,
+    pub log_bytes: u64,
+    /// The twin's position the retention holds: frames from it on are kept
+    /// until the cap forces them out.
+    pub twin_hold: u64,
+    /// The frame at the twin's position is no longer retained: the twin
+    /// needs a snapshot.
+    pub twin_below_floor: bool,
 }

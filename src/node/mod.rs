@@ -6,6 +6,8 @@ pub mod api;
 pub mod client;
 pub mod epoch;
 pub mod primary;
+pub mod retention;
+pub mod snapshot;
 pub mod store;
 pub mod store_client;
 pub mod twin;

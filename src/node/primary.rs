@@ -9,6 +9,8 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, watch};
 
 use super::api::{ApiError, Durability, RefMove, Request, Response, Status};
+use super::retention::{self, Retention};
+use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
@@ -67,6 +69,11 @@ pub struct Primary {
     stopping: std::sync::atomic::AtomicBool,
     /// The store the log feeds, when this primary keeps one.
     store: Option<Arc<StoreHost>>,
+    retention: Mutex<Retention>,
+    /// The twin's position: retention keeps the frames from it on.
+    hold: std::sync::atomic::AtomicU64,
+    /// The snapshot a twin below the floor is given.
+    snapshots: Mutex<Option<Arc<SnapshotSource>>>,
 }
 
 /// Counts a request in progress for as long as it lives.
@@ -117,11 +124,132 @@ impl Primary {
             inflight: watch::channel(0).0,
             stopping: std::sync::atomic::AtomicBool::new(false),
             store,
+            retention: Mutex::new(Retention::default()),
+            hold: std::sync::atomic::AtomicU64::new(0),
+            snapshots: Mutex::new(None),
         })
     }
 
     pub fn log(&self) -> &Arc<Log> {
         &self.log
+    }
+
+    /// Set the retention before serving; the twin's position comes back
+    /// from the slot file.
+    pub fn set_retention(&self, r: Retention) {
+        if let Some(slot) = &r.slot {
+            let held = retention::load_slot(slot);
+            self.hold.store(held, std::sync::atomic::Ordering::SeqCst);
+            tracing::info!(
+                hold = held,
+                cap = r.max_bytes,
+                "retention holds the twin's position"
+            );
+        }
+        *self.retention.lock().unwrap_or_else(|e| e.into_inner()) = r;
+    }
+
+    /// Offer snapshots to a twin below the floor.
+    pub fn set_snapshots(&self, source: Arc<SnapshotSource>) {
+        *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    fn snapshot_source(&self) -> Option<Arc<SnapshotSource>> {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn retention(&self) -> Retention {
+        self.retention
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn hold(&self) -> u64 {
+        self.hold.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether the frame at the twin's position is gone.
+    fn twin_below_floor(&self) -> bool {
+        let first = self.log.first_seq();
+        match self.hold() {
+            0 => first > 1,
+            hold => hold < first,
+        }
+    }
+
+    /// One retention pass: the store catches up (nothing it has not
+    /// applied goes), then whole segments go while the log is over its cap.
+    fn retention_pass(&self) -> Result<(), String> {
+        let r = self.retention();
+        if let Some(slot) = &r.slot {
+            if let Err(e) = retention::store_slot(slot, self.hold()) {
+                tracing::warn!(error = %e, "the twin's slot file could not be written");
+            }
+        }
+        if r.max_bytes == 0 {
+            return Ok(());
+        }
+        let applied = match &self.store {
+            Some(host) => {
+                host.catch_up().map_err(|e| e.to_string())?;
+                host.lock().map_err(|e| e.to_string())?.applied()
+            }
+            None => self.log.head_seq(),
+        };
+        let mut hold = self.hold();
+        if let Some(source) = self.snapshot_source() {
+            match source.offered_at() {
+                // The twin installed it and moved on.
+                Some(at) if hold > at => source.forget(),
+                // Its frame proves the twin's place once it is installed.
+                Some(at) => hold = hold.min(at),
+                None => {}
+            }
+        }
+        let plan = retention::plan(&self.log.layout(), r.max_bytes, hold.max(1), applied);
+        if plan.before == 0 {
+            return Ok(());
+        }
+        let first = self
+            .log
+            .truncate_before(plan.before)
+            .map_err(|e| e.to_string())?;
+        if plan.past_hold {
+            tracing::warn!(
+                first, twin_position = hold, cap = r.max_bytes,
+                "retention passed the twin's position: the twin is below the floor and needs a snapshot"
+            );
+        }
+        Ok(())
+    }
+
+    /// Retain from `seq` by hand.
+    pub fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ApiError> {
+        let hold = self.hold().max(1);
+        if seq > hold && !force {
+            return Err(ApiError::Refused(format!(
+                "retaining from {seq} drops frames the twin needs (its position is {hold}): force it to"
+            )));
+        }
+        if let Some(host) = &self.store {
+            host.catch_up().map_err(ApiError::from)?;
+            let applied = host.lock().map_err(ApiError::from)?.applied();
+            if seq > applied + 1 {
+                return Err(ApiError::Refused(format!(
+                    "the store has applied up to {applied}: frames past it stay"
+                )));
+            }
+        }
+        let first = self
+            .log
+            .retain_from(seq)
+            .map_err(|e| ApiError::Refused(e.to_string()))?;
+        tracing::warn!(seq, first, force, "retained from a sequence by hand");
+        Ok(first)
     }
 
     /// Status as `primary status` shows it.
@@ -130,6 +258,10 @@ impl Primary {
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.twin_acked = *self.acked.borrow();
+        s.retention_max_bytes = self.retention().max_bytes;
+        s.log_bytes = self.log.bytes();
+        s.twin_hold = self.hold();
+        s.twin_below_floor = self.twin_below_floor();
         s
     }
 
@@ -141,6 +273,7 @@ impl Primary {
         endpoint: quinn::Endpoint,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let retainer = tokio::spawn(self.clone().retain_loop());
         loop {
             tokio::select! {
                 incoming = endpoint.accept() => {
@@ -178,8 +311,22 @@ impl Primary {
                 tracing::warn!(head, "the twin did not acknowledge the final head in time");
             }
         }
+        retainer.abort();
         endpoint.close(0u32.into(), b"shutdown");
         endpoint.wait_idle().await;
+    }
+
+    /// Retention passes, twice a second, off the async threads.
+    async fn retain_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let me = self.clone();
+            match tokio::task::spawn_blocking(move || me.retention_pass()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "retention pass failed"),
+                Err(e) => tracing::error!(error = %e, "retention pass panicked"),
+            }
+        }
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {
@@ -256,10 +403,18 @@ impl Primary {
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
+        // Further streams the twin opens ask for the snapshot.
+        let snapshot_server = self
+            .snapshot_source()
+            .map(|source| tokio::spawn(snapshot::serve_requests(source, conn.clone())));
+        let _stop_serving = AbortOnDrop(snapshot_server);
         let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
         let mut shipper = None;
         let mut head_rx = self.head.subscribe();
         let mut seen_bytes = head_rx.borrow_and_update().1;
+        // The twin's position is what it says at the handshake, even when
+        // lower than an earlier session's (a replaced twin).
+        let mut handshake = true;
         loop {
             while let Some(m) = core.poll_transmit() {
                 net::write_msg(&mut ctl_send, &m).await?;
@@ -279,6 +434,13 @@ impl Primary {
                     }
                     PrimaryAction::Acked(durable) => {
                         tracing::debug!(durable, "twin acknowledged");
+                        if std::mem::take(&mut handshake) {
+                            self.hold
+                                .store(durable, std::sync::atomic::Ordering::SeqCst);
+                        } else {
+                            self.hold
+                                .fetch_max(durable, std::sync::atomic::Ordering::SeqCst);
+                        }
                         self.twin_acked(durable)
                     }
                     PrimaryAction::BelowFloor { twin_head, first } => {
@@ -307,7 +469,15 @@ impl Primary {
                 msg = msgs.recv() => match msg {
                     Some(Ok(m)) => core.handle_message(m, Now::system()),
                     Some(Err(e)) => return Err(e),
-                    None => return Ok("the twin closed its control stream".into()),
+                    None => {
+                        if core.state() == PrimaryState::BelowFloor && self.snapshot_source().is_some() {
+                            // The twin fetches the snapshot on this
+                            // connection, then closes it.
+                            let why = conn.closed().await;
+                            return Ok(format!("the twin below the floor left: {why}"));
+                        }
+                        return Ok("the twin closed its control stream".into());
+                    }
                 },
                 changed = head_rx.changed() => {
                     if changed.is_err() {
@@ -405,6 +575,14 @@ impl Primary {
                 repos,
                 durability,
             } => self.erase(before, repos, durability).await,
+            Request::RetainFrom { seq, force } => {
+                let me = self.clone();
+                match tokio::task::spawn_blocking(move || me.retain_from(seq, force)).await {
+                    Ok(Ok(first)) => Response::Retained { first },
+                    Ok(Err(e)) => Response::Error(e),
+                    Err(e) => Response::Error(ApiError::Refused(e.to_string())),
+                }
+            }
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }
@@ -813,6 +991,17 @@ enum FrameSent {
     Cut,
 }
 
+/// Aborts a task when the scope that started it ends.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
 /// Kinds whose frames the store applies; a raw append of one could hold
 /// anything, and the store would stop at it.
 fn is_store_kind(kind: u16) -> bool {
@@ -833,7 +1022,7 @@ fn is_store_kind(kind: u16) -> bool {
 /// A store read's response and the bytes that follow it.
 fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), ApiError> {
     use super::api::{PushRecord, MAX_HAVE};
-    let store = host.lock();
+    let store = host.lock()?;
     let listing = |bytes: Vec<u8>| {
         (
             Response::Listing {

@@ -2,17 +2,46 @@
 //! sequence order, and on the primary the one place store frames are
 //! written, so a push is checked against the state it lands on.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::log::{Kind, Log, Meta};
 use crate::pushlog::RefUpdate;
 use crate::store::frames::{self, PackEvent, PackParser, RepoOp};
-use crate::store::{Applied, Store, StoreError, StoreOptions};
+use crate::store::install::{self, InstallPaths, InstallStep};
+use crate::store::{Applied, Manifest, Store, StoreError, StoreOptions};
 
 /// A store and the log that feeds it.
 pub struct StoreHost {
     log: Arc<Log>,
-    store: Mutex<Store>,
+    dir: PathBuf,
+    opts: StoreOptions,
+    /// None only while a snapshot install swaps the files, under the lock.
+    store: Mutex<Option<Store>>,
+}
+
+/// The store, locked.
+pub struct StoreGuard<'a>(MutexGuard<'a, Option<Store>>);
+
+impl std::ops::Deref for StoreGuard<'_> {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match self.0.as_ref() {
+            Some(s) => s,
+            // A guard is made only over Some, and holds the lock that any
+            // change to None needs.
+            None => unreachable!("a store guard over a closed store"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for StoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Store {
+        match self.0.as_mut() {
+            Some(s) => s,
+            None => unreachable!("a store guard over a closed store"),
+        }
+    }
 }
 
 /// What a push wrote.
@@ -41,13 +70,48 @@ impl StoreHost {
         }
         Ok(Arc::new(StoreHost {
             log,
-            store: Mutex::new(store),
+            dir: dir.to_owned(),
+            opts,
+            store: Mutex::new(Some(store)),
         }))
     }
 
-    /// The store, locked.
-    pub fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    /// The store, locked; refused while a failed install left it closed.
+    pub fn lock(&self) -> Result<StoreGuard<'_>, StoreError> {
+        let g = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            return Err(StoreError::Closed(
+                "a snapshot install failed to reopen it; restart the daemon".into(),
+            ));
+        }
+        Ok(StoreGuard(g))
+    }
+
+    /// Snapshot the store at the log's head into `dest`.
+    pub fn snapshot_to(&self, dest: &Path) -> Result<Manifest, StoreError> {
+        self.lock()?.snapshot(&self.log, dest)
+    }
+
+    /// Install the snapshot staged in the data directory: the store is
+    /// closed, the files swapped and the log restarted (all or nothing
+    /// across a crash, see `store::install`), then the store reopened.
+    pub fn install_snapshot(
+        &self,
+        paths: &InstallPaths,
+        stop_after: Option<InstallStep>,
+    ) -> Result<u64, StoreError> {
+        let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        drop(g.take());
+        let installed = install::install(paths, &self.log, stop_after);
+        let reopened = Store::open(&self.dir, self.log.history(), self.opts);
+        match reopened {
+            Ok(store) => *g = Some(store),
+            Err(e) => {
+                tracing::error!(error = %e, "the store does not reopen after a snapshot install");
+                return Err(e);
+            }
+        }
+        installed
     }
 
     pub fn log(&self) -> &Arc<Log> {
@@ -56,12 +120,12 @@ impl StoreHost {
 
     /// Apply every durable frame not applied yet.
     pub fn catch_up(&self) -> Result<Applied, StoreError> {
-        self.lock().catch_up(&self.log)
+        self.lock()?.catch_up(&self.log)
     }
 
     /// Create a repository: refused when it exists.
     pub fn create_repo(&self, repo: &str) -> Result<u64, StoreError> {
-        let mut store = self.lock();
+        let mut store = self.lock()?;
         store.catch_up(&self.log)?;
         if store.repo(repo).is_ok() {
             return Err(StoreError::RepoExists(repo.to_owned()));
@@ -86,7 +150,7 @@ impl StoreHost {
         at_ms: u64,
         pieces: &mut dyn Iterator<Item = bytes::Bytes>,
     ) -> Result<PushDone, StoreError> {
-        let mut store = self.lock();
+        let mut store = self.lock()?;
         store.catch_up(&self.log)?;
         store.repo(repo)?;
         if pack_len == 0 && updates.is_empty() {
@@ -137,7 +201,7 @@ impl StoreHost {
 
     /// Append any other store frame (an erase, a document) and apply it.
     pub fn append_frame(&self, f: &frames::FrameParts) -> Result<u64, StoreError> {
-        let mut store = self.lock();
+        let mut store = self.lock()?;
         store.catch_up(&self.log)?;
         let _m = self.log.mutation();
         let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;

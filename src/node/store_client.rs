@@ -154,6 +154,15 @@ impl Client {
         Client::appended(self.call(&req, &[]).await?.0)
     }
 
+    /// Drop the log's whole segments below `seq` by hand; past the twin's
+    /// position only with `force`. Answers the new first sequence.
+    pub async fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ClientError> {
+        match self.call(&Request::RetainFrom { seq, force }, &[]).await?.0 {
+            Response::Retained { first } => Ok(first),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
     /// Which of `oids` the repository holds, asked in batches.
     pub async fn have(&self, repo: &str, oids: &[[u8; 20]]) -> Result<Vec<bool>, ClientError> {
         let mut out = Vec::with_capacity(oids.len());

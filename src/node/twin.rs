@@ -11,12 +11,15 @@ use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
 use super::epoch::Epoch;
+use super::snapshot;
+use super::store::StoreHost;
 use crate::log::format::FrameHeader;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
 use crate::repl::{
     Backoff, FrameEvent, Now, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView,
 };
+use crate::store::install::{self, InstallPaths, SnapshotBase};
 
 /// What the twin's status shows.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -28,6 +31,18 @@ pub struct TwinStatus {
     pub lag_frames: u64,
     pub below_floor: bool,
     pub last_error: Option<String>,
+    /// A snapshot being fetched: bytes held and its size.
+    pub snapshot_held: u64,
+    pub snapshot_total: u64,
+    /// Snapshots installed since start, and the seq of the last.
+    pub snapshots_installed: u64,
+    pub snapshot_at: u64,
+}
+
+/// Where a twin stages and installs the snapshots it fetches.
+pub struct TwinSnapshots {
+    pub paths: InstallPaths,
+    pub store: Arc<StoreHost>,
 }
 
 /// How the twin runs.
@@ -56,6 +71,9 @@ pub struct Twin {
     cfg: TwinConfig,
     status: Mutex<TwinStatus>,
     durable: watch::Sender<u64>,
+    snapshots: Mutex<Option<Arc<TwinSnapshots>>>,
+    /// The position the log restarted after, when it holds no frame there.
+    base: Mutex<Option<SnapshotBase>>,
 }
 
 /// What the writer thread is told.
@@ -89,7 +107,75 @@ impl Twin {
             cfg,
             status: Mutex::new(TwinStatus::default()),
             durable: watch::channel(head).0,
+            snapshots: Mutex::new(None),
+            base: Mutex::new(None),
         })
+    }
+
+    /// Fetch and install a snapshot when the primary says this twin is
+    /// below its floor. Reads the base position a past install recorded.
+    pub fn set_snapshots(&self, s: TwinSnapshots) -> Result<(), crate::store::StoreError> {
+        *self.base.lock().unwrap_or_else(|e| e.into_inner()) = install::read_base(&s.paths.base())?;
+        *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));
+        Ok(())
+    }
+
+    fn snapshots(&self) -> Option<Arc<TwinSnapshots>> {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Fetch the primary's snapshot over `conn` (resuming a staged one),
+    /// install it and restart the log after it.
+    async fn take_snapshot(&self, conn: &Connection, s: &Arc<TwinSnapshots>) -> String {
+        let mut last_report = std::time::Instant::now();
+        let status = &self.status;
+        let mut progress = |held: u64, total: u64| {
+            if let Ok(mut st) = status.lock() {
+                st.snapshot_held = held;
+                st.snapshot_total = total;
+            }
+            if last_report.elapsed() > Duration::from_secs(2) {
+                last_report = std::time::Instant::now();
+                tracing::info!(held, total, "fetching the snapshot");
+            }
+        };
+        let fetched = match snapshot::fetch(conn, &s.paths, &mut progress).await {
+            Ok(f) => f,
+            Err(e) => return format!("snapshot fetch interrupted: {e}"),
+        };
+        tracing::info!(
+            total = fetched.total,
+            received = fetched.received,
+            reused = fetched.reused,
+            "snapshot fetched; installing"
+        );
+        let s2 = s.clone();
+        let installed =
+            tokio::task::spawn_blocking(move || s2.store.install_snapshot(&s2.paths, None)).await;
+        match installed {
+            Ok(Ok(at)) => {
+                let base = install::read_base(&s.paths.base()).ok().flatten();
+                *self.base.lock().unwrap_or_else(|e| e.into_inner()) = base;
+                self.durable.send_replace(self.log.head_seq());
+                self.set_status(|st| {
+                    st.snapshots_installed += 1;
+                    st.snapshot_at = at;
+                    st.below_floor = false;
+                });
+                format!("snapshot installed at {at}: following from {}", at + 1)
+            }
+            Ok(Err(e)) => {
+                // A staged snapshot that does not check is fetched anew.
+                if matches!(e, crate::store::StoreError::BadSnapshot { .. }) {
+                    let _ = std::fs::remove_dir_all(s.paths.staging());
+                }
+                format!("snapshot install failed: {e}")
+            }
+            Err(e) => format!("snapshot install: {e}"),
+        }
     }
 
     pub fn log(&self) -> &Arc<Log> {
@@ -154,10 +240,16 @@ impl Twin {
 
     fn view(&self) -> TwinView {
         let head = self.log.head_seq();
+        let base = *self.base.lock().unwrap_or_else(|e| e.into_inner());
         let crc = if head == 0 {
             0
         } else {
-            self.log.locate_blob(head).map_or(0, |l| l.payload_crc)
+            match self.log.locate_blob(head) {
+                Ok(l) => l.payload_crc,
+                // The log restarted after a snapshot and holds no frame at
+                // its head: the snapshot's base says what that frame was.
+                Err(_) => base.filter(|b| b.at == head).map_or(0, |b| b.crc_at),
+            }
         };
         TwinView {
             history: self.log.history().0,
@@ -193,6 +285,7 @@ impl Twin {
             let log = self.log.clone();
             std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
         };
+        let mut below_floor = false;
         let result = 'session: loop {
             while let Some(m) = core.poll_transmit() {
                 if let Err(e) = net::write_msg(&mut ctl_send, &m).await {
@@ -216,6 +309,7 @@ impl Twin {
                         first,
                         primary_head,
                     } => {
+                        below_floor = true;
                         self.set_status(|s| s.below_floor = true);
                         closed = Some(format!(
                             "below the primary's retention floor {first} (primary head {primary_head}): a snapshot is needed"
@@ -296,6 +390,10 @@ impl Twin {
         let _ = ctl_send.finish();
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         self.durable.send_replace(self.log.head_seq());
+        let result = match (below_floor, self.snapshots()) {
+            (true, Some(s)) => Ok(self.take_snapshot(&conn, &s).await),
+            _ => result,
+        };
         conn.close(0u32.into(), b"session over");
         result
     }

@@ -17,6 +17,7 @@
 pub mod archive;
 pub mod frames;
 pub mod import;
+pub mod install;
 pub mod lfs;
 mod marker;
 pub mod repo;
@@ -90,6 +91,9 @@ pub enum StoreError {
     /// The frames the store needs next are below the log's retention floor.
     #[error("the store needs frame {need}, the log retains from {first}: a snapshot is needed")]
     BelowFloor { need: u64, first: u64 },
+    /// The store is closed (a snapshot install is swapping it).
+    #[error("the store is closed: {0}")]
+    Closed(String),
     /// A snapshot whose files do not match its manifest.
     #[error("snapshot {}: {what}", dir.display())]
     BadSnapshot { dir: PathBuf, what: String },

@@ -1,0 +1,384 @@
+//! Snapshots over the wire: a box that serves frames (a primary to its
+//! twin, a twin to a box being restored) also serves a snapshot of its
+//! store, and the receiver fetches it file by file into its staging
+//! directory, resuming from the bytes it already holds.
+//!
+//! One bidirectional stream per request, on the connection the receiver
+//! already has: `SnapshotReq::Manifest` answers the snapshot's base and its
+//! manifest; `SnapshotReq::File` answers a file's bytes from an offset.
+//! Documented in docs/PROTOCOL.md.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use quinn::{Connection, RecvStream, SendStream};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+use super::store::StoreHost;
+use crate::net::{self, NetError};
+use crate::store::install::{self, InstallPaths, SnapshotBase};
+use crate::store::snapshot::{self as store_snapshot, Manifest, MANIFEST_NAME};
+use crate::store::StoreError;
+
+/// The largest manifest a receiver takes.
+pub const MAX_MANIFEST: u64 = 64 << 20;
+const PIECE: usize = 1 << 20;
+
+/// What a receiver asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotReq {
+    /// The snapshot on offer (taken now, or the one offered before while
+    /// the frame at its seq is still retained).
+    Manifest,
+    /// A file of the snapshot taken at `at`, from byte `offset` to its end.
+    File { at: u64, path: String, offset: u64 },
+}
+
+/// What the source answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotResp {
+    /// `len` bytes of the manifest (JSON) follow.
+    Manifest { base: SnapshotBase, len: u64 },
+    /// `len` bytes of the file follow.
+    File { len: u64 },
+    /// Refused, by name.
+    Refused(String),
+}
+
+/// A snapshot transfer's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the source refused: {0}")]
+    Refused(String),
+    #[error("snapshot protocol: {0}")]
+    Protocol(String),
+}
+
+/// The snapshot a box offers, taken on demand and kept while its seq is
+/// retained, so an interrupted transfer resumes against the same files.
+pub struct SnapshotSource {
+    host: Arc<StoreHost>,
+    dir: PathBuf,
+    /// The box's own base: the crc of its first frame's predecessor, when
+    /// its log restarted after a snapshot of its own.
+    own_base: Option<PathBuf>,
+    current: Mutex<Option<Offered>>,
+}
+
+#[derive(Clone)]
+struct Offered {
+    base: SnapshotBase,
+    manifest: Manifest,
+    bytes: Vec<u8>,
+}
+
+impl SnapshotSource {
+    /// Snapshots live under `dir`; `own_base` is the box's SNAPSHOT_BASE.
+    pub fn new(host: Arc<StoreHost>, dir: &Path, own_base: Option<PathBuf>) -> Arc<SnapshotSource> {
+        Arc::new(SnapshotSource {
+            host,
+            dir: dir.to_owned(),
+            own_base,
+            current: Mutex::new(None),
+        })
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Option<Offered>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The seq of the snapshot on offer: retention keeps its frame.
+    pub fn offered_at(&self) -> Option<u64> {
+        self.current().as_ref().map(|o| o.base.at)
+    }
+
+    /// Drop the offered snapshot once no receiver needs it.
+    pub fn forget(&self) {
+        if let Some(o) = self.current().take() {
+            let _ = std::fs::remove_dir_all(self.dir.join(o.base.at.to_string()));
+            tracing::info!(at = o.base.at, "dropped the offered snapshot");
+        }
+    }
+
+    /// The payload crc of the frame at `at`, from the log or the base.
+    fn crc_at(&self, at: u64) -> Result<u32, StoreError> {
+        if at == 0 {
+            return Ok(0);
+        }
+        match self.host.log().locate_blob(at) {
+            Ok(loc) => Ok(loc.payload_crc),
+            Err(e) => match self
+                .own_base
+                .as_deref()
+                .map(install::read_base)
+                .transpose()?
+            {
+                Some(Some(b)) if b.at == at => Ok(b.crc_at),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// The snapshot to offer: the current one while the frame at its seq
+    /// is retained (or is this box's own base), else a new one.
+    fn ensure(&self) -> Result<Offered, StoreError> {
+        let log = self.host.log();
+        let mut cur = self.current();
+        if let Some(o) = cur.as_ref() {
+            if o.base.at + 1 >= log.first_seq() && self.crc_at(o.base.at).is_ok() {
+                return Ok(o.clone());
+            }
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let taking = self.dir.join("taking");
+        if taking.exists() {
+            std::fs::remove_dir_all(&taking)?;
+        }
+        let manifest = self.host.snapshot_to(&taking)?;
+        let at = manifest.at;
+        let crc_at = self.crc_at(at)?;
+        let dest = self.dir.join(at.to_string());
+        if dest.exists() {
+            std::fs::remove_dir_all(&dest)?;
+        }
+        std::fs::rename(&taking, &dest)?;
+        if let Some(old) = cur.take() {
+            if old.base.at != at {
+                let _ = std::fs::remove_dir_all(self.dir.join(old.base.at.to_string()));
+            }
+        }
+        let bytes = std::fs::read(dest.join(MANIFEST_NAME))?;
+        let offered = Offered {
+            base: SnapshotBase {
+                at,
+                crc_at,
+                history: log.history().0,
+            },
+            manifest,
+            bytes,
+        };
+        tracing::info!(
+            at,
+            bytes = offered.manifest.bytes(),
+            files = offered.manifest.files.len(),
+            "snapshot taken to offer"
+        );
+        *cur = Some(offered.clone());
+        Ok(offered)
+    }
+
+    /// Answer one request stream.
+    pub async fn serve(
+        self: Arc<Self>,
+        mut send: SendStream,
+        mut recv: RecvStream,
+    ) -> Result<(), SnapshotError> {
+        let Some(req) = net::read_msg::<SnapshotReq>(&mut recv).await? else {
+            return Ok(());
+        };
+        match req {
+            SnapshotReq::Manifest => {
+                let me = self.clone();
+                let offered = tokio::task::spawn_blocking(move || me.ensure())
+                    .await
+                    .map_err(|e| SnapshotError::Protocol(e.to_string()))?;
+                match offered {
+                    Ok(o) => {
+                        let resp = SnapshotResp::Manifest {
+                            base: o.base,
+                            len: o.bytes.len() as u64,
+                        };
+                        net::write_msg(&mut send, &resp).await?;
+                        send.write_all(&o.bytes).await.map_err(NetError::from)?;
+                    }
+                    Err(e) => {
+                        net::write_msg(&mut send, &SnapshotResp::Refused(e.to_string())).await?;
+                    }
+                }
+            }
+            SnapshotReq::File { at, path, offset } => {
+                let file = {
+                    let cur = self.current();
+                    cur.as_ref()
+                        .filter(|o| o.base.at == at)
+                        .and_then(|o| o.manifest.files.iter().find(|f| f.path == path))
+                        .map(|f| (self.dir.join(at.to_string()).join(&f.path), f.len))
+                };
+                let Some((full, len)) = file else {
+                    let why = format!("no file {path:?} in a snapshot at {at} on offer");
+                    net::write_msg(&mut send, &SnapshotResp::Refused(why)).await?;
+                    let _ = send.finish();
+                    return Ok(());
+                };
+                if offset > len {
+                    let why = format!("offset {offset} past the end of {path} ({len} bytes)");
+                    net::write_msg(&mut send, &SnapshotResp::Refused(why)).await?;
+                    let _ = send.finish();
+                    return Ok(());
+                }
+                net::write_msg(&mut send, &SnapshotResp::File { len: len - offset }).await?;
+                let mut f = tokio::fs::File::open(&full).await?;
+                f.seek(std::io::SeekFrom::Start(offset)).await?;
+                let mut left = len - offset;
+                let mut buf = vec![0u8; PIECE];
+                while left > 0 {
+                    let n = (PIECE as u64).min(left) as usize;
+                    f.read_exact(&mut buf[..n]).await?;
+                    send.write_all(&buf[..n]).await.map_err(NetError::from)?;
+                    left -= n as u64;
+                }
+            }
+        }
+        let _ = send.finish();
+        Ok(())
+    }
+}
+
+/// Serve every further stream a receiver opens on `conn` as a snapshot
+/// request, until the connection ends.
+pub async fn serve_requests(source: Arc<SnapshotSource>, conn: Connection) {
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let s = source.clone();
+        tokio::spawn(async move {
+            if let Err(e) = s.serve(send, recv).await {
+                tracing::warn!(error = %e, "a snapshot request failed");
+            }
+        });
+    }
+}
+
+/// How far a fetch got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fetched {
+    pub base: Option<SnapshotBase>,
+    /// Bytes of the snapshot.
+    pub total: u64,
+    /// Bytes received by this fetch.
+    pub received: u64,
+    /// Bytes already staged by an earlier, interrupted fetch.
+    pub reused: u64,
+}
+
+async fn request(
+    conn: &Connection,
+    req: &SnapshotReq,
+) -> Result<(SnapshotResp, RecvStream), SnapshotError> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(NetError::from)?;
+    net::write_msg(&mut send, req).await?;
+    let _ = send.finish();
+    match net::read_msg::<SnapshotResp>(&mut recv).await? {
+        None => Err(SnapshotError::Protocol("no answer".into())),
+        Some(SnapshotResp::Refused(why)) => Err(SnapshotError::Refused(why)),
+        Some(resp) => Ok((resp, recv)),
+    }
+}
+
+/// Fetch the snapshot on offer into the staging directory: a staged
+/// snapshot of the same base keeps its bytes and only the rest moves.
+/// `progress` sees (bytes held, total) as they grow.
+pub async fn fetch(
+    conn: &Connection,
+    paths: &InstallPaths,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<Fetched, SnapshotError> {
+    let (resp, mut recv) = request(conn, &SnapshotReq::Manifest).await?;
+    let SnapshotResp::Manifest { base, len } = resp else {
+        return Err(SnapshotError::Protocol(format!(
+            "{resp:?} to a manifest request"
+        )));
+    };
+    if len > MAX_MANIFEST {
+        return Err(SnapshotError::Protocol(format!(
+            "a manifest of {len} bytes"
+        )));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    recv.read_exact(&mut bytes).await.map_err(NetError::from)?;
+    let staged = install::read_base(&paths.staged_base())?;
+    if staged != Some(base) {
+        if paths.staging().exists() {
+            tracing::info!(?staged, offered = ?base, "a different snapshot is on offer: staging anew");
+            std::fs::remove_dir_all(paths.staging())?;
+        }
+        install::stage_base(paths, &base)?;
+    }
+    let files_dir = paths.files();
+    let manifest_path = files_dir.join(MANIFEST_NAME);
+    std::fs::write(manifest_path.with_extension("tmp"), &bytes)?;
+    std::fs::rename(manifest_path.with_extension("tmp"), &manifest_path)?;
+    let manifest = store_snapshot::read_manifest(&files_dir)?;
+    if manifest.at != base.at {
+        return Err(SnapshotError::Protocol(format!(
+            "the manifest is at {}, the base at {}",
+            manifest.at, base.at
+        )));
+    }
+    let mut out = Fetched {
+        base: Some(base),
+        total: manifest.bytes(),
+        ..Fetched::default()
+    };
+    let mut held = 0u64;
+    for f in &manifest.files {
+        let local = files_dir.join(&f.path);
+        let have = std::fs::metadata(&local).map_or(0, |m| m.len());
+        let have = if have > f.len { 0 } else { have };
+        out.reused += have;
+        held += have;
+        progress(held, out.total);
+        if let Some(parent) = local.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if have == f.len {
+            if f.len == 0 && !local.exists() {
+                std::fs::File::create(&local)?;
+            }
+            continue;
+        }
+        let req = SnapshotReq::File {
+            at: base.at,
+            path: f.path.clone(),
+            offset: have,
+        };
+        let (resp, mut recv) = request(conn, &req).await?;
+        match resp {
+            SnapshotResp::File { len } if len == f.len - have => {}
+            other => {
+                return Err(SnapshotError::Protocol(format!(
+                    "{other:?} for {} from {have}",
+                    f.path
+                )))
+            }
+        }
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(&local)
+            .await?;
+        file.set_len(have).await?;
+        file.seek(std::io::SeekFrom::Start(have)).await?;
+        let mut left = f.len - have;
+        let mut buf = vec![0u8; PIECE];
+        while left > 0 {
+            let n = (PIECE as u64).min(left) as usize;
+            recv.read_exact(&mut buf[..n])
+                .await
+                .map_err(NetError::from)?;
+            file.write_all(&buf[..n]).await?;
+            left -= n as u64;
+            held += n as u64;
+            out.received += n as u64;
+            progress(held, out.total);
+        }
+        file.sync_all().await?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,240 @@
+//! Installing a snapshot on a box: the staged files checked against their
+//! manifest, then swapped in for the store and the log restarted after the
+//! snapshot's seq, all or nothing across a crash at any step.
+//!
+//! In a data directory: `snapshot.staging/` holds `base.json` (the
+//! snapshot's seq, the crc of the frame at it, the log history) and
+//! `files/` (the snapshot as its source wrote it, manifest included), filled
+//! piece by piece by the transfer, which resumes from what is there. The
+//! install then writes the intent `SNAPSHOT_INSTALL` (a copy of
+//! `base.json`), moves `store/` to `store.old/` and `files/` to `store/`,
+//! restarts the log after the seq, records `SNAPSHOT_BASE` (what the box
+//! says its head frame is, since the log holds no frame at that seq), and
+//! removes `store.old/`, the staging directory and the intent. A crash
+//! before the intent leaves the old state; after it, `finish` completes the
+//! install at the next start.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::snapshot::{self, sync_tree};
+use super::{fsync_dir, Result, StoreError};
+use crate::log::{HistoryId, Log};
+
+/// The staging directory in a data directory.
+pub const STAGING_DIR: &str = "snapshot.staging";
+/// The install intent.
+pub const INTENT_FILE: &str = "SNAPSHOT_INSTALL";
+/// The position the box's log restarted after.
+pub const BASE_FILE: &str = "SNAPSHOT_BASE";
+
+/// Where a snapshot sits in its log: the seq it was taken at, the payload
+/// crc of the frame at that seq, and the log's history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotBase {
+    pub at: u64,
+    pub crc_at: u32,
+    pub history: [u8; 16],
+}
+
+/// The steps of an install, in order; a crash test stops after each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InstallStep {
+    /// Every staged file checked against the manifest and fsynced.
+    Verified,
+    /// The intent is durable: from here on the install completes.
+    Intent,
+    /// The old store moved aside.
+    OldMoved,
+    /// The snapshot's files are the store.
+    Swapped,
+    /// The log restarted after the snapshot's seq.
+    Restarted,
+    /// The base position recorded.
+    Based,
+    /// The old store, the staging directory and the intent are gone.
+    Done,
+}
+
+/// The paths of an install in a data directory.
+#[derive(Clone, Debug)]
+pub struct InstallPaths {
+    pub data: PathBuf,
+}
+
+impl InstallPaths {
+    pub fn new(data: &Path) -> InstallPaths {
+        InstallPaths {
+            data: data.to_owned(),
+        }
+    }
+    pub fn staging(&self) -> PathBuf {
+        self.data.join(STAGING_DIR)
+    }
+    /// The staged snapshot: its manifest and files.
+    pub fn files(&self) -> PathBuf {
+        self.staging().join("files")
+    }
+    pub fn staged_base(&self) -> PathBuf {
+        self.staging().join("base.json")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.data.join(crate::daemon::STORE_DIR)
+    }
+    pub fn old_store(&self) -> PathBuf {
+        self.data.join(format!("{}.old", crate::daemon::STORE_DIR))
+    }
+    pub fn intent(&self) -> PathBuf {
+        self.data.join(INTENT_FILE)
+    }
+    pub fn base(&self) -> PathBuf {
+        self.data.join(BASE_FILE)
+    }
+}
+
+fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
+    let bytes = serde_json::to_vec(v).map_err(|e| StoreError::BadSnapshot {
+        dir: path.to_owned(),
+        what: e.to_string(),
+    })?;
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    super::sync_dir(path)?;
+    Ok(())
+}
+
+/// Read a base file; `None` when there is none.
+pub fn read_base(path: &Path) -> Result<Option<SnapshotBase>> {
+    match std::fs::read(path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| StoreError::BadSnapshot {
+                dir: path.to_owned(),
+                what: format!("base does not parse: {e}"),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Record what a staged snapshot is, before its files arrive.
+pub fn stage_base(paths: &InstallPaths, base: &SnapshotBase) -> Result<()> {
+    std::fs::create_dir_all(paths.files())?;
+    write_json(&paths.staged_base(), base)
+}
+
+/// Install the staged snapshot, stopping after `stop_after` (as a crash
+/// would) when given. The store must be closed (its files are moved).
+pub fn install(paths: &InstallPaths, log: &Log, stop_after: Option<InstallStep>) -> Result<u64> {
+    let base = read_base(&paths.staged_base())?.ok_or_else(|| StoreError::BadSnapshot {
+        dir: paths.staging(),
+        what: "no staged snapshot".into(),
+    })?;
+    let manifest = snapshot::verify(&paths.files())?;
+    if manifest.at != base.at || manifest.history != HistoryId(base.history).to_string() {
+        return Err(StoreError::BadSnapshot {
+            dir: paths.files(),
+            what: format!(
+                "the manifest is of {} at {}, the transfer announced {} at {}",
+                manifest.history,
+                manifest.at,
+                HistoryId(base.history),
+                base.at
+            ),
+        });
+    }
+    sync_tree(&paths.files())?;
+    if stop_after == Some(InstallStep::Verified) {
+        return Ok(base.at);
+    }
+    write_json(&paths.intent(), &base)?;
+    if stop_after == Some(InstallStep::Intent) {
+        return Ok(base.at);
+    }
+    roll_forward(paths, log, &base, stop_after)?;
+    Ok(base.at)
+}
+
+/// The steps after the intent; each one finds out whether it is done, so a
+/// repeat after a crash finishes the install.
+fn roll_forward(
+    paths: &InstallPaths,
+    log: &Log,
+    base: &SnapshotBase,
+    stop_after: Option<InstallStep>,
+) -> Result<()> {
+    let staged = paths.files();
+    if staged.exists() && paths.store().exists() {
+        if paths.old_store().exists() {
+            std::fs::remove_dir_all(paths.old_store())?;
+        }
+        std::fs::rename(paths.store(), paths.old_store())?;
+        fsync_dir(&paths.data)?;
+    }
+    if stop_after == Some(InstallStep::OldMoved) {
+        return Ok(());
+    }
+    if staged.exists() {
+        std::fs::rename(&staged, paths.store())?;
+        fsync_dir(&paths.data)?;
+        fsync_dir(&paths.staging())?;
+    }
+    if stop_after == Some(InstallStep::Swapped) {
+        return Ok(());
+    }
+    let history = HistoryId(base.history);
+    let restarted =
+        log.history() == history && log.head_seq() == base.at && log.first_seq() == base.at + 1;
+    if !restarted {
+        if log.history() != history {
+            // Only a log that holds nothing takes another history.
+            if log.first_seq() <= log.head_seq() {
+                return Err(StoreError::OtherHistory {
+                    store: history.to_string(),
+                    log: log.history().to_string(),
+                });
+            }
+            log.restart_after(0)?;
+            log.adopt_history(history)?;
+        }
+        log.restart_after(base.at)?;
+    }
+    if stop_after == Some(InstallStep::Restarted) {
+        return Ok(());
+    }
+    write_json(&paths.base(), base)?;
+    if stop_after == Some(InstallStep::Based) {
+        return Ok(());
+    }
+    if paths.old_store().exists() {
+        std::fs::remove_dir_all(paths.old_store())?;
+    }
+    if paths.staging().exists() {
+        std::fs::remove_dir_all(paths.staging())?;
+    }
+    std::fs::remove_file(paths.intent())?;
+    fsync_dir(&paths.data)?;
+    tracing::info!(at = base.at, "snapshot installed");
+    Ok(())
+}
+
+/// At start, before the store opens: finish an install a crash
+/// interrupted after its intent. Answers the seq installed, if any.
+pub fn finish(paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
+    let Some(base) = read_base(&paths.intent())? else {
+        return Ok(None);
+    };
+    tracing::warn!(
+        at = base.at,
+        "finishing a snapshot install a crash interrupted"
+    );
+    roll_forward(paths, log, &base, None)?;
+    Ok(Some(base.at))
+}
