@@ -10,6 +10,7 @@ use twinlog::net::Fingerprint;
 use twinlog::node::{Client, Durability};
 
 mod repo;
+mod restore;
 
 #[derive(Parser)]
 #[command(
@@ -120,6 +121,22 @@ enum Cmd {
         config: PathBuf,
         #[command(subcommand)]
         cmd: repo::RepoCmd,
+    },
+    /// Fill this fresh box (after `primary init`) from a twin: its snapshot
+    /// when its log does not reach back to 1, then every frame. Run again
+    /// after an interruption, it resumes where it stopped.
+    Restore {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The twin's restore address (`restore_listen` in twin.toml).
+        #[arg(long)]
+        from: SocketAddr,
+        /// The twin's certificate fingerprint.
+        #[arg(long)]
+        twin_fingerprint: Fingerprint,
+        /// Print what was restored as one JSON line.
+        #[arg(long)]
+        json: bool,
     },
     /// Drop the log's whole segments below a sequence by hand (the open
     /// segment is closed first). Past the twin's position only with --force.
@@ -264,6 +281,16 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let cfg = PrimaryConfig::load(&config)?;
             let client = admin(&cfg).await?;
             repo::run(&client, cmd).await?;
+        }
+        Cmd::Restore {
+            config,
+            from,
+            twin_fingerprint,
+            json,
+        } => {
+            daemon::init_tracing(false);
+            let cfg = PrimaryConfig::load(&config)?;
+            restore::run(&cfg, from, twin_fingerprint, json).await?;
         }
         Cmd::Retain {
             config,

@@ -168,6 +168,13 @@ pub struct TwinConfig {
     pub segment_bytes: u64,
     #[serde(default)]
     pub timers: TimersSection,
+    /// The QUIC address boxes being restored from this twin connect to;
+    /// none serves no restore.
+    #[serde(default)]
+    pub restore_listen: Option<SocketAddr>,
+    /// Boxes allowed to restore from this twin (`twin pin-restore`).
+    #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
+    pub restore_fingerprints: Vec<Fingerprint>,
 }
 
 fn default_segment_bytes() -> u64 {
@@ -264,7 +271,21 @@ primary_fingerprint = "{fp}"
 metrics = "{metrics}"
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
+# Where boxes being restored from this twin connect (commented out: none),
+# and the fingerprints allowed to (`twin pin-restore`).
+{restore_listen}
+restore_fingerprints = [{restorers}]
 {timers}"#,
+            restore_listen = self.restore_listen.map_or(
+                "# restore_listen = \"0.0.0.0:7401\"".to_owned(),
+                |a| format!("restore_listen = \"{a}\"")
+            ),
+            restorers = self
+                .restore_fingerprints
+                .iter()
+                .map(|f| format!("\"{f}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
             timers = self.timers.render(),
             data = self.data_dir.display(),
             primary = self.primary,
@@ -316,6 +337,8 @@ mod tests {
             metrics: "127.0.0.1:9401".parse().expect("addr"),
             segment_bytes: 4096,
             timers: TimersSection::default(),
+            restore_listen: Some("0.0.0.0:7401".parse().expect("addr")),
+            restore_fingerprints: vec![Fingerprint([3; 32])],
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }

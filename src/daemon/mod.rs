@@ -205,6 +205,8 @@ pub fn init_twin(
         metrics,
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
         timers: Default::default(),
+        restore_listen: None,
+        restore_fingerprints: Vec::new(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -230,6 +232,22 @@ pub fn pin_client(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError
 pub fn pin_primary(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
     let mut cfg = TwinConfig::load(config_path)?;
     cfg.primary_fingerprint = Some(fp);
+    write_config(config_path, &cfg.render())
+}
+
+/// Allow a box to restore from this twin, serving restores on `listen`.
+pub fn pin_restore(
+    config_path: &Path,
+    fp: Fingerprint,
+    listen: Option<SocketAddr>,
+) -> Result<(), DaemonError> {
+    let mut cfg = TwinConfig::load(config_path)?;
+    if !cfg.restore_fingerprints.contains(&fp) {
+        cfg.restore_fingerprints.push(fp);
+    }
+    if listen.is_some() {
+        cfg.restore_listen = listen;
+    }
     write_config(config_path, &cfg.render())
 }
 
@@ -484,6 +502,31 @@ pub async fn serve_twin(
         paths,
         store: store.clone(),
     })?;
+    if let Some(listen) = cfg.restore_listen {
+        let mut rpins = Pins::new();
+        for fp in &cfg.restore_fingerprints {
+            rpins = rpins.pin(*fp, Role::Restore);
+        }
+        let rpins = Arc::new(rpins);
+        let rend = net::server(listen, &identity, rpins.clone())?;
+        let source = Arc::new(crate::node::restore_serve::RestoreSource {
+            log: log.clone(),
+            snapshots: crate::node::snapshot::SnapshotSource::new(
+                store.clone(),
+                &cfg.data_dir.join(SNAPSHOTS_DIR),
+                Some(cfg.data_dir.join(crate::store::install::BASE_FILE)),
+            ),
+            epoch: Arc::new(Epoch::load(&cfg.data_dir)?),
+            base: cfg.data_dir.join(crate::store::install::BASE_FILE),
+        });
+        tracing::info!(%listen, restorers = cfg.restore_fingerprints.len(), "serving restores");
+        tokio::spawn(crate::node::restore_serve::serve(
+            source,
+            rend,
+            rpins,
+            shutdown.clone(),
+        ));
+    }
     // The store follows the durable head: one catch-up per wake, however
     // many batches became durable meanwhile.
     let applier = crate::node::store::Applier::start(store)?;

@@ -762,6 +762,17 @@ impl Pending<'_> {
         self.written
     }
 
+    /// Where the blob's bytes go: the segment file and the blob's offset in
+    /// it. Every byte `write` took is there (in the page cache at least)
+    /// when it returns, so a restore killed mid-entry can salvage them
+    /// before the next open cuts the unfinished frame.
+    pub fn blob_at(&self) -> (std::path::PathBuf, u64) {
+        (
+            self.log.segment_file(self.w.open_first),
+            self.offset + FRAME_HEADER_LEN as u64 + self.meta.len() as u64,
+        )
+    }
+
     /// The announced blob length.
     pub fn blob_len(&self) -> u64 {
         self.blob_len

@@ -6,6 +6,8 @@ pub mod api;
 pub mod client;
 pub mod epoch;
 pub mod primary;
+pub mod restore;
+pub mod restore_serve;
 pub mod retention;
 pub mod snapshot;
 pub mod store;

@@ -177,12 +177,21 @@ impl SnapshotSource {
     /// Answer one request stream.
     pub async fn serve(
         self: Arc<Self>,
-        mut send: SendStream,
+        send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), SnapshotError> {
         let Some(req) = net::read_msg::<SnapshotReq>(&mut recv).await? else {
             return Ok(());
         };
+        self.answer(req, send).await
+    }
+
+    /// Answer a request already read from its stream.
+    pub async fn answer(
+        self: Arc<Self>,
+        req: SnapshotReq,
+        mut send: SendStream,
+    ) -> Result<(), SnapshotError> {
         match req {
             SnapshotReq::Manifest => {
                 let me = self.clone();

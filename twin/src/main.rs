@@ -40,6 +40,15 @@ enum Cmd {
         config: PathBuf,
         fingerprint: Fingerprint,
     },
+    /// Allow a box to restore from this twin (its primary fingerprint, as
+    /// `primary init` printed it), serving restores on --listen.
+    PinRestore {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        fingerprint: Fingerprint,
+    },
     /// Follow the primary until SIGTERM.
     Serve {
         #[arg(long, short)]
@@ -90,6 +99,11 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             config,
             fingerprint,
         } => daemon::pin_primary(&config, fingerprint)?,
+        Cmd::PinRestore {
+            config,
+            listen,
+            fingerprint,
+        } => daemon::pin_restore(&config, fingerprint, listen)?,
         Cmd::Promote {
             config,
             listen,

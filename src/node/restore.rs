@@ -1,0 +1,541 @@
+//! Restore a fresh box from a twin: the log reset (a box with history is
+//! refused), a snapshot when the twin's log does not reach back far enough,
+//! then every frame at the twin's numbers; the store applied at the end.
+//!
+//! Interrupted at any moment and run again, it resumes where it stopped:
+//! frames held stay, and inside a large entry the bytes already written
+//! are salvaged from the log's segment before the log opens (which would
+//! cut the unfinished frame), written again locally, and only the rest is
+//! fetched (`read_pieces_from` on the twin). The crc over the whole entry
+//! is checked when it commits.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use quinn::Connection;
+use serde::{Deserialize, Serialize};
+
+use super::epoch::Epoch;
+use super::restore_serve::{RestoreFrame, RestoreReq, RestoreResp, RESTORE_PIECE};
+use super::snapshot::{self, Fetched, SnapshotError};
+use crate::log::{self, HistoryId, Log, OpenOptions as LogOptions};
+use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
+use crate::store::install::{self, InstallPaths};
+use crate::store::{Store, StoreError, StoreOptions};
+
+/// Marks a data directory a restore is filling.
+pub const RESTORING_FILE: &str = "RESTORING";
+/// Where the entry being written is, and how much of it, updated as it
+/// streams.
+pub const PARTIAL_FILE: &str = "RESTORE_PARTIAL";
+/// Salvaged bytes of that entry, and what they are.
+pub const SALVAGE_FILE: &str = "restore.partial";
+pub const SALVAGE_META: &str = "restore.partial.json";
+/// Entries from this size on are tracked for salvage.
+pub const TRACKED_ENTRY: u64 = 4 << 20;
+/// Bytes between two syncs of the restored log.
+const SYNC_EVERY: u64 = 64 << 20;
+
+/// What a restore fails at, by name.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("the box holds a log already ({0}); a restore fills a fresh box only")]
+    NotFresh(String),
+    #[error("the box and the twin disagree: {0}")]
+    Diverged(String),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error("log: {0}")]
+    Log(#[from] log::Error),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the twin refused: {0}")]
+    Refused(String),
+    #[error("restore protocol: {0}")]
+    Protocol(String),
+}
+
+/// Where to restore from and into.
+pub struct RestoreOptions {
+    pub data_dir: PathBuf,
+    pub segment_bytes: u64,
+    pub source: SocketAddr,
+    pub source_fingerprint: Fingerprint,
+    pub identity: Arc<Identity>,
+}
+
+/// How far a restore is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub snapshot_held: u64,
+    pub snapshot_total: u64,
+    /// Frames and blob bytes written by this run.
+    pub frames: u64,
+    pub bytes: u64,
+    pub head: u64,
+    pub target: u64,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RestoreReport {
+    /// The run found an earlier one's work.
+    pub resumed: bool,
+    /// The frame the run started at, and the byte inside it.
+    pub started_at_seq: u64,
+    pub started_at_byte: u64,
+    /// Bytes of an unfinished entry taken back from the log's segment.
+    pub salvaged_bytes: u64,
+    pub snapshot_at: Option<u64>,
+    pub snapshot_received: u64,
+    pub snapshot_reused: u64,
+    pub frames: u64,
+    /// Blob bytes received and written by this run.
+    pub received_bytes: u64,
+    pub head: u64,
+    pub first: u64,
+    pub epoch: u64,
+    /// From the start of the run to its first new byte written.
+    pub first_new_byte_ms: Option<f64>,
+    pub secs: f64,
+}
+
+/// The entry being written, as the partial file says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct PartialEntry {
+    seq: u64,
+    kind: u16,
+    meta: Vec<u8>,
+    blob_len: u64,
+    payload_crc: u32,
+    segment: PathBuf,
+    blob_at: u64,
+    written: u64,
+    /// crc32 of the blob's first `written` bytes.
+    crc_written: u32,
+}
+
+fn write_json(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
+    let b = std::fs::read(path).ok()?;
+    serde_json::from_slice(&b).ok()
+}
+
+/// Before the log opens: keep the bytes of an entry a killed run was
+/// writing. Answers the salvaged entry (its bytes in `restore.partial`).
+fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
+    let side: Option<PartialEntry> = read_json(&data.join(SALVAGE_META));
+    let Some(p) = read_json::<PartialEntry>(&data.join(PARTIAL_FILE)) else {
+        return Ok(side);
+    };
+    if side
+        .as_ref()
+        .is_some_and(|s| s.seq == p.seq && s.written >= p.written)
+    {
+        std::fs::remove_file(data.join(PARTIAL_FILE))?;
+        return Ok(side);
+    }
+    let seg = std::fs::File::open(&p.segment)?;
+    let out_path = data.join(SALVAGE_FILE);
+    let tmp = out_path.with_extension("tmp");
+    let out = std::fs::File::create(&tmp)?;
+    let mut crc = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; RESTORE_PIECE];
+    let mut pos = 0;
+    while pos < p.written {
+        let n = (buf.len() as u64).min(p.written - pos) as usize;
+        seg.read_exact_at(&mut buf[..n], p.blob_at + pos)?;
+        crc.update(&buf[..n]);
+        out.write_all_at(&buf[..n], pos)?;
+        pos += n as u64;
+    }
+    if crc.finalize() != p.crc_written {
+        tracing::warn!(
+            seq = p.seq,
+            written = p.written,
+            "the unfinished entry's bytes do not check: fetching it whole"
+        );
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::remove_file(data.join(PARTIAL_FILE))?;
+        return Ok(None);
+    }
+    std::fs::rename(&tmp, &out_path)?;
+    write_json(&data.join(SALVAGE_META), &p)?;
+    std::fs::remove_file(data.join(PARTIAL_FILE))?;
+    tracing::info!(
+        seq = p.seq,
+        bytes = p.written,
+        "salvaged the bytes of an unfinished entry"
+    );
+    Ok(Some(p))
+}
+
+fn drop_partial(data: &Path) {
+    for f in [PARTIAL_FILE, SALVAGE_FILE, SALVAGE_META] {
+        let _ = std::fs::remove_file(data.join(f));
+    }
+}
+
+async fn ask(
+    conn: &Connection,
+    req: &RestoreReq,
+) -> Result<(RestoreResp, quinn::RecvStream), RestoreError> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(NetError::from)?;
+    net::write_msg(&mut send, req).await?;
+    let _ = send.finish();
+    match net::read_msg::<RestoreResp>(&mut recv).await? {
+        None => Err(RestoreError::Protocol("no answer".into())),
+        Some(RestoreResp::Refused(why)) => Err(RestoreError::Refused(why)),
+        Some(r) => Ok((r, recv)),
+    }
+}
+
+struct Welcome {
+    history: [u8; 16],
+    first: u64,
+    head: u64,
+    head_crc: u32,
+    epoch: u64,
+}
+
+async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
+    match ask(conn, &RestoreReq::Hello).await?.0 {
+        RestoreResp::Welcome {
+            history,
+            first,
+            head,
+            head_crc,
+            epoch,
+        } => Ok(Welcome {
+            history,
+            first,
+            head,
+            head_crc,
+            epoch,
+        }),
+        other => Err(RestoreError::Protocol(format!("{other:?} to Hello"))),
+    }
+}
+
+/// The payload crc of the box's head frame (or its snapshot base's).
+fn head_crc(log: &Log, paths: &InstallPaths) -> u32 {
+    let head = log.head_seq();
+    if head == 0 {
+        return 0;
+    }
+    match log.locate_blob(head) {
+        Ok(l) => l.payload_crc,
+        Err(_) => install::read_base(&paths.base())
+            .ok()
+            .flatten()
+            .filter(|b| b.at == head)
+            .map_or(0, |b| b.crc_at),
+    }
+}
+
+/// Restore the box in `opts.data_dir` from the twin. `progress` sees the
+/// counters as they move (from a blocking thread).
+pub async fn restore(
+    opts: RestoreOptions,
+    progress: Arc<dyn Fn(&Progress) + Send + Sync>,
+) -> Result<RestoreReport, RestoreError> {
+    let started = Instant::now();
+    let data = opts.data_dir.clone();
+    let paths = InstallPaths::new(&data);
+    let marker = data.join(RESTORING_FILE);
+    let resumed = marker.exists();
+    let salvaged = salvage(&data)?;
+    let log = Arc::new(Log::open_opts(
+        data.join(crate::daemon::LOG_DIR),
+        LogOptions {
+            segment_bytes: opts.segment_bytes,
+            ..LogOptions::default()
+        },
+    )?);
+    if !resumed {
+        log.reset(0).map_err(|e| match e {
+            log::Error::NotFresh { frames, .. } => {
+                RestoreError::NotFresh(format!("{frames} frames"))
+            }
+            other => RestoreError::Log(other),
+        })?;
+        if std::fs::read_dir(paths.store()).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(RestoreError::NotFresh("its store holds data".into()));
+        }
+        std::fs::write(&marker, b"a restore is filling this box\n")?;
+        crate::store::sync_dir(&marker)?;
+    }
+    log.set_follower(true);
+    install::finish(&paths, &log)?;
+
+    let pins = Arc::new(Pins::new().pin(opts.source_fingerprint, Role::Twin));
+    let endpoint = net::client(&opts.identity, pins)?;
+    let conn = tokio::time::timeout(
+        super::client::CONNECT_TIMEOUT,
+        net::connect(&endpoint, opts.source),
+    )
+    .await
+    .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+    let w = hello(&conn).await?;
+    let history = HistoryId(w.history);
+    if log.history() != history {
+        if log.first_seq() <= log.head_seq() {
+            return Err(RestoreError::Diverged(format!(
+                "this box's log is of history {}, the twin's {history}",
+                log.history()
+            )));
+        }
+        log.adopt_history(history)?;
+    }
+    if log.head_seq() > w.head {
+        return Err(RestoreError::Diverged(format!(
+            "this box holds up to {}, the twin only {}",
+            log.head_seq(),
+            w.head
+        )));
+    }
+    let mut report = RestoreReport {
+        resumed,
+        ..RestoreReport::default()
+    };
+    let mut prog = Progress {
+        head: log.head_seq(),
+        target: w.head,
+        ..Progress::default()
+    };
+    if log.head_seq() + 1 < w.first {
+        let p2 = progress.clone();
+        let mut shown = prog;
+        let mut on_bytes = move |held: u64, total: u64| {
+            shown.snapshot_held = held;
+            shown.snapshot_total = total;
+            p2(&shown);
+        };
+        let fetched: Fetched = snapshot::fetch(&conn, &paths, &mut on_bytes).await?;
+        let (l2, p3) = (log.clone(), paths.clone());
+        let at = tokio::task::spawn_blocking(move || install::install(&p3, &l2, None))
+            .await
+            .map_err(|e| RestoreError::Protocol(e.to_string()))??;
+        report.snapshot_at = Some(at);
+        report.snapshot_received = fetched.received;
+        report.snapshot_reused = fetched.reused;
+        prog.head = log.head_seq();
+    }
+    report.started_at_seq = log.head_seq() + 1;
+
+    // Frames, until the box holds the twin's head.
+    let handle = tokio::runtime::Handle::current();
+    let mut partial = salvaged.filter(|p| p.seq == log.head_seq() + 1);
+    if partial.is_none() {
+        drop_partial(&data);
+    }
+    report.started_at_byte = partial.as_ref().map_or(0, |p| p.written);
+    report.salvaged_bytes = report.started_at_byte;
+    loop {
+        let target = hello(&conn).await?.head;
+        if log.head_seq() >= target {
+            break;
+        }
+        prog.target = target;
+        let pulled = {
+            let (log, conn, data, handle, progress) = (
+                log.clone(),
+                conn.clone(),
+                data.clone(),
+                handle.clone(),
+                progress.clone(),
+            );
+            let part = partial.take();
+            let started_at = started;
+            tokio::task::spawn_blocking(move || {
+                pull(
+                    &handle, &conn, &log, &data, part, prog, &*progress, started_at,
+                )
+            })
+            .await
+            .map_err(|e| RestoreError::Protocol(e.to_string()))??
+        };
+        prog = pulled.progress;
+        report.frames += pulled.frames;
+        report.received_bytes += pulled.bytes;
+        if report.first_new_byte_ms.is_none() {
+            report.first_new_byte_ms = pulled.first_new_byte_ms;
+        }
+    }
+
+    // The box's head must be the twin's, frame for frame.
+    let w = hello(&conn).await?;
+    let ours = head_crc(&log, &paths);
+    if log.head_seq() != w.head || ours != w.head_crc {
+        return Err(RestoreError::Diverged(format!(
+            "head {} crc {ours:08x} here, {} crc {:08x} on the twin",
+            log.head_seq(),
+            w.head,
+            w.head_crc
+        )));
+    }
+    conn.close(0u32.into(), b"restored");
+    let (l2, store_dir) = (log.clone(), paths.store());
+    tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+        let mut store = Store::open(&store_dir, l2.history(), StoreOptions::default())?;
+        store.catch_up(&l2)?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| RestoreError::Protocol(e.to_string()))??;
+    Epoch::load(&data)
+        .map_err(|e| RestoreError::Protocol(format!("epoch: {e}")))?
+        .raise(w.epoch)
+        .map_err(|e| RestoreError::Protocol(format!("epoch: {e}")))?;
+    log.set_follower(false);
+    drop_partial(&data);
+    std::fs::remove_file(&marker)?;
+    crate::store::sync_dir(&marker)?;
+    report.head = log.head_seq();
+    report.first = log.first_seq();
+    report.epoch = w.epoch;
+    report.secs = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+struct Pulled {
+    frames: u64,
+    bytes: u64,
+    progress: Progress,
+    first_new_byte_ms: Option<f64>,
+}
+
+/// One frames request, written as it streams; runs on a blocking thread
+/// and waits on the network through the runtime's handle.
+#[allow(clippy::too_many_arguments)]
+fn pull(
+    rt: &tokio::runtime::Handle,
+    conn: &Connection,
+    log: &Log,
+    data: &Path,
+    partial: Option<PartialEntry>,
+    mut prog: Progress,
+    progress: &(dyn Fn(&Progress) + Send + Sync),
+    started: Instant,
+) -> Result<Pulled, RestoreError> {
+    let from = log.head_seq() + 1;
+    let offset = partial.as_ref().map_or(0, |p| p.written);
+    let (resp, mut recv) = rt.block_on(ask(conn, &RestoreReq::Frames { from, offset }))?;
+    let RestoreResp::Frames { through } = resp else {
+        return Err(RestoreError::Protocol(format!("{resp:?} to Frames")));
+    };
+    let mut out = Pulled {
+        frames: 0,
+        bytes: 0,
+        progress: prog,
+        first_new_byte_ms: None,
+    };
+    let mut unsynced_bytes = 0u64;
+    let mut buf = vec![0u8; RESTORE_PIECE];
+    let mut last_shown = Instant::now();
+    for seq in from..=through {
+        let h: RestoreFrame = rt.block_on(net::read_msg(&mut recv))?.ok_or_else(|| {
+            RestoreError::Protocol(format!("the stream ended before frame {seq}"))
+        })?;
+        if h.seq != seq {
+            return Err(RestoreError::Protocol(format!(
+                "frame {} where {seq} was due",
+                h.seq
+            )));
+        }
+        let want_from = if seq == from { offset } else { 0 };
+        if h.from != want_from {
+            return Err(RestoreError::Protocol(format!(
+                "frame {seq} from byte {}, {want_from} was asked",
+                h.from
+            )));
+        }
+        if h.erased {
+            log.stage_erased_at(seq, &h.meta, h.blob_len, h.payload_crc)?;
+        } else {
+            let mut p = log.begin(Some(seq), h.kind, &h.meta, h.blob_len)?;
+            p.expect_payload_crc(h.payload_crc);
+            let tracked = h.blob_len >= TRACKED_ENTRY;
+            let mut crc = crc32fast::Hasher::new();
+            let (segment, blob_at) = p.blob_at();
+            let record = |written: u64, crc: &crc32fast::Hasher| -> std::io::Result<()> {
+                if !tracked {
+                    return Ok(());
+                }
+                write_json(
+                    &data.join(PARTIAL_FILE),
+                    &PartialEntry {
+                        seq,
+                        kind: h.kind,
+                        meta: h.meta.clone(),
+                        blob_len: h.blob_len,
+                        payload_crc: h.payload_crc,
+                        segment: segment.clone(),
+                        blob_at,
+                        written,
+                        crc_written: crc.clone().finalize(),
+                    },
+                )
+            };
+            // The salvaged bytes first, from the side file.
+            if h.from > 0 {
+                let side = std::fs::File::open(data.join(SALVAGE_FILE))?;
+                let mut pos = 0;
+                while pos < h.from {
+                    let n = (buf.len() as u64).min(h.from - pos) as usize;
+                    side.read_exact_at(&mut buf[..n], pos)?;
+                    p.write(&buf[..n])?;
+                    crc.update(&buf[..n]);
+                    pos += n as u64;
+                }
+                record(pos, &crc)?;
+            }
+            let mut left = h.blob_len - h.from;
+            while left > 0 {
+                let n = (buf.len() as u64).min(left) as usize;
+                rt.block_on(recv.read_exact(&mut buf[..n]))
+                    .map_err(|e| NetError::Io(std::io::Error::other(e)))?;
+                p.write(&buf[..n])?;
+                if out.first_new_byte_ms.is_none() {
+                    out.first_new_byte_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+                }
+                crc.update(&buf[..n]);
+                left -= n as u64;
+                out.bytes += n as u64;
+                unsynced_bytes += n as u64;
+                record(p.written(), &crc)?;
+                prog.bytes += n as u64;
+                if last_shown.elapsed().as_millis() >= 200 {
+                    last_shown = Instant::now();
+                    progress(&prog);
+                }
+            }
+            p.commit_unsynced()?;
+        }
+        out.frames += 1;
+        prog.frames += 1;
+        prog.head = seq;
+        unsynced_bytes += 64;
+        if unsynced_bytes >= SYNC_EVERY || seq == through {
+            log.sync()?;
+            unsynced_bytes = 0;
+            drop_partial(data);
+            progress(&prog);
+        }
+    }
+    out.progress = prog;
+    Ok(out)
+}

@@ -1,0 +1,264 @@
+//! The twin's side of a restore: a box pinned with the restore role
+//! connects, learns the twin's position, fetches its snapshot when the
+//! twin's log does not reach back to what the box holds, and reads frames
+//! from any sequence, resuming inside an entry at any byte.
+//!
+//! One bidirectional stream per request, each opened by a length-prefixed
+//! postcard [`RestoreReq`]. Its first two variants are [`SnapshotReq`]'s,
+//! byte for byte, so the snapshot transfer is the one a twin uses with its
+//! primary. Documented in docs/PROTOCOL.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quinn::{Connection, SendStream};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+
+use super::epoch::Epoch;
+use super::snapshot::{SnapshotReq, SnapshotSource};
+use crate::log::{Error as LogError, Log};
+use crate::net::{self, NetError, Pins, Role};
+use crate::store::install;
+
+/// The piece a restored frame's blob moves in.
+pub const RESTORE_PIECE: usize = 1 << 20;
+
+/// What a box being restored asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestoreReq {
+    /// `SnapshotReq::Manifest`.
+    Manifest,
+    /// `SnapshotReq::File`.
+    File { at: u64, path: String, offset: u64 },
+    /// The source's position.
+    Hello,
+    /// Frames from `from` to the head, the first from byte `offset` of its
+    /// blob.
+    Frames { from: u64, offset: u64 },
+}
+
+/// What the source answers (snapshot requests are answered as
+/// `SnapshotResp`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestoreResp {
+    /// The source's log: history, first and head sequence, the payload crc
+    /// of its head frame, and its epoch.
+    Welcome {
+        history: [u8; 16],
+        first: u64,
+        head: u64,
+        head_crc: u32,
+        epoch: u64,
+    },
+    /// Frames `from..=through` follow, each a [`RestoreFrame`] and its bytes.
+    Frames { through: u64 },
+    /// Refused, by name.
+    Refused(String),
+}
+
+/// One frame of a restore stream; `blob_len - from` bytes follow, none for
+/// an erased frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreFrame {
+    pub seq: u64,
+    pub kind: u16,
+    pub meta: Vec<u8>,
+    pub blob_len: u64,
+    /// The crc the frame's first append computed, over meta and the whole
+    /// blob: the receiver checks it over the entry it puts together.
+    pub payload_crc: u32,
+    /// The first blob byte that follows.
+    pub from: u64,
+    pub erased: bool,
+}
+
+/// What a restore source serves from.
+pub struct RestoreSource {
+    pub log: Arc<Log>,
+    pub snapshots: Arc<SnapshotSource>,
+    pub epoch: Arc<Epoch>,
+    /// The box's SNAPSHOT_BASE, naming its head frame when its log
+    /// restarted after a snapshot.
+    pub base: PathBuf,
+}
+
+impl RestoreSource {
+    fn head_crc(&self, head: u64) -> u32 {
+        if head == 0 {
+            return 0;
+        }
+        match self.log.locate_blob(head) {
+            Ok(l) => l.payload_crc,
+            Err(_) => install::read_base(&self.base)
+                .ok()
+                .flatten()
+                .filter(|b| b.at == head)
+                .map_or(0, |b| b.crc_at),
+        }
+    }
+}
+
+/// Accept restore connections until `shutdown`; only peers pinned with the
+/// restore role are served.
+pub async fn serve(
+    source: Arc<RestoreSource>,
+    endpoint: quinn::Endpoint,
+    pins: Arc<Pins>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => {
+                let Some(incoming) = incoming else { break };
+                let (source, pins) = (source.clone(), pins.clone());
+                tokio::spawn(async move {
+                    let conn = match incoming.await {
+                        Ok(c) => c,
+                        Err(e) => return tracing::warn!(error = %e, "restore handshake refused"),
+                    };
+                    match net::peer(&conn, &pins) {
+                        Ok((fp, Role::Restore)) => {
+                            tracing::info!(peer = %fp, addr = %conn.remote_address(), "restore connected");
+                            connection(source, conn).await;
+                        }
+                        Ok((_, role)) => conn.close(2u32.into(), format!("{role:?} is not served here").as_bytes()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "restore connection without a pinned peer");
+                            conn.close(1u32.into(), b"not pinned");
+                        }
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    endpoint.close(0u32.into(), b"shutdown");
+}
+
+async fn connection(source: Arc<RestoreSource>, conn: Connection) {
+    while let Ok((send, mut recv)) = conn.accept_bi().await {
+        let source = source.clone();
+        tokio::spawn(async move {
+            let req = match net::read_msg::<RestoreReq>(&mut recv).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return,
+                Err(e) => return tracing::warn!(error = %e, "a restore request does not decode"),
+            };
+            if let Err(e) = answer(&source, req, send).await {
+                tracing::warn!(error = %e, "a restore request failed");
+            }
+        });
+    }
+}
+
+async fn answer(
+    source: &Arc<RestoreSource>,
+    req: RestoreReq,
+    mut send: SendStream,
+) -> Result<(), String> {
+    match req {
+        RestoreReq::Manifest => source
+            .snapshots
+            .clone()
+            .answer(SnapshotReq::Manifest, send)
+            .await
+            .map_err(|e| e.to_string()),
+        RestoreReq::File { at, path, offset } => source
+            .snapshots
+            .clone()
+            .answer(SnapshotReq::File { at, path, offset }, send)
+            .await
+            .map_err(|e| e.to_string()),
+        RestoreReq::Hello => {
+            let head = source.log.head_seq();
+            let resp = RestoreResp::Welcome {
+                history: source.log.history().0,
+                first: source.log.first_seq(),
+                head,
+                head_crc: source.head_crc(head),
+                epoch: source.epoch.get(),
+            };
+            net::write_msg(&mut send, &resp)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = send.finish();
+            Ok(())
+        }
+        RestoreReq::Frames { from, offset } => frames(source, from, offset, send)
+            .await
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// What the blocking reader hands the stream.
+enum Out {
+    Head(RestoreFrame),
+    Bytes(Vec<u8>),
+    Failed(String),
+}
+
+async fn frames(
+    source: &Arc<RestoreSource>,
+    from: u64,
+    offset: u64,
+    mut send: SendStream,
+) -> Result<(), NetError> {
+    let log = source.log.clone();
+    let (first, through) = (log.first_seq(), log.head_seq());
+    if from < first || from > through + 1 {
+        let why = format!("frames from {from}: this log holds {first}..={through}");
+        net::write_msg(&mut send, &RestoreResp::Refused(why)).await?;
+        let _ = send.finish();
+        return Ok(());
+    }
+    net::write_msg(&mut send, &RestoreResp::Frames { through }).await?;
+    let (tx, mut rx) = mpsc::channel::<Out>(8);
+    let reader = tokio::task::spawn_blocking(move || {
+        let send = |o: Out| tx.blocking_send(o).is_ok();
+        for seq in from..=through {
+            let skip = if seq == from { offset } else { 0 };
+            let mut first = true;
+            let read =
+                log.read_pieces_from::<LogError>(seq, skip, RESTORE_PIECE, |loc, piece, _| {
+                    if std::mem::take(&mut first) {
+                        let head = RestoreFrame {
+                            seq,
+                            kind: loc.kind,
+                            meta: loc.meta.clone(),
+                            blob_len: loc.blob_len,
+                            payload_crc: loc.payload_crc,
+                            from: skip,
+                            erased: loc.is_erased(),
+                        };
+                        if !send(Out::Head(head)) {
+                            return Err(LogError::Io(std::io::Error::other("the receiver left")));
+                        }
+                    }
+                    if !piece.is_empty() && !send(Out::Bytes(piece.to_vec())) {
+                        return Err(LogError::Io(std::io::Error::other("the receiver left")));
+                    }
+                    Ok(())
+                });
+            if let Err(e) = read {
+                send(Out::Failed(format!("frame {seq}: {e}")));
+                return;
+            }
+        }
+    });
+    while let Some(out) = rx.recv().await {
+        match out {
+            Out::Head(h) => net::write_msg(&mut send, &h).await?,
+            Out::Bytes(b) => send.write_all(&b).await.map_err(NetError::from)?,
+            Out::Failed(why) => {
+                tracing::error!(%why, "a restore stream failed");
+                // A frame cut short is never taken for a whole one.
+                let _ = send.reset(1u32.into());
+                return Ok(());
+            }
+        }
+    }
+    let _ = reader.await;
+    let _ = send.finish();
+    Ok(())
+}

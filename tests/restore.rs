@@ -1,0 +1,480 @@
+//! Restore a fresh box from a twin: through the twin's snapshot when its
+//! log does not reach back to 1, every erased byte staying erased; refused
+//! on a box with history; and, with real processes, a restore killed with
+//! SIGKILL ten times inside a 300 MiB entry resumes each time from the
+//! bytes it held and ends with the twin's log, frame for frame.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+use twinlog::log::{Log, Tail};
+use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::node::epoch::Epoch;
+use twinlog::node::restore::{self, RestoreError, RestoreOptions, RestoreReport};
+use twinlog::node::restore_serve::{self, RestoreSource};
+use twinlog::node::snapshot::SnapshotSource;
+use twinlog::node::store::StoreHost;
+use twinlog::objects::ObjType;
+use twinlog::pushlog::RefUpdate;
+use twinlog::store::install::{self, InstallPaths, SnapshotBase};
+use twinlog::store::{frames, PackBuilder, RepoOp, Store, StoreOptions};
+
+const MARKER: &[u8] = b"RESTORE-ERASE-MARKER-91b2";
+
+fn append(log: &Log, f: &frames::FrameParts) -> u64 {
+    log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)
+        .expect("append")
+}
+
+fn push(log: &Log, repo: &str, data: &[u8], old: Option<[u8; 20]>) -> [u8; 20] {
+    let mut p = PackBuilder::new();
+    let oid = p.add(ObjType::Blob, data).expect("add");
+    append(log, &p.frame(repo).expect("frame"));
+    let f = frames::refs_frame(
+        repo,
+        0,
+        &[RefUpdate {
+            name: "refs/heads/main".into(),
+            old,
+            new: Some(oid),
+        }],
+    )
+    .expect("refs");
+    append(log, &f);
+    oid
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).expect("copy");
+        }
+    }
+}
+
+fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let e = e.expect("entry");
+        if e.file_type().expect("type").is_dir() {
+            files_containing(&e.path(), needle, out);
+        } else {
+            let b = std::fs::read(e.path()).expect("read");
+            if b.windows(needle.len()).any(|w| w == needle) {
+                out.push(e.path());
+            }
+        }
+    }
+}
+
+/// Each repository: its name, object ids and pushes' seqs.
+type StoreView = Vec<(String, Vec<Vec<u8>>, Vec<u64>)>;
+
+fn store_view(store: &Store) -> StoreView {
+    store
+        .repos()
+        .map(|n| {
+            let r = store.repo(n).expect("repo");
+            let pushes = r
+                .history()
+                .expect("history")
+                .iter()
+                .map(|p| p.seq)
+                .collect();
+            (n.to_owned(), r.object_ids().expect("oids"), pushes)
+        })
+        .collect()
+}
+
+/// A twin whose log starts after a snapshot: the source's frames up to
+/// `at` are only in that snapshot. Returns the twin's data directory, the
+/// source log's head and the source store's view.
+fn twin_after_a_snapshot(root: &Path) -> (PathBuf, u64, StoreView) {
+    let src = Log::open(root.join("src/log")).expect("log");
+    for repo in ["secret", "kept"] {
+        append(&src, &frames::repo_frame(repo, RepoOp::Create).expect("f"));
+    }
+    let mut last = None;
+    for i in 0..4u8 {
+        let mut data = MARKER.to_vec();
+        data.push(i);
+        last = Some(push(&src, "secret", &data, last));
+    }
+    let mut kept = None;
+    for i in 0..3u8 {
+        kept = Some(push(&src, "kept", &[b'k', i], kept));
+    }
+    let before = src.head_seq() + 1;
+    append(
+        &src,
+        &frames::erase_frame(before, &["secret".to_owned()]).expect("f"),
+    );
+    let mut store = Store::open(
+        root.join("src/store"),
+        src.history(),
+        StoreOptions::default(),
+    )
+    .expect("store");
+    let snap = root.join("snap");
+    let m = store.snapshot(&src, &snap).expect("snapshot");
+    for i in 3..6u8 {
+        kept = Some(push(&src, "kept", &[b'k', i], kept));
+    }
+    store.catch_up(&src).expect("catch up");
+
+    let twin = root.join("twin");
+    let paths = InstallPaths::new(&twin);
+    let tlog = Log::open(twin.join("log")).expect("twin log");
+    install::stage_base(
+        &paths,
+        &SnapshotBase {
+            at: m.at,
+            crc_at: src.locate_blob(m.at).expect("locate").payload_crc,
+            history: src.history().0,
+        },
+    )
+    .expect("stage");
+    copy_dir(&snap, &paths.files());
+    install::install(&paths, &tlog, None).expect("install");
+    tlog.set_follower(true);
+    for seq in m.at + 1..=src.head_seq() {
+        let e = src.read(seq).expect("read");
+        tlog.append_at(seq, e.kind, &e.meta, &e.blob)
+            .expect("append_at");
+    }
+    let mut tstore =
+        Store::open(paths.store(), tlog.history(), StoreOptions::default()).expect("store");
+    tstore.catch_up(&tlog).expect("catch up");
+    assert_eq!(
+        tlog.first_seq(),
+        m.at + 1,
+        "the twin's log starts after the snapshot"
+    );
+    (twin, src.head_seq(), store_view(&store))
+}
+
+/// Serve restores from the twin's data directory, in this process.
+async fn serve_restores(
+    twin: &Path,
+    restorer: &Identity,
+) -> (SocketAddr, Identity, watch::Sender<bool>) {
+    let log = Arc::new(Log::open(twin.join("log")).expect("log"));
+    let host =
+        StoreHost::open(log.clone(), &twin.join("store"), StoreOptions::default()).expect("host");
+    let id = Identity::mint().expect("mint");
+    let pins = Arc::new(Pins::new().pin(restorer.fingerprint(), Role::Restore));
+    let endpoint = net::server(([127, 0, 0, 1], 0).into(), &id, pins.clone()).expect("server");
+    let addr = endpoint.local_addr().expect("addr");
+    let source = Arc::new(RestoreSource {
+        log,
+        snapshots: SnapshotSource::new(
+            host,
+            &twin.join("snapshots"),
+            Some(twin.join(install::BASE_FILE)),
+        ),
+        epoch: Arc::new(Epoch::in_memory(3)),
+        base: twin.join(install::BASE_FILE),
+    });
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(restore_serve::serve(source, endpoint, pins, stopped));
+    (addr, id, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_returns() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (twin, head, view) = twin_after_a_snapshot(root.path());
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
+    let data = root.path().join("box");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let opts = || RestoreOptions {
+        data_dir: data.clone(),
+        segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
+        source: addr,
+        source_fingerprint: twin_id.fingerprint(),
+        identity: box_id.clone(),
+    };
+    let report = restore::restore(opts(), Arc::new(|_| {}))
+        .await
+        .expect("restore");
+    assert!(report.snapshot_at.is_some(), "{report:?}");
+    assert_eq!(report.head, head);
+    assert_eq!(report.epoch, 3, "the box takes the twin's epoch");
+    let log = Log::open(data.join("log")).expect("log");
+    assert_eq!(log.head_seq(), head);
+    let store =
+        Store::open(data.join("store"), log.history(), StoreOptions::default()).expect("store");
+    assert_eq!(
+        store_view(&store),
+        view,
+        "the store a replay on the source gives"
+    );
+    assert_eq!(Epoch::load(&data).expect("epoch").get(), 3);
+    drop((log, store));
+    let mut found = Vec::new();
+    files_containing(&data, MARKER, &mut found);
+    files_containing(&twin, MARKER, &mut found);
+    assert!(found.is_empty(), "erased bytes in {found:?}");
+
+    // The box now has history: a second restore into it is refused.
+    let again = restore::restore(opts(), Arc::new(|_| {})).await;
+    assert!(matches!(again, Err(RestoreError::NotFresh(_))), "{again:?}");
+}
+
+// ---- The same with real processes, killed inside a large entry. ----
+
+const ROLE_ENV: &str = "TWINLOG_TEST_RESTORE_ROLE";
+const CONFIG_ENV: &str = "TWINLOG_TEST_RESTORE_CONFIG";
+const FROM_ENV: &str = "TWINLOG_TEST_RESTORE_FROM";
+const FP_ENV: &str = "TWINLOG_TEST_RESTORE_FP";
+const BIG: u64 = 300 << 20;
+
+/// The child half: a twin daemon, or one restore run printing its report.
+#[test]
+fn restore_child() {
+    let (Ok(role), Ok(config)) = (std::env::var(ROLE_ENV), std::env::var(CONFIG_ENV)) else {
+        return;
+    };
+    daemon::init_tracing(false);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let config = PathBuf::from(config);
+        if role == "twin" {
+            let shutdown = daemon::shutdown_on_signals().expect("signals");
+            daemon::serve_twin(TwinConfig::load(&config).expect("config"), shutdown)
+                .await
+                .expect("twin");
+            return;
+        }
+        let cfg = PrimaryConfig::load(&config).expect("config");
+        let from: SocketAddr = std::env::var(FROM_ENV)
+            .expect("from")
+            .parse()
+            .expect("addr");
+        let fp = std::env::var(FP_ENV).expect("fp").parse().expect("fp");
+        let report = restore::restore(
+            RestoreOptions {
+                data_dir: cfg.data_dir.clone(),
+                segment_bytes: cfg.segment_bytes,
+                source: from,
+                source_fingerprint: fp,
+                identity: Arc::new(daemon::load_identity(&cfg.data_dir).expect("identity")),
+            },
+            Arc::new(|_| {}),
+        )
+        .await
+        .expect("restore");
+        println!("{}", serde_json::to_string(&report).expect("json"));
+    });
+}
+
+fn child(role: &str, config: &Path, extra: &[(&str, String)], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    let mut c = Command::new(std::env::current_exe().expect("exe"));
+    c.args([
+        "--exact",
+        "restore_child",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(ROLE_ENV, role)
+    .env(CONFIG_ENV, config)
+    .stdout(Stdio::piped())
+    .stderr(log);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn")
+}
+
+fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn big_piece(i: u64) -> Vec<u8> {
+    (0..1u64 << 20)
+        .map(|j| ((i * 131 + j * 7) % 251) as u8)
+        .collect()
+}
+
+/// The twin's log: small frames, a 300 MiB entry, small frames.
+fn fill_twin_log(dir: &Path) {
+    let log = Log::open(dir).expect("log");
+    log.set_follower(true);
+    let mut seq = 1;
+    for i in 0..50u64 {
+        log.append_at(seq, 0x8000, b"small", &i.to_le_bytes().repeat(40))
+            .expect("append");
+        seq += 1;
+    }
+    let mut p = log.begin(Some(seq), 0x8001, b"big", BIG).expect("begin");
+    for i in 0..BIG >> 20 {
+        p.write(&big_piece(i)).expect("write");
+    }
+    p.commit().expect("commit");
+    seq += 1;
+    for i in 0..20u64 {
+        log.append_at(seq, 0x8000, b"after", &i.to_le_bytes().repeat(9))
+            .expect("append");
+        seq += 1;
+    }
+}
+
+fn partial_written(data: &Path) -> Option<u64> {
+    let b = std::fs::read(data.join(restore::PARTIAL_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&b).ok()?;
+    v.get("written")?.as_u64()
+}
+
+#[test]
+fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (tdir, pdir) = (root.path().join("twin"), root.path().join("box"));
+    let restore_addr = free_udp();
+    let (tcfg, twin_fp) =
+        daemon::init_twin(&tdir, free_udp(), free_tcp(), None).expect("twin init");
+    let (pcfg, box_fp) = daemon::init_primary(&pdir, free_udp(), free_tcp(), None).expect("init");
+    daemon::pin_restore(&tcfg, box_fp, Some(restore_addr)).expect("pin");
+    // The twin's primary is gone (it never existed here): the twin keeps
+    // trying it and serves restores meanwhile.
+    daemon::pin_primary(&tcfg, Identity::mint().expect("mint").fingerprint()).expect("pin");
+    fill_twin_log(&tdir.join(daemon::LOG_DIR));
+    let logs = root.path().join("logs.txt");
+    let mut twin = child("twin", &tcfg, &[], &logs);
+    std::thread::sleep(Duration::from_millis(500));
+    let extra = [
+        (FROM_ENV, restore_addr.to_string()),
+        (FP_ENV, twin_fp.to_string()),
+    ];
+    // Each run killed once it has written past a point further on than
+    // the last; each rerun's first record of the entry starts at or past
+    // where the killed run got.
+    let mut held = 0u64;
+    let mut seed = 0x9e37_79b9_u64;
+    for kill in 0..10u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let point = (kill * 25 + 10) * (1 << 20) + (seed >> 40) % (8 << 20);
+        let mut run = child("restore", &pcfg, &extra, &logs);
+        let started = Instant::now();
+        let mut first_seen = None;
+        loop {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "run {kill} never reached byte {point}"
+            );
+            if let Some(w) = partial_written(&pdir) {
+                first_seen.get_or_insert(w);
+                if w >= point {
+                    break;
+                }
+            }
+            assert!(
+                run.try_wait().expect("wait").is_none(),
+                "run {kill} ended before it was killed: {}",
+                std::fs::read_to_string(&logs).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        run.kill().expect("kill");
+        run.wait().expect("reap");
+        if let Some(first) = first_seen {
+            assert!(
+                first >= held,
+                "run {kill} started the entry at byte {first}, {held} were held"
+            );
+        }
+        held = partial_written(&pdir).unwrap_or(held);
+        assert!(
+            held >= point,
+            "run {kill}: {held} recorded, killed past {point}"
+        );
+    }
+    let done = child("restore", &pcfg, &extra, &logs)
+        .wait_with_output()
+        .expect("final run");
+    assert!(
+        done.status.success(),
+        "final run failed; see {}",
+        logs.display()
+    );
+    let report: RestoreReport = {
+        let text = String::from_utf8(done.stdout).expect("utf8");
+        // The harness may print its own words before it on the line.
+        let line = text
+            .lines()
+            .find_map(|l| l.find("{\"resumed\"").map(|i| &l[i..]))
+            .expect("a report line");
+        let v: serde_json::Value = serde_json::from_str(line).expect("json");
+        RestoreReport {
+            resumed: v["resumed"].as_bool().expect("resumed"),
+            started_at_seq: v["started_at_seq"].as_u64().expect("seq"),
+            started_at_byte: v["started_at_byte"].as_u64().expect("byte"),
+            salvaged_bytes: v["salvaged_bytes"].as_u64().expect("salvaged"),
+            received_bytes: v["received_bytes"].as_u64().expect("received"),
+            head: v["head"].as_u64().expect("head"),
+            ..RestoreReport::default()
+        }
+    };
+    assert!(report.resumed);
+    assert_eq!(report.started_at_seq, 51, "inside the large entry");
+    assert!(report.started_at_byte >= held, "{report:?}, {held} held");
+    let after: u64 = (0..20u64)
+        .map(|i| i.to_le_bytes().repeat(9).len() as u64)
+        .sum();
+    assert_eq!(
+        report.received_bytes,
+        BIG - report.started_at_byte + after,
+        "only the bytes the box did not hold moved"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &twin.id().to_string()])
+        .status();
+    twin.wait().expect("twin stopped");
+
+    // The box's log is the twin's, frame for frame.
+    let read_all = |dir: PathBuf| {
+        let mut t = Tail::open(dir, 0).expect("tail");
+        let mut out = Vec::new();
+        while let Some(h) = t.next_checked().expect("frame") {
+            out.push(h);
+        }
+        out
+    };
+    let ours = read_all(pdir.join(daemon::LOG_DIR));
+    let theirs = read_all(tdir.join(daemon::LOG_DIR));
+    assert_eq!(ours.len(), 71);
+    assert_eq!(ours, theirs);
+    let log = Log::open(pdir.join(daemon::LOG_DIR)).expect("log");
+    let big = log.locate_blob(51).expect("big");
+    assert_eq!(big.kind, 0x8001);
+    assert_eq!(big.blob_len, BIG);
+    log.read_pieces::<twinlog::log::Error>(51, 1 << 20, |_, _, _| Ok(()))
+        .expect("the whole entry checks");
+    assert!(!pdir.join(restore::RESTORING_FILE).exists());
+}
