@@ -13,6 +13,9 @@ use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::api::RefMove;
 use twinlog::node::epoch::Epoch;
+use twinlog::node::restore::{self, RestoreOptions};
+use twinlog::node::restore_serve::{self, RestoreSource};
+use twinlog::node::snapshot::SnapshotSource;
 use twinlog::node::store::{Applier, StoreHost};
 use twinlog::node::{
     ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
@@ -412,4 +415,50 @@ async fn an_erase_leaves_no_byte_on_either_box() {
             .await,
         Err(ClientError::Api(ApiError::BadRequest(_)))
     ));
+
+    // A box restored from the twin afterwards brings back no erased byte.
+    let restorer = Arc::new(Identity::mint().expect("mint"));
+    let twin_id = Identity::mint().expect("mint");
+    let pins = Arc::new(Pins::new().pin(restorer.fingerprint(), Role::Restore));
+    let endpoint = net::server(([127, 0, 0, 1], 0).into(), &twin_id, pins.clone()).expect("server");
+    let addr = endpoint.local_addr().expect("addr");
+    let tdir = dir.path().join("t");
+    let source = Arc::new(RestoreSource {
+        log: p.twin.log().clone(),
+        snapshots: SnapshotSource::new(p.twin_store.clone(), &tdir.join("snapshots"), None),
+        epoch: Arc::new(Epoch::in_memory(0)),
+        base: tdir.join("SNAPSHOT_BASE"),
+    });
+    let (_stop, stopped) = watch::channel(false);
+    tokio::spawn(restore_serve::serve(source, endpoint, pins, stopped));
+    let restored = dir.path().join("restored");
+    std::fs::create_dir_all(&restored).expect("mkdir");
+    let report = restore::restore(
+        RestoreOptions {
+            data_dir: restored.clone(),
+            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
+            source: addr,
+            source_fingerprint: twin_id.fingerprint(),
+            identity: restorer,
+        },
+        Arc::new(|_| {}),
+    )
+    .await
+    .expect("restore");
+    assert_eq!(report.head, p.primary.log().head_seq());
+    let mut found = Vec::new();
+    files_containing(&restored, marker, &mut found);
+    assert!(
+        found.is_empty(),
+        "the restored box holds erased bytes: {found:?}"
+    );
+    let log = Log::open(restored.join("log")).expect("log");
+    let store = twinlog::store::Store::open(
+        restored.join("store"),
+        log.history(),
+        StoreOptions::default(),
+    )
+    .expect("store");
+    assert_eq!(store.repo("kept").expect("repo").objects(), 3);
+    assert_eq!(store.repo("secret").expect("repo").objects(), 0);
 }
