@@ -21,6 +21,32 @@ fn documented(name: &str) -> u8 {
         .expect("an index")
 }
 
+/// `documented`, looking only in the `table` ("request" or "response")
+/// under the heading `section`.
+fn documented_in(section: &str, table: &str, name: &str) -> u8 {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md"))
+        .expect("read PROTOCOL.md");
+    let section_at = doc
+        .find(&format!("## {section}"))
+        .unwrap_or_else(|| panic!("PROTOCOL.md has a section {section}"));
+    let start = section_at
+        + doc[section_at..]
+            .find(&format!("| index | {table} |"))
+            .unwrap_or_else(|| panic!("{section} has a {table} table"));
+    let needle = format!("| `{name}` |");
+    doc[start..]
+        .lines()
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| panic!("PROTOCOL.md documents {name} under {section}"))
+        .trim_start_matches('|')
+        .split('|')
+        .next()
+        .expect("index cell")
+        .trim()
+        .parse()
+        .expect("an index")
+}
+
 /// The variant index: the first byte after the 4-byte length prefix.
 fn index_of(bytes: &[u8]) -> u8 {
     bytes[4]
@@ -271,4 +297,56 @@ fn snapshot_messages_have_their_documented_indices() {
     for (name, m) in resps {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
     }
+}
+
+#[test]
+fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones() {
+    use twinlog::node::restore_serve::{RestoreReq, RestoreResp};
+    use twinlog::node::snapshot::SnapshotReq;
+    let reqs = [
+        ("Hello", RestoreReq::Hello),
+        ("Frames", RestoreReq::Frames { from: 1, offset: 0 }),
+    ];
+    for (name, m) in reqs {
+        assert_eq!(
+            index_of(&encode(&m)),
+            documented_in("Restore", "request", name),
+            "{name}"
+        );
+    }
+    let resps = [
+        (
+            "Welcome",
+            RestoreResp::Welcome {
+                history: [0; 16],
+                first: 1,
+                head: 0,
+                head_crc: 0,
+                epoch: 0,
+            },
+        ),
+        ("Frames", RestoreResp::Frames { through: 1 }),
+        ("Refused", RestoreResp::Refused("x".into())),
+    ];
+    for (name, m) in resps {
+        assert_eq!(
+            index_of(&encode(&m)),
+            documented_in("Restore", "response", name),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        encode(&RestoreReq::Manifest),
+        encode(&SnapshotReq::Manifest)
+    );
+    let file = |at, path: &str, offset| (at, path.to_owned(), offset);
+    let (at, path, offset) = file(7, "repos/r/archive", 9);
+    assert_eq!(
+        encode(&RestoreReq::File {
+            at,
+            path: path.clone(),
+            offset
+        }),
+        encode(&SnapshotReq::File { at, path, offset })
+    );
 }
