@@ -8,14 +8,17 @@ use std::time::Duration;
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, watch};
 
-use super::api::{ApiError, Durability, RefMove, Request, Response, Status};
-use super::retention::{self, Retention};
+use super::api::{ApiError, Durability, Request, Response, Status};
+use super::retention::Retention;
 use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::repl::wire::frame_prefix;
 use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
+
+mod retain;
+mod store_requests;
 
 /// Appends up to this size are read whole and appended in one call (and
 /// share fdatasyncs with concurrent appends); larger blobs stream.
@@ -134,124 +137,6 @@ impl Primary {
         &self.log
     }
 
-    /// Set the retention before serving; the twin's position comes back
-    /// from the slot file.
-    pub fn set_retention(&self, r: Retention) {
-        if let Some(slot) = &r.slot {
-            let held = retention::load_slot(slot);
-            self.hold.store(held, std::sync::atomic::Ordering::SeqCst);
-            tracing::info!(
-                hold = held,
-                cap = r.max_bytes,
-                "retention holds the twin's position"
-            );
-        }
-        *self.retention.lock().unwrap_or_else(|e| e.into_inner()) = r;
-    }
-
-    /// Offer snapshots to a twin below the floor.
-    pub fn set_snapshots(&self, source: Arc<SnapshotSource>) {
-        *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
-    }
-
-    fn snapshot_source(&self) -> Option<Arc<SnapshotSource>> {
-        self.snapshots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn retention(&self) -> Retention {
-        self.retention
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn hold(&self) -> u64 {
-        self.hold.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Whether the frame at the twin's position is gone.
-    fn twin_below_floor(&self) -> bool {
-        let first = self.log.first_seq();
-        match self.hold() {
-            0 => first > 1,
-            hold => hold < first,
-        }
-    }
-
-    /// One retention pass: the store catches up (nothing it has not
-    /// applied goes), then whole segments go while the log is over its cap.
-    fn retention_pass(&self) -> Result<(), String> {
-        let r = self.retention();
-        if let Some(slot) = &r.slot {
-            if let Err(e) = retention::store_slot(slot, self.hold()) {
-                tracing::warn!(error = %e, "the twin's slot file could not be written");
-            }
-        }
-        if r.max_bytes == 0 {
-            return Ok(());
-        }
-        let applied = match &self.store {
-            Some(host) => {
-                host.catch_up().map_err(|e| e.to_string())?;
-                host.lock().map_err(|e| e.to_string())?.applied()
-            }
-            None => self.log.head_seq(),
-        };
-        let mut hold = self.hold();
-        if let Some(source) = self.snapshot_source() {
-            match source.offered_at() {
-                // The twin installed it and moved on.
-                Some(at) if hold > at => source.forget(),
-                // Its frame proves the twin's place once it is installed.
-                Some(at) => hold = hold.min(at),
-                None => {}
-            }
-        }
-        let plan = retention::plan(&self.log.layout(), r.max_bytes, hold.max(1), applied);
-        if plan.before == 0 {
-            return Ok(());
-        }
-        let first = self
-            .log
-            .truncate_before(plan.before)
-            .map_err(|e| e.to_string())?;
-        if plan.past_hold {
-            tracing::warn!(
-                first, twin_position = hold, cap = r.max_bytes,
-                "retention passed the twin's position: the twin is below the floor and needs a snapshot"
-            );
-        }
-        Ok(())
-    }
-
-    /// Retain from `seq` by hand.
-    pub fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ApiError> {
-        let hold = self.hold().max(1);
-        if seq > hold && !force {
-            return Err(ApiError::Refused(format!(
-                "retaining from {seq} drops frames the twin needs (its position is {hold}): force it to"
-            )));
-        }
-        if let Some(host) = &self.store {
-            host.catch_up().map_err(ApiError::from)?;
-            let applied = host.lock().map_err(ApiError::from)?.applied();
-            if seq > applied + 1 {
-                return Err(ApiError::Refused(format!(
-                    "the store has applied up to {applied}: frames past it stay"
-                )));
-            }
-        }
-        let first = self
-            .log
-            .retain_from(seq)
-            .map_err(|e| ApiError::Refused(e.to_string()))?;
-        tracing::warn!(seq, first, force, "retained from a sequence by hand");
-        Ok(first)
-    }
-
     /// Status as `primary status` shows it.
     pub fn status(&self) -> Status {
         let mut s = lock(&self.status).clone();
@@ -314,19 +199,6 @@ impl Primary {
         retainer.abort();
         endpoint.close(0u32.into(), b"shutdown");
         endpoint.wait_idle().await;
-    }
-
-    /// Retention passes, twice a second, off the async threads.
-    async fn retain_loop(self: Arc<Self>) {
-        loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let me = self.clone();
-            match tokio::task::spawn_blocking(move || me.retention_pass()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "retention pass failed"),
-                Err(e) => tracing::error!(error = %e, "retention pass panicked"),
-            }
-        }
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {
@@ -602,7 +474,7 @@ impl Primary {
         recv: &mut RecvStream,
     ) -> Response {
         let meta_len = meta.len() as u64;
-        if self.store.is_some() && is_store_kind(kind) {
+        if self.store.is_some() && store_requests::is_store_kind(kind) {
             return Response::Error(ApiError::Forbidden(format!(
                 "kind {kind} is the store's: it is written by the store requests, which check it"
             )));
@@ -673,174 +545,6 @@ impl Primary {
         drop(tx);
         // A short stream makes commit refuse with BlobLength: nothing lands.
         writer.await
-    }
-
-    fn store(&self) -> Result<Arc<StoreHost>, ApiError> {
-        self.store
-            .clone()
-            .ok_or_else(|| ApiError::Forbidden("this primary keeps no store".into()))
-    }
-
-    /// After a store write: the head moved, and a `twin` write waits for
-    /// the twin as an append does.
-    async fn store_written(
-        &self,
-        last: u64,
-        bytes: u64,
-        durability: Durability,
-    ) -> (Durability, u64) {
-        self.published(last, bytes);
-        if durability == Durability::Local {
-            return (Durability::Local, 0);
-        }
-        let started = std::time::Instant::now();
-        match self.wait_for_twin(last).await {
-            Response::Appended { durability, .. } => {
-                (durability, started.elapsed().as_micros() as u64)
-            }
-            _ => (Durability::Local, u64::MAX),
-        }
-    }
-
-    async fn create_repo(&self, repo: String, durability: Durability) -> Response {
-        let host = match self.store() {
-            Ok(h) => h,
-            Err(e) => return Response::Error(e),
-        };
-        let seq = match tokio::task::spawn_blocking(move || host.create_repo(&repo)).await {
-            Ok(Ok(seq)) => seq,
-            Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
-        };
-        match self.store_written(seq, 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
-            (durability, twin_wait_us) => Response::Appended {
-                seq,
-                durability,
-                twin_wait_us,
-            },
-        }
-    }
-
-    /// An erase: the frame appended and carried out here (log, then store)
-    /// before the answer; the twin carries it out as it applies the frame.
-    async fn erase(&self, before: u64, repos: Vec<String>, durability: Durability) -> Response {
-        let host = match self.store() {
-            Ok(h) => h,
-            Err(e) => return Response::Error(e),
-        };
-        let head = self.log.head_seq();
-        if before > head + 1 {
-            return Response::Error(ApiError::BadRequest(format!(
-                "an erase before {before}, past the next sequence {}",
-                head + 1
-            )));
-        }
-        let appended = tokio::task::spawn_blocking(move || {
-            let f = crate::store::frames::erase_frame(before, &repos)?;
-            host.append_frame(&f)
-        })
-        .await;
-        let seq = match appended {
-            Ok(Ok(seq)) => seq,
-            Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
-        };
-        match self.store_written(seq, 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
-            (durability, twin_wait_us) => Response::Appended {
-                seq,
-                durability,
-                twin_wait_us,
-            },
-        }
-    }
-
-    /// A push: the pack streams from the request into the store host's
-    /// blocking writer, a piece at a time.
-    async fn push(
-        &self,
-        repo: String,
-        pack_len: u64,
-        updates: Vec<RefMove>,
-        durability: Durability,
-        recv: &mut RecvStream,
-    ) -> Response {
-        let host = match self.store() {
-            Ok(h) => h,
-            Err(e) => return Response::Error(e),
-        };
-        let updates: Vec<crate::pushlog::RefUpdate> = updates
-            .into_iter()
-            .map(|u| crate::pushlog::RefUpdate {
-                name: u.name,
-                old: u.old,
-                new: u.new,
-            })
-            .collect();
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut pieces = rx.into_iter();
-            host.push(&repo, pack_len, &updates, at_ms, &mut pieces)
-        });
-        let mut left = pack_len;
-        while left > 0 {
-            match recv.read_chunk(PIECE.min(left as usize), true).await {
-                Ok(Some(chunk)) => {
-                    left -= chunk.bytes.len() as u64;
-                    let tx = tx.clone();
-                    let sent = tokio::task::spawn_blocking(move || tx.send(chunk.bytes)).await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
-        drop(tx);
-        let done = match writer.await {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
-        };
-        let Some(last) = done.refs_seq.or(done.pack_seq) else {
-            return Response::Error(ApiError::BadPush("nothing was pushed".into()));
-        };
-        match self.store_written(last, pack_len + 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq: last }),
-            (durability, twin_wait_us) => Response::Pushed {
-                pack_seq: done.pack_seq,
-                refs_seq: done.refs_seq,
-                objects: done.objects,
-                durability,
-                twin_wait_us,
-            },
-        }
-    }
-
-    /// The store's read requests: answered from the state the store has
-    /// applied, which includes every store write acknowledged before.
-    async fn store_read(&self, req: Request, mut send: SendStream) -> Result<(), NetError> {
-        let answer = match self.store() {
-            Err(e) => Err(e),
-            Ok(host) => tokio::task::spawn_blocking(move || store_answer(&host, req))
-                .await
-                .unwrap_or_else(|e| Err(ApiError::Store(e.to_string()))),
-        };
-        match answer {
-            Ok((resp, trailer)) => {
-                net::write_msg(&mut send, &resp).await?;
-                if !trailer.is_empty() {
-                    send.write_all(&trailer).await.map_err(NetError::from)?;
-                }
-            }
-            Err(e) => net::write_msg(&mut send, &Response::Error(e)).await?,
-        }
-        let _ = send.finish();
-        Ok(())
     }
 
     async fn wait_for_twin(&self, seq: u64) -> Response {
@@ -1000,88 +704,6 @@ impl Drop for AbortOnDrop {
             t.abort();
         }
     }
-}
-
-/// Kinds whose frames the store applies; a raw append of one could hold
-/// anything, and the store would stop at it.
-fn is_store_kind(kind: u16) -> bool {
-    use crate::log::Kind;
-    matches!(
-        Kind::from_u16(kind),
-        Ok(Kind::RepoStore
-            | Kind::Pack
-            | Kind::Refs
-            | Kind::LfsPut
-            | Kind::LfsDelete
-            | Kind::ControlDoc
-            | Kind::Redacted
-            | Kind::Erase)
-    )
-}
-
-/// A store read's response and the bytes that follow it.
-fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), ApiError> {
-    use super::api::{PushRecord, MAX_HAVE};
-    let store = host.lock()?;
-    let listing = |bytes: Vec<u8>| {
-        (
-            Response::Listing {
-                len: bytes.len() as u64,
-            },
-            bytes,
-        )
-    };
-    Ok(match req {
-        Request::Refs { repo } => {
-            let refs: super::api::RefsListing = store.refs(&repo)?.into_iter().collect();
-            listing(encode(&refs)?)
-        }
-        Request::PushHistory { repo } => {
-            let history: super::api::HistoryListing = store
-                .push_history(&repo)?
-                .into_iter()
-                .map(|p| PushRecord {
-                    seq: p.seq,
-                    at_ms: p.at_ms,
-                    updates: p
-                        .updates
-                        .into_iter()
-                        .map(|u| RefMove {
-                            name: u.name,
-                            old: u.old,
-                            new: u.new,
-                        })
-                        .collect(),
-                })
-                .collect();
-            listing(encode(&history)?)
-        }
-        Request::ReadObject { repo, oid } => match store.read_object(&repo, &oid)? {
-            Some((t, data)) => (
-                Response::Object {
-                    obj_type: t.as_u8(),
-                    len: data.len() as u64,
-                },
-                data,
-            ),
-            None => (Response::Absent, Vec::new()),
-        },
-        Request::Have { repo, oids } => {
-            if oids.len() > MAX_HAVE {
-                return Err(ApiError::BadRequest(format!(
-                    "{} oids in one have; at most {MAX_HAVE}",
-                    oids.len()
-                )));
-            }
-            let refs: Vec<&[u8]> = oids.iter().map(|o| &o[..]).collect();
-            (Response::Have(store.have(&repo, &refs)?), Vec::new())
-        }
-        other => return Err(ApiError::BadRequest(format!("not a store read: {other:?}"))),
-    })
-}
-
-fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
-    postcard::to_stdvec(v).map_err(|e| ApiError::Store(e.to_string()))
 }
 
 fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogError> {

@@ -1,0 +1,143 @@
+//! The primary's retention: the twin's position held, the cap applied,
+//! segments dropped by hand, and the snapshot on offer kept.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Primary;
+use crate::node::api::ApiError;
+use crate::node::retention::{self, Retention};
+use crate::node::snapshot::SnapshotSource;
+
+impl Primary {
+    /// Set the retention before serving; the twin's position comes back
+    /// from the slot file.
+    pub fn set_retention(&self, r: Retention) {
+        if let Some(slot) = &r.slot {
+            let held = retention::load_slot(slot);
+            self.hold.store(held, std::sync::atomic::Ordering::SeqCst);
+            tracing::info!(
+                hold = held,
+                cap = r.max_bytes,
+                "retention holds the twin's position"
+            );
+        }
+        *self.retention.lock().unwrap_or_else(|e| e.into_inner()) = r;
+    }
+
+    /// Offer snapshots to a twin below the floor.
+    pub fn set_snapshots(&self, source: Arc<SnapshotSource>) {
+        *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    pub(super) fn snapshot_source(&self) -> Option<Arc<SnapshotSource>> {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(super) fn retention(&self) -> Retention {
+        self.retention
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(super) fn hold(&self) -> u64 {
+        self.hold.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether the frame at the twin's position is gone.
+    pub(super) fn twin_below_floor(&self) -> bool {
+        let first = self.log.first_seq();
+        match self.hold() {
+            0 => first > 1,
+            hold => hold < first,
+        }
+    }
+
+    /// One retention pass: the store catches up (nothing it has not
+    /// applied goes), then whole segments go while the log is over its cap.
+    pub(super) fn retention_pass(&self) -> Result<(), String> {
+        let r = self.retention();
+        if let Some(slot) = &r.slot {
+            if let Err(e) = retention::store_slot(slot, self.hold()) {
+                tracing::warn!(error = %e, "the twin's slot file could not be written");
+            }
+        }
+        if r.max_bytes == 0 {
+            return Ok(());
+        }
+        let applied = match &self.store {
+            Some(host) => {
+                host.catch_up().map_err(|e| e.to_string())?;
+                host.lock().map_err(|e| e.to_string())?.applied()
+            }
+            None => self.log.head_seq(),
+        };
+        let mut hold = self.hold();
+        if let Some(source) = self.snapshot_source() {
+            match source.offered_at() {
+                // The twin installed it and moved on.
+                Some(at) if hold > at => source.forget(),
+                // Its frame proves the twin's place once it is installed.
+                Some(at) => hold = hold.min(at),
+                None => {}
+            }
+        }
+        let plan = retention::plan(&self.log.layout(), r.max_bytes, hold.max(1), applied);
+        if plan.before == 0 {
+            return Ok(());
+        }
+        let first = self
+            .log
+            .truncate_before(plan.before)
+            .map_err(|e| e.to_string())?;
+        if plan.past_hold {
+            tracing::warn!(
+                first, twin_position = hold, cap = r.max_bytes,
+                "retention passed the twin's position: the twin is below the floor and needs a snapshot"
+            );
+        }
+        Ok(())
+    }
+
+    /// Retain from `seq` by hand.
+    pub fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ApiError> {
+        let hold = self.hold().max(1);
+        if seq > hold && !force {
+            return Err(ApiError::Refused(format!(
+                "retaining from {seq} drops frames the twin needs (its position is {hold}): force it to"
+            )));
+        }
+        if let Some(host) = &self.store {
+            host.catch_up().map_err(ApiError::from)?;
+            let applied = host.lock().map_err(ApiError::from)?.applied();
+            if seq > applied + 1 {
+                return Err(ApiError::Refused(format!(
+                    "the store has applied up to {applied}: frames past it stay"
+                )));
+            }
+        }
+        let first = self
+            .log
+            .retain_from(seq)
+            .map_err(|e| ApiError::Refused(e.to_string()))?;
+        tracing::warn!(seq, first, force, "retained from a sequence by hand");
+        Ok(first)
+    }
+
+    /// Retention passes, twice a second, off the async threads.
+    pub(super) async fn retain_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let me = self.clone();
+            match tokio::task::spawn_blocking(move || me.retention_pass()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "retention pass failed"),
+                Err(e) => tracing::error!(error = %e, "retention pass panicked"),
+            }
+        }
+    }
+}

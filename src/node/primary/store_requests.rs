@@ -1,0 +1,272 @@
+//! The primary's store requests: writes checked and applied under the
+//! store's lock, then as durable as asked; reads from the applied state.
+
+use std::sync::Arc;
+
+use quinn::{RecvStream, SendStream};
+
+use super::{Primary, PIECE};
+use crate::net::{self, NetError};
+use crate::node::api::{ApiError, Durability, RefMove, Request, Response};
+use crate::node::store::StoreHost;
+
+impl Primary {
+    pub(super) fn store(&self) -> Result<Arc<StoreHost>, ApiError> {
+        self.store
+            .clone()
+            .ok_or_else(|| ApiError::Forbidden("this primary keeps no store".into()))
+    }
+
+    /// After a store write: the head moved, and a `twin` write waits for
+    /// the twin as an append does.
+    pub(super) async fn store_written(
+        &self,
+        last: u64,
+        bytes: u64,
+        durability: Durability,
+    ) -> (Durability, u64) {
+        self.published(last, bytes);
+        if durability == Durability::Local {
+            return (Durability::Local, 0);
+        }
+        let started = std::time::Instant::now();
+        match self.wait_for_twin(last).await {
+            Response::Appended { durability, .. } => {
+                (durability, started.elapsed().as_micros() as u64)
+            }
+            _ => (Durability::Local, u64::MAX),
+        }
+    }
+
+    pub(super) async fn create_repo(&self, repo: String, durability: Durability) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let seq = match tokio::task::spawn_blocking(move || host.create_repo(&repo)).await {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => return Response::Error(e.into()),
+            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+        };
+        match self.store_written(seq, 64, durability).await {
+            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
+            (durability, twin_wait_us) => Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            },
+        }
+    }
+
+    /// An erase: the frame appended and carried out here (log, then store)
+    /// before the answer; the twin carries it out as it applies the frame.
+    pub(super) async fn erase(
+        &self,
+        before: u64,
+        repos: Vec<String>,
+        durability: Durability,
+    ) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let head = self.log.head_seq();
+        if before > head + 1 {
+            return Response::Error(ApiError::BadRequest(format!(
+                "an erase before {before}, past the next sequence {}",
+                head + 1
+            )));
+        }
+        let appended = tokio::task::spawn_blocking(move || {
+            let f = crate::store::frames::erase_frame(before, &repos)?;
+            host.append_frame(&f)
+        })
+        .await;
+        let seq = match appended {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => return Response::Error(e.into()),
+            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+        };
+        match self.store_written(seq, 64, durability).await {
+            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
+            (durability, twin_wait_us) => Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            },
+        }
+    }
+
+    /// A push: the pack streams from the request into the store host's
+    /// blocking writer, a piece at a time.
+    pub(super) async fn push(
+        &self,
+        repo: String,
+        pack_len: u64,
+        updates: Vec<RefMove>,
+        durability: Durability,
+        recv: &mut RecvStream,
+    ) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let updates: Vec<crate::pushlog::RefUpdate> = updates
+            .into_iter()
+            .map(|u| crate::pushlog::RefUpdate {
+                name: u.name,
+                old: u.old,
+                new: u.new,
+            })
+            .collect();
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut pieces = rx.into_iter();
+            host.push(&repo, pack_len, &updates, at_ms, &mut pieces)
+        });
+        let mut left = pack_len;
+        while left > 0 {
+            match recv.read_chunk(PIECE.min(left as usize), true).await {
+                Ok(Some(chunk)) => {
+                    left -= chunk.bytes.len() as u64;
+                    let tx = tx.clone();
+                    let sent = tokio::task::spawn_blocking(move || tx.send(chunk.bytes)).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        drop(tx);
+        let done = match writer.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => return Response::Error(e.into()),
+            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+        };
+        let Some(last) = done.refs_seq.or(done.pack_seq) else {
+            return Response::Error(ApiError::BadPush("nothing was pushed".into()));
+        };
+        match self.store_written(last, pack_len + 64, durability).await {
+            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq: last }),
+            (durability, twin_wait_us) => Response::Pushed {
+                pack_seq: done.pack_seq,
+                refs_seq: done.refs_seq,
+                objects: done.objects,
+                durability,
+                twin_wait_us,
+            },
+        }
+    }
+
+    /// The store's read requests: answered from the state the store has
+    /// applied, which includes every store write acknowledged before.
+    pub(super) async fn store_read(
+        &self,
+        req: Request,
+        mut send: SendStream,
+    ) -> Result<(), NetError> {
+        let answer = match self.store() {
+            Err(e) => Err(e),
+            Ok(host) => tokio::task::spawn_blocking(move || store_answer(&host, req))
+                .await
+                .unwrap_or_else(|e| Err(ApiError::Store(e.to_string()))),
+        };
+        match answer {
+            Ok((resp, trailer)) => {
+                net::write_msg(&mut send, &resp).await?;
+                if !trailer.is_empty() {
+                    send.write_all(&trailer).await.map_err(NetError::from)?;
+                }
+            }
+            Err(e) => net::write_msg(&mut send, &Response::Error(e)).await?,
+        }
+        let _ = send.finish();
+        Ok(())
+    }
+}
+
+/// Kinds whose frames the store applies; a raw append of one could hold
+/// anything, and the store would stop at it.
+pub(super) fn is_store_kind(kind: u16) -> bool {
+    use crate::log::Kind;
+    matches!(
+        Kind::from_u16(kind),
+        Ok(Kind::RepoStore
+            | Kind::Pack
+            | Kind::Refs
+            | Kind::LfsPut
+            | Kind::LfsDelete
+            | Kind::ControlDoc
+            | Kind::Redacted
+            | Kind::Erase)
+    )
+}
+
+/// A store read's response and the bytes that follow it.
+fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), ApiError> {
+    use crate::node::api::{PushRecord, MAX_HAVE};
+    let store = host.lock()?;
+    let listing = |bytes: Vec<u8>| {
+        (
+            Response::Listing {
+                len: bytes.len() as u64,
+            },
+            bytes,
+        )
+    };
+    Ok(match req {
+        Request::Refs { repo } => {
+            let refs: crate::node::api::RefsListing = store.refs(&repo)?.into_iter().collect();
+            listing(encode(&refs)?)
+        }
+        Request::PushHistory { repo } => {
+            let history: crate::node::api::HistoryListing = store
+                .push_history(&repo)?
+                .into_iter()
+                .map(|p| PushRecord {
+                    seq: p.seq,
+                    at_ms: p.at_ms,
+                    updates: p
+                        .updates
+                        .into_iter()
+                        .map(|u| RefMove {
+                            name: u.name,
+                            old: u.old,
+                            new: u.new,
+                        })
+                        .collect(),
+                })
+                .collect();
+            listing(encode(&history)?)
+        }
+        Request::ReadObject { repo, oid } => match store.read_object(&repo, &oid)? {
+            Some((t, data)) => (
+                Response::Object {
+                    obj_type: t.as_u8(),
+                    len: data.len() as u64,
+                },
+                data,
+            ),
+            None => (Response::Absent, Vec::new()),
+        },
+        Request::Have { repo, oids } => {
+            if oids.len() > MAX_HAVE {
+                return Err(ApiError::BadRequest(format!(
+                    "{} oids in one have; at most {MAX_HAVE}",
+                    oids.len()
+                )));
+            }
+            let refs: Vec<&[u8]> = oids.iter().map(|o| &o[..]).collect();
+            (Response::Have(store.have(&repo, &refs)?), Vec::new())
+        }
+        other => return Err(ApiError::BadRequest(format!("not a store read: {other:?}"))),
+    })
+}
+
+fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ApiError> {
+    postcard::to_stdvec(v).map_err(|e| ApiError::Store(e.to_string()))
+}
