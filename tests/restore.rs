@@ -4,6 +4,10 @@
 //! SIGKILL ten times inside a 300 MiB entry resumes each time from the
 //! bytes it held and ends with the twin's log, frame for frame.
 
+mod common;
+
+use common::{copy_dir, files_containing};
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,33 +51,6 @@ fn push(log: &Log, repo: &str, data: &[u8], old: Option<[u8; 20]>) -> [u8; 20] {
     .expect("refs");
     append(log, &f);
     oid
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let dest = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).expect("copy");
-        }
-    }
-}
-
-fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("read_dir") {
-        let e = e.expect("entry");
-        if e.file_type().expect("type").is_dir() {
-            files_containing(&e.path(), needle, out);
-        } else {
-            let b = std::fs::read(e.path()).expect("read");
-            if b.windows(needle.len()).any(|w| w == needle) {
-                out.push(e.path());
-            }
-        }
-    }
 }
 
 /// Each repository: its name, object ids and pushes' seqs.
@@ -222,8 +199,8 @@ async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_ret
     assert_eq!(Epoch::load(&data).expect("epoch").get(), 3);
     drop((log, store));
     let mut found = Vec::new();
-    files_containing(&data, MARKER, &mut found);
-    files_containing(&twin, MARKER, &mut found);
+    found.extend(files_containing(&data, MARKER));
+    found.extend(files_containing(&twin, MARKER));
     assert!(found.is_empty(), "erased bytes in {found:?}");
 
     // The box now has history: a second restore into it is refused.

@@ -3,8 +3,11 @@
 //! resumes from the bytes staged; and a twin that fell below the primary's
 //! retention floor while it was down gets a snapshot and converges.
 
+mod common;
+
+use common::copy_dir;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,19 +25,6 @@ use twinlog::objects::ObjType;
 use twinlog::repl::Timers;
 use twinlog::store::install::{self, InstallPaths, InstallStep, SnapshotBase};
 use twinlog::store::{frames, PackBuilder, RepoOp, Store, StoreOptions};
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let dest = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).expect("copy");
-        }
-    }
-}
 
 /// A log of `pushes` pushes to one repository, each a pack and a ref move.
 fn workload(log: &Log, pushes: u8) {

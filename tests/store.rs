@@ -3,6 +3,10 @@
 //! rebuilt from the archive, an erase leaves the state a replay of the
 //! erased log gives, and a snapshot holds exactly the store.
 
+mod common;
+
+use common::{copy_dir, files_containing};
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -182,19 +186,6 @@ fn fresh_store(dir: &Path, log: &Log) -> Store {
     Store::open(dir, log.history(), StoreOptions::default()).expect("store")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir") {
-        let e = e.expect("entry");
-        let dest = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), &dest).expect("copy");
-        }
-    }
-}
-
 #[test]
 fn every_kind_applies() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -335,22 +326,10 @@ fn an_erase_leaves_what_a_replay_of_the_erased_log_gives() {
     // No byte of the erased data is anywhere in either store.
     for d in ["a", "b"] {
         assert!(
-            !tree_contains(&dir.path().join(d), b"MARKER"),
+            files_containing(&dir.path().join(d), b"MARKER").is_empty(),
             "store {d} holds an erased byte"
         );
     }
-}
-
-fn tree_contains(dir: &Path, needle: &[u8]) -> bool {
-    std::fs::read_dir(dir).expect("read_dir").any(|e| {
-        let e = e.expect("entry");
-        if e.file_type().expect("type").is_dir() {
-            tree_contains(&e.path(), needle)
-        } else {
-            let b = std::fs::read(e.path()).expect("read");
-            b.windows(needle.len()).any(|w| w == needle)
-        }
-    })
 }
 
 #[test]

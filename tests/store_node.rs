@@ -3,6 +3,10 @@
 //! git repository imported; and the twin's store, fed by its log, equal to
 //! the primary's.
 
+mod common;
+
+use common::files_containing;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -331,21 +335,6 @@ async fn a_git_repository_imports_and_reads_back() {
     converge(&p).await;
 }
 
-fn files_containing(dir: &Path, needle: &[u8], out: &mut Vec<String>) {
-    for e in std::fs::read_dir(dir).expect("read_dir") {
-        let e = e.expect("entry");
-        let ty = e.file_type().expect("type");
-        if ty.is_dir() {
-            files_containing(&e.path(), needle, out);
-        } else if ty.is_file() {
-            let b = std::fs::read(e.path()).expect("read");
-            if b.windows(needle.len()).any(|w| w == needle) {
-                out.push(e.path().display().to_string());
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erase_leaves_no_byte_on_either_box() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -378,7 +367,7 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     }
     converge(&p).await;
     let mut before = Vec::new();
-    files_containing(dir.path(), marker, &mut before);
+    before.extend(files_containing(dir.path(), marker));
     assert!(
         before.len() >= 4,
         "the marker is on both boxes first: {before:?}"
@@ -390,7 +379,7 @@ async fn an_erase_leaves_no_byte_on_either_box() {
         .expect("erase");
     converge(&p).await;
     let mut found = Vec::new();
-    files_containing(dir.path(), marker, &mut found);
+    found.extend(files_containing(dir.path(), marker));
     assert!(found.is_empty(), "erased bytes survive in {found:?}");
     let kept = p
         .primary_store
@@ -447,7 +436,7 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     .expect("restore");
     assert_eq!(report.head, p.primary.log().head_seq());
     let mut found = Vec::new();
-    files_containing(&restored, marker, &mut found);
+    found.extend(files_containing(&restored, marker));
     assert!(
         found.is_empty(),
         "the restored box holds erased bytes: {found:?}"

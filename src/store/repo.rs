@@ -93,13 +93,7 @@ impl Repo {
         if !erased.is_empty() && self.index.extents_with_rows(&erased)?.contains(&true) {
             self.drop_rows_in(&erased)?;
         }
-        let live: Vec<PackRecord> = self
-            .archive
-            .packs()
-            .iter()
-            .filter(|p| !p.erased && p.objects > 0)
-            .copied()
-            .collect();
+        let live = self.live_packs();
         let extents: Vec<(u64, u64)> = live.iter().map(PackRecord::extent).collect();
         let has = self.index.extents_with_rows(&extents)?;
         let mut reread = 0;
@@ -110,6 +104,16 @@ impl Repo {
             }
         }
         Ok(reread)
+    }
+
+    /// The packs not erased that carry objects.
+    fn live_packs(&self) -> Vec<PackRecord> {
+        self.archive
+            .packs()
+            .iter()
+            .filter(|p| !p.erased && p.objects > 0)
+            .copied()
+            .collect()
     }
 
     /// Index a pack already in the archive.
@@ -228,14 +232,7 @@ impl Repo {
     pub fn erase_before(&mut self, before: u64) -> Result<()> {
         let extents = self.archive.erase_before(before)?;
         self.drop_rows_in(&extents)?;
-        let kept: Vec<PackRecord> = self
-            .archive
-            .packs()
-            .iter()
-            .filter(|p| !p.erased && p.objects > 0)
-            .copied()
-            .collect();
-        for rec in &kept {
+        for rec in &self.live_packs() {
             self.reindex(rec)?;
         }
         self.pushes.retain_from(before)?;

@@ -39,11 +39,22 @@ impl Primary {
     }
 
     pub(super) async fn create_repo(&self, repo: String, durability: Durability) -> Response {
+        self.store_write(move |host| host.create_repo(&repo), durability)
+            .await
+    }
+
+    /// One store frame written on a blocking thread under the store's lock,
+    /// then answered as durable as asked.
+    async fn store_write(
+        &self,
+        write: impl FnOnce(&StoreHost) -> Result<u64, crate::store::StoreError> + Send + 'static,
+        durability: Durability,
+    ) -> Response {
         let host = match self.store() {
             Ok(h) => h,
             Err(e) => return Response::Error(e),
         };
-        let seq = match tokio::task::spawn_blocking(move || host.create_repo(&repo)).await {
+        let seq = match tokio::task::spawn_blocking(move || write(&host)).await {
             Ok(Ok(seq)) => seq,
             Ok(Err(e)) => return Response::Error(e.into()),
             Err(e) => return Response::Error(ApiError::Store(e.to_string())),
@@ -66,10 +77,6 @@ impl Primary {
         repos: Vec<String>,
         durability: Durability,
     ) -> Response {
-        let host = match self.store() {
-            Ok(h) => h,
-            Err(e) => return Response::Error(e),
-        };
         let head = self.log.head_seq();
         if before > head + 1 {
             return Response::Error(ApiError::BadRequest(format!(
@@ -77,24 +84,11 @@ impl Primary {
                 head + 1
             )));
         }
-        let appended = tokio::task::spawn_blocking(move || {
-            let f = crate::store::frames::erase_frame(before, &repos)?;
-            host.append_frame(&f)
-        })
-        .await;
-        let seq = match appended {
-            Ok(Ok(seq)) => seq,
-            Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
-        };
-        match self.store_written(seq, 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
-            (durability, twin_wait_us) => Response::Appended {
-                seq,
-                durability,
-                twin_wait_us,
-            },
-        }
+        self.store_write(
+            move |host| host.append_frame(&crate::store::frames::erase_frame(before, &repos)?),
+            durability,
+        )
+        .await
     }
 
     /// A push: the pack streams from the request into the store host's
