@@ -208,6 +208,37 @@ fn documented_client_indices_are_the_encoder_s() {
                 durability: Durability::Twin,
             },
         ),
+        (
+            "RetainFrom",
+            Request::RetainFrom {
+                seq: 1,
+                force: false,
+            },
+        ),
+        (
+            "LfsPut",
+            Request::LfsPut {
+                repo: "r".into(),
+                oid: [0; 32],
+                len: 0,
+                durability: Durability::Twin,
+            },
+        ),
+        (
+            "LfsGet",
+            Request::LfsGet {
+                repo: "r".into(),
+                oid: [0; 32],
+            },
+        ),
+        (
+            "LfsDelete",
+            Request::LfsDelete {
+                repo: "r".into(),
+                oid: [0; 32],
+                durability: Durability::Twin,
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
@@ -252,6 +283,7 @@ fn documented_client_indices_are_the_encoder_s() {
             },
         ),
         ("Absent", Response::Absent),
+        ("Retained", Response::Retained { first: 1 }),
     ];
     for (name, r) in responses {
         assert_eq!(index_of(&encode(&r)), documented(name), "{name}");

@@ -451,3 +451,78 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     assert_eq!(store.repo("kept").expect("repo").objects(), 3);
     assert_eq!(store.repo("secret").expect("repo").objects(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_objects_stream_in_and_out_and_a_bad_hash_lands_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    c.create_repo("media", Durability::Twin)
+        .await
+        .expect("create");
+    let content: Vec<u8> = (0..20_000_000u32).map(|i| (i % 253) as u8).collect();
+    let oid = twinlog::store::frames::lfs_oid(&content);
+    c.lfs_put(
+        "media",
+        oid,
+        content.len() as u64,
+        &content[..],
+        Durability::Twin,
+    )
+    .await
+    .expect("put");
+    let mut back = Vec::new();
+    assert!(c.lfs_get("media", oid, &mut back).await.expect("get"));
+    assert!(back == content, "the object reads back whole");
+
+    let head = p.primary.log().head_seq();
+    let wrong = [7u8; 32];
+    assert!(matches!(
+        c.lfs_put("media", wrong, 1000, &content[..1000], Durability::Twin)
+            .await,
+        Err(ClientError::Api(ApiError::BadPush(_)))
+    ));
+    assert!(matches!(
+        c.lfs_put(
+            "media",
+            oid,
+            content.len() as u64,
+            &content[..1000],
+            Durability::Twin
+        )
+        .await,
+        Err(ClientError::Api(ApiError::BadPush(_)))
+    ));
+    assert_eq!(
+        p.primary.log().head_seq(),
+        head,
+        "no refused put wrote a frame"
+    );
+    assert!(!c
+        .lfs_get("media", wrong, &mut Vec::new())
+        .await
+        .expect("get"));
+    converge(&p).await;
+    assert!(p
+        .twin_store
+        .lock()
+        .expect("store")
+        .repo("media")
+        .expect("repo")
+        .lfs()
+        .contains(&oid));
+
+    c.lfs_delete("media", oid, Durability::Twin)
+        .await
+        .expect("delete");
+    assert!(!c.lfs_get("media", oid, &mut Vec::new()).await.expect("get"));
+    converge(&p).await;
+    assert!(!p
+        .twin_store
+        .lock()
+        .expect("store")
+        .repo("media")
+        .expect("repo")
+        .lfs()
+        .contains(&oid));
+}

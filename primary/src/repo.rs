@@ -29,6 +29,17 @@ pub enum RepoCmd {
     Cat { name: String, oid: String },
     /// Which of these objects the repository holds: `<oid> yes|no`.
     Have { name: String, oids: Vec<String> },
+    /// Store a file as a large object (its SHA-256 names it), streamed.
+    LfsPut { name: String, file: PathBuf },
+    /// A large object's bytes, to a file or stdout.
+    LfsGet {
+        name: String,
+        oid: String,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Delete a large object.
+    LfsDelete { name: String, oid: String },
     /// Erase every data frame of these repositories before a sequence, in
     /// place, on this box and on the twin (their stores drop the data too).
     Erase {
@@ -46,6 +57,28 @@ fn failed(e: impl std::fmt::Display) -> DaemonError {
 
 fn oid_arg(s: &str) -> Result<[u8; 20], DaemonError> {
     unhex::<20>(s).ok_or_else(|| failed(format!("{s:?} is not a 40-digit hex object id")))
+}
+
+fn lfs_oid_arg(s: &str) -> Result<[u8; 32], DaemonError> {
+    unhex::<32>(s).ok_or_else(|| failed(format!("{s:?} is not a 64-digit hex SHA-256")))
+}
+
+/// A file's SHA-256, read in pieces.
+fn sha256_of(path: &std::path::Path) -> Result<[u8; 32], DaemonError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    let mut oid = [0u8; 32];
+    oid.copy_from_slice(ctx.finish().as_ref());
+    Ok(oid)
 }
 
 pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
@@ -100,6 +133,45 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
                 }
                 None => return Err(failed(format!("no object {} in {name}", hex(&oid)))),
             }
+        }
+        RepoCmd::LfsPut { name, file } => {
+            let oid = sha256_of(&file)?;
+            let len = std::fs::metadata(&file)?.len();
+            let f = tokio::fs::File::open(&file).await?;
+            let a = client
+                .lfs_put(&name, oid, len, f, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            println!(
+                "{} ({len} bytes) stored at {} ({:?})",
+                hex(&oid),
+                a.seq,
+                a.durability
+            );
+        }
+        RepoCmd::LfsGet { name, oid, out } => {
+            let oid = lfs_oid_arg(&oid)?;
+            let found = match out {
+                Some(path) => {
+                    let f = tokio::fs::File::create(&path).await?;
+                    client.lfs_get(&name, oid, f).await.map_err(failed)?
+                }
+                None => client
+                    .lfs_get(&name, oid, tokio::io::stdout())
+                    .await
+                    .map_err(failed)?,
+            };
+            if !found {
+                return Err(failed(format!("no large object {} in {name}", hex(&oid))));
+            }
+        }
+        RepoCmd::LfsDelete { name, oid } => {
+            let oid = lfs_oid_arg(&oid)?;
+            let a = client
+                .lfs_delete(&name, oid, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            println!("deleted at {} ({:?})", a.seq, a.durability);
         }
         RepoCmd::Erase { before, names } => {
             let a = client

@@ -65,6 +65,22 @@ pub enum Request {
     /// Drop the whole segments below `seq` by hand (after closing the open
     /// one). Past the twin's position only with `force`. `Retained`.
     RetainFrom { seq: u64, force: bool },
+    /// Put a large object: `len` bytes follow, which must hash (SHA-256)
+    /// to `oid`. `Appended`.
+    LfsPut {
+        repo: String,
+        oid: [u8; 32],
+        len: u64,
+        durability: Durability,
+    },
+    /// A large object: `Object` (type 0) and its bytes, or `Absent`.
+    LfsGet { repo: String, oid: [u8; 32] },
+    /// Delete a large object. `Appended`.
+    LfsDelete {
+        repo: String,
+        oid: [u8; 32],
+        durability: Durability,
+    },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a

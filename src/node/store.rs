@@ -199,6 +199,69 @@ impl StoreHost {
         Ok(done)
     }
 
+    /// Put a large object: its `len` bytes from `pieces` stream into an
+    /// LfsPut frame while their SHA-256 is computed; bytes that do not hash
+    /// to `oid` abort the frame and nothing lands.
+    pub fn lfs_put(
+        &self,
+        repo: &str,
+        oid: [u8; frames::LFS_OID_LEN],
+        len: u64,
+        pieces: &mut dyn Iterator<Item = bytes::Bytes>,
+    ) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        store.catch_up(&self.log)?;
+        store.repo(repo)?;
+        let meta = frames::lfs_meta(repo, &oid)?;
+        let _m = self.log.mutation();
+        let mut pending = self.log.begin(None, Kind::LfsPut.as_u16(), &meta, len)?;
+        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut got = 0u64;
+        for piece in pieces {
+            got += piece.len() as u64;
+            if got > len {
+                break;
+            }
+            sha.update(&piece);
+            pending.write(&piece)?;
+        }
+        if got != len {
+            return Err(StoreError::BadPush(format!(
+                "the object is {len} bytes, {got} arrived"
+            )));
+        }
+        if sha.finish().as_ref() != oid {
+            return Err(StoreError::BadPush(format!(
+                "the object does not hash to {}",
+                frames::hex(&oid)
+            )));
+        }
+        let seq = pending.commit()?;
+        store.catch_up(&self.log)?;
+        Ok(seq)
+    }
+
+    /// Delete a large object.
+    pub fn lfs_delete(
+        &self,
+        repo: &str,
+        oid: [u8; frames::LFS_OID_LEN],
+    ) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        store.catch_up(&self.log)?;
+        if !store.repo(repo)?.lfs().contains(&oid) {
+            return Err(StoreError::BadPush(format!(
+                "no large object {}",
+                frames::hex(&oid)
+            )));
+        }
+        let meta = frames::lfs_meta(repo, &oid)?;
+        let _m = self.log.mutation();
+        let seq = self.log.append_raw(Kind::LfsDelete.as_u16(), &meta, &[])?;
+        store.catch_up(&self.log)?;
+        Ok(seq)
+    }
+
     /// Append any other store frame (an erase, a document) and apply it.
     pub fn append_frame(&self, f: &frames::FrameParts) -> Result<u64, StoreError> {
         let mut store = self.lock()?;

@@ -163,6 +163,99 @@ impl Client {
         }
     }
 
+    /// Put a large object of `len` bytes read from `content` in pieces; its
+    /// SHA-256 (`oid`) is checked by the primary as it streams.
+    pub async fn lfs_put<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        repo: &str,
+        oid: [u8; 32],
+        len: u64,
+        mut content: R,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        use tokio::io::AsyncReadExt;
+        let req = Request::LfsPut {
+            repo: repo.to_owned(),
+            oid,
+            len,
+            durability,
+        };
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
+        crate::net::write_msg(&mut send, &req).await?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let want = buf.len().min(left as usize);
+            let n = content
+                .read(&mut buf[..want])
+                .await
+                .map_err(NetError::from)?;
+            if n == 0 {
+                break;
+            }
+            send.write_all(&buf[..n]).await.map_err(NetError::from)?;
+            left -= n as u64;
+        }
+        let _ = send.finish();
+        Client::appended(Client::response(&mut recv).await?)
+    }
+
+    /// A large object's bytes, written to `out` as they arrive; false when
+    /// the repository has no such object.
+    pub async fn lfs_get<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        repo: &str,
+        oid: [u8; 32],
+        mut out: W,
+    ) -> Result<bool, ClientError> {
+        use tokio::io::AsyncWriteExt;
+        let req = Request::LfsGet {
+            repo: repo.to_owned(),
+            oid,
+        };
+        let (resp, mut recv) = self.call(&req, &[]).await?;
+        let len = match resp {
+            Response::Absent => return Ok(false),
+            Response::Object { len, .. } => len,
+            other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+        };
+        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut left = len;
+        while left > 0 {
+            let chunk = recv
+                .read_chunk((1 << 20).min(left as usize), true)
+                .await
+                .map_err(|e| NetError::Io(std::io::Error::other(e)))?
+                .ok_or_else(|| {
+                    ClientError::Unexpected(format!("the object ended {left} bytes short"))
+                })?;
+            sha.update(&chunk.bytes);
+            out.write_all(&chunk.bytes).await.map_err(NetError::from)?;
+            left -= chunk.bytes.len() as u64;
+        }
+        if sha.finish().as_ref() != oid {
+            return Err(ClientError::Unexpected(
+                "the object does not hash to its id".into(),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Delete a large object.
+    pub async fn lfs_delete(
+        &self,
+        repo: &str,
+        oid: [u8; 32],
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::LfsDelete {
+            repo: repo.to_owned(),
+            oid,
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
     /// Which of `oids` the repository holds, asked in batches.
     pub async fn have(&self, repo: &str, oids: &[[u8; 20]]) -> Result<Vec<bool>, ClientError> {
         let mut out = Vec::with_capacity(oids.len());

@@ -235,6 +235,46 @@ impl Lfs {
         Ok(dropped)
     }
 
+    /// An object's bytes in pieces of at most `piece`, its SHA-256 checked
+    /// at the end: `Ok(false)` when there is no such object. Memory is one
+    /// piece.
+    pub fn read(
+        &self,
+        oid: &[u8; LFS_OID_LEN],
+        piece: usize,
+        each: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<bool> {
+        let path = self.path_of(oid);
+        let mut f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut buf = vec![0u8; piece.max(1)];
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            sha.update(&buf[..n]);
+            each(&buf[..n])?;
+        }
+        if sha.finish().as_ref() != oid {
+            return Err(StoreError::Corrupt {
+                path,
+                at: 0,
+                what: "a large object that does not hash to its name".into(),
+            });
+        }
+        Ok(true)
+    }
+
+    /// An object's length, when present.
+    pub fn len_of(&self, oid: &[u8; LFS_OID_LEN]) -> Option<u64> {
+        std::fs::metadata(self.path_of(oid)).ok().map(|m| m.len())
+    }
+
     /// The present objects, by oid.
     pub fn list(&self) -> Result<Vec<[u8; LFS_OID_LEN]>> {
         let mut out = Vec::new();

@@ -455,6 +455,18 @@ impl Primary {
                     Err(e) => Response::Error(ApiError::Refused(e.to_string())),
                 }
             }
+            Request::LfsPut {
+                repo,
+                oid,
+                len,
+                durability,
+            } => self.lfs_put(repo, oid, len, durability, &mut recv).await,
+            Request::LfsDelete {
+                repo,
+                oid,
+                durability,
+            } => self.lfs_delete(repo, oid, durability).await,
+            Request::LfsGet { repo, oid } => return self.lfs_get(repo, oid, send).await,
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }

@@ -121,21 +121,7 @@ impl Primary {
             let mut pieces = rx.into_iter();
             host.push(&repo, pack_len, &updates, at_ms, &mut pieces)
         });
-        let mut left = pack_len;
-        while left > 0 {
-            match recv.read_chunk(PIECE.min(left as usize), true).await {
-                Ok(Some(chunk)) => {
-                    left -= chunk.bytes.len() as u64;
-                    let tx = tx.clone();
-                    let sent = tokio::task::spawn_blocking(move || tx.send(chunk.bytes)).await;
-                    if !matches!(sent, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                _ => break,
-            }
-        }
-        drop(tx);
+        pump(recv, pack_len, tx).await;
         let done = match writer.await {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => return Response::Error(e.into()),
@@ -154,6 +140,117 @@ impl Primary {
                 twin_wait_us,
             },
         }
+    }
+
+    /// A large object put: its bytes stream into the store host's blocking
+    /// writer, which hashes them on the way into the log.
+    pub(super) async fn lfs_put(
+        &self,
+        repo: String,
+        oid: [u8; 32],
+        len: u64,
+        durability: Durability,
+        recv: &mut RecvStream,
+    ) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut pieces = rx.into_iter();
+            host.lfs_put(&repo, oid, len, &mut pieces)
+        });
+        pump(recv, len, tx).await;
+        let seq = match writer.await {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(e)) => return Response::Error(e.into()),
+            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+        };
+        match self.store_written(seq, len + 64, durability).await {
+            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
+            (durability, twin_wait_us) => Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            },
+        }
+    }
+
+    /// A large object delete.
+    pub(super) async fn lfs_delete(
+        &self,
+        repo: String,
+        oid: [u8; 32],
+        durability: Durability,
+    ) -> Response {
+        self.store_write(move |host| host.lfs_delete(&repo, oid), durability)
+            .await
+    }
+
+    /// A large object read out: `Object` with its length, then its bytes
+    /// in pieces from a blocking reader (memory is a few pieces), its hash
+    /// checked at the end; a failure past the head resets the stream.
+    pub(super) async fn lfs_get(
+        &self,
+        repo: String,
+        oid: [u8; 32],
+        mut send: SendStream,
+    ) -> Result<(), NetError> {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => {
+                net::write_msg(&mut send, &Response::Error(e)).await?;
+                let _ = send.finish();
+                return Ok(());
+            }
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Response, Vec<u8>>>(4);
+        tokio::task::spawn_blocking(move || {
+            let fail = |e: crate::store::StoreError| Ok(Response::Error(e.into()));
+            let store = match host.lock() {
+                Ok(s) => s,
+                Err(e) => return drop(tx.blocking_send(fail(e))),
+            };
+            let repo = match store.repo(&repo) {
+                Ok(r) => r,
+                Err(e) => return drop(tx.blocking_send(fail(e))),
+            };
+            let Some(len) = repo.lfs().len_of(&oid) else {
+                return drop(tx.blocking_send(Ok(Response::Absent)));
+            };
+            if tx
+                .blocking_send(Ok(Response::Object { obj_type: 0, len }))
+                .is_err()
+            {
+                return;
+            }
+            let read = repo.lfs().read(&oid, PIECE, &mut |piece| {
+                tx.blocking_send(Err(piece.to_vec()))
+                    .map_err(|_| crate::store::StoreError::Closed("the client left".into()))
+            });
+            if let Err(e) = read {
+                tracing::error!(error = %e, "a large object read failed");
+                let _ = tx.blocking_send(Ok(Response::Error(e.into())));
+            }
+        });
+        let mut started = false;
+        while let Some(out) = rx.recv().await {
+            match out {
+                Ok(Response::Error(e)) if started => {
+                    tracing::warn!(error = %e, "cutting a large object read short");
+                    let _ = send.reset(1u32.into());
+                    return Ok(());
+                }
+                Ok(resp) => {
+                    started = matches!(resp, Response::Object { .. });
+                    net::write_msg(&mut send, &resp).await?;
+                }
+                Err(bytes) => send.write_all(&bytes).await.map_err(NetError::from)?,
+            }
+        }
+        let _ = send.finish();
+        Ok(())
     }
 
     /// The store's read requests: answered from the state the store has
@@ -180,6 +277,25 @@ impl Primary {
         }
         let _ = send.finish();
         Ok(())
+    }
+}
+
+/// Move `len` bytes of a request's stream to a blocking writer, a piece at
+/// a time; a stream that ends early leaves the writer short, which refuses.
+async fn pump(recv: &mut RecvStream, len: u64, tx: std::sync::mpsc::SyncSender<bytes::Bytes>) {
+    let mut left = len;
+    while left > 0 {
+        match recv.read_chunk(PIECE.min(left as usize), true).await {
+            Ok(Some(chunk)) => {
+                left -= chunk.bytes.len() as u64;
+                let tx = tx.clone();
+                let sent = tokio::task::spawn_blocking(move || tx.send(chunk.bytes)).await;
+                if !matches!(sent, Ok(Ok(()))) {
+                    break;
+                }
+            }
+            _ => break,
+        }
     }
 }
 
