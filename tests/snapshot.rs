@@ -369,6 +369,24 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
     assert!(st.log_bytes <= (256 << 10) + (64 << 10), "{st:?}");
     assert!(st.first > tlog.head_seq(), "{st:?}");
 
+    // A `twin` append made while the twin is away: the snapshot the twin
+    // comes back to is taken past it, so the twin will never hold it, and
+    // the answer says so instead of acknowledging it as on the twin.
+    let waiting = {
+        let c = Client::connect(&cid, pid.fingerprint(), addr)
+            .await
+            .expect("connect");
+        tokio::spawn(async move {
+            c.append(
+                0x8000,
+                b"",
+                b"made while the twin was away",
+                Durability::Twin,
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
     // The twin returns, below the floor: a snapshot, then the stream.
     let (_stop, _task) = run_twin();
     let head = plog.head_seq();
@@ -388,6 +406,16 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
     }
     let ts = twin.status();
     assert_eq!(ts.snapshots_installed, 1, "{ts:?}");
+    let answer = waiting.await.expect("join");
+    assert!(
+        matches!(
+            answer,
+            Err(twinlog::node::ClientError::Api(
+                twinlog::node::ApiError::NotOnTwin { .. }
+            ))
+        ),
+        "{answer:?}"
+    );
     assert!(ts.snapshot_at >= st.first - 1);
     assert_eq!(
         view(&pstore.lock().expect("store")),

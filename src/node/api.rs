@@ -200,6 +200,10 @@ pub enum ApiError {
     /// The store failed or refused otherwise.
     #[error("store: {0}")]
     Store(String),
+    /// The frame is durable on the primary at `seq`, but the twin installed
+    /// a snapshot taken past it and will never hold it.
+    #[error("frame {seq} is durable locally; the twin restarted from a snapshot past it and does not hold it")]
+    NotOnTwin { seq: u64 },
 }
 
 impl From<crate::store::StoreError> for ApiError {

@@ -77,6 +77,9 @@ pub struct Primary {
     hold: std::sync::atomic::AtomicU64,
     /// The snapshot a twin below the floor is given.
     snapshots: Mutex<Option<Arc<SnapshotSource>>>,
+    /// The first frame the twin's log holds, as its last Hello said: a
+    /// twin that installed a snapshot holds none before it.
+    twin_first: std::sync::atomic::AtomicU64,
 }
 
 /// Counts a request in progress for as long as it lives.
@@ -130,6 +133,7 @@ impl Primary {
             retention: Mutex::new(Retention::default()),
             hold: std::sync::atomic::AtomicU64::new(0),
             snapshots: Mutex::new(None),
+            twin_first: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -257,6 +261,16 @@ impl Primary {
         let Some(hello) = hello else {
             return Ok("the twin left before its Hello".into());
         };
+        if let TwinMsg::Hello { first, head, .. } = &hello {
+            // Before any acknowledgement of this session wakes a waiter.
+            let holds_from = if head.seq == 0 {
+                1
+            } else {
+                (*first).min(head.seq + 1)
+            };
+            self.twin_first
+                .store(holds_from, std::sync::atomic::Ordering::SeqCst);
+        }
         let crc = match &hello {
             TwinMsg::Hello { head, .. } if head.seq > 0 => {
                 self.log.locate_blob(head.seq).ok().map(|l| l.payload_crc)
@@ -570,15 +584,22 @@ impl Primary {
             durability: Durability::Local,
             twin_wait_us: 0,
         };
+        // A twin that installed a snapshot past this frame will never hold
+        // it: its log starts after the snapshot's seq.
+        let missed = Response::Error(ApiError::NotOnTwin { seq });
+        let twin_first = &self.twin_first;
+        let on_twin = |s: u64| s >= twin_first.load(std::sync::atomic::Ordering::SeqCst);
         let mut acked = self.acked.subscribe();
-        let reached = acked.wait_for(|&a| a >= seq);
+        let reached = acked.wait_for(|&a| a >= seq || !on_twin(seq));
         match self.cfg.policy {
             TwinPolicy::Wait => match reached.await {
-                Ok(_) => twin,
+                Ok(_) if on_twin(seq) => twin,
+                Ok(_) => missed,
                 Err(_) => Response::Error(ApiError::TwinTimeout { seq }),
             },
             TwinPolicy::Fail(after) => match tokio::time::timeout(after, reached).await {
-                Ok(Ok(_)) => twin,
+                Ok(Ok(_)) if on_twin(seq) => twin,
+                Ok(Ok(_)) => missed,
                 _ => Response::Error(ApiError::TwinTimeout { seq }),
             },
             TwinPolicy::FallBack(after) => {
@@ -586,7 +607,8 @@ impl Primary {
                     return local;
                 }
                 match tokio::time::timeout(after, reached).await {
-                    Ok(Ok(_)) => twin,
+                    Ok(Ok(_)) if on_twin(seq) => twin,
+                    Ok(Ok(_)) => local,
                     _ => {
                         let mut s = lock(&self.status);
                         if !s.degraded {
