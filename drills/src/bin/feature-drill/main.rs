@@ -345,7 +345,7 @@ async fn drill(args: Args) -> Result<bool> {
 }
 
 fn main() -> ExitCode {
-    let run = Args::parse(&[]).and_then(|args| {
+    let run = Args::parse(&["late-clients"]).and_then(|args| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -361,4 +361,64 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Push one blob object to `repo`'s `refs/heads/main`, moving it from
+/// `old`; answers the object's id.
+pub async fn push_blob(
+    c: &Client,
+    repo: &str,
+    data: &[u8],
+    old: Option<[u8; 20]>,
+    want: Durability,
+) -> Result<[u8; 20]> {
+    let mut pack = twinlog::store::PackBuilder::new();
+    let oid = pack
+        .add(twinlog::objects::ObjType::Blob, data)
+        .ctx(|| format!("a pack for {repo}"))?;
+    c.push(
+        repo,
+        &pack.into_bytes(),
+        vec![twinlog::node::api::RefMove {
+            name: "refs/heads/main".into(),
+            old,
+            new: Some(oid),
+        }],
+        want,
+    )
+    .await
+    .ctx(|| format!("push to {repo}"))?;
+    Ok(oid)
+}
+
+/// A box's store as a checker compares it: per repository, its refs and
+/// its object ids (sorted), read after the daemon stopped.
+pub type StoreView = Vec<(
+    String,
+    std::collections::BTreeMap<String, [u8; 20]>,
+    Vec<Vec<u8>>,
+)>;
+
+pub fn store_view(data: &std::path::Path) -> Result<StoreView> {
+    let log = twinlog::log::Log::open_with(data.join(twinlog::daemon::LOG_DIR), 1 << 20)
+        .ctx(|| format!("open the log of {}", data.display()))?;
+    let mut store = twinlog::store::Store::open(
+        data.join(twinlog::daemon::STORE_DIR),
+        log.history(),
+        twinlog::store::StoreOptions::default(),
+    )
+    .ctx(|| format!("open the store of {}", data.display()))?;
+    store
+        .catch_up(&log)
+        .ctx(|| format!("catch up the store of {}", data.display()))?;
+    let names: Vec<String> = store.repos().map(str::to_owned).collect();
+    names
+        .into_iter()
+        .map(|n| {
+            let r = store.repo(&n).ctx(|| format!("repository {n}"))?;
+            let mut oids = r.object_ids().ctx(|| format!("objects of {n}"))?;
+            oids.sort();
+            Ok((n, r.refs(), oids))
+        })
+        .collect()
 }
