@@ -2,6 +2,8 @@
 //! and check, with numbers, that nothing acknowledged is lost.
 //!
 //! - [`content`]: the frames a drill writes, checkable from their names;
+//! - [`daemons`]: the real binaries as host processes, their logs and data
+//!   directories as a checker reads them;
 //! - [`marker`]: the acknowledgement records the power-cut guest writes to a
 //!   raw region of the logged disk;
 //! - [`dmlog`]: the dm-log-writes format QEMU's `blklogwrites` driver writes,
@@ -9,6 +11,7 @@
 //! - [`powercut`]: the check of one replayed disk state.
 
 pub mod content;
+pub mod daemons;
 pub mod dmlog;
 pub mod marker;
 pub mod powercut;
