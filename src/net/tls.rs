@@ -182,9 +182,8 @@ fn provider() -> Arc<CryptoProvider> {
     let mut p = rustls::crypto::ring::default_provider();
     // AES-128-GCM first: 128-bit security, and fewer rounds per byte than
     // AES-256 on a link whose cost is the CPU (QUIC seals every packet).
-    p.cipher_suites.sort_by_key(|s| {
-        s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
-    });
+    p.cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
     Arc::new(p)
 }
 
