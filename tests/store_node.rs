@@ -512,6 +512,20 @@ async fn large_objects_stream_in_and_out_and_a_bad_hash_lands_nothing() {
         .lfs()
         .contains(&oid));
 
+    // Control documents, written and read back; a bad name refused.
+    assert_eq!(c.get_doc("policy.toml").await.expect("get"), None);
+    c.put_doc("policy.toml", b"retain = 3\n", Durability::Twin)
+        .await
+        .expect("put doc");
+    assert_eq!(
+        c.get_doc("policy.toml").await.expect("get"),
+        Some(b"retain = 3\n".to_vec())
+    );
+    assert!(matches!(
+        c.put_doc("../escape", b"x", Durability::Twin).await,
+        Err(ClientError::Api(ApiError::BadRequest(_)))
+    ));
+
     c.lfs_delete("media", oid, Durability::Twin)
         .await
         .expect("delete");

@@ -122,6 +122,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: repo::RepoCmd,
     },
+    /// Control documents: put and get.
+    Doc {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(subcommand)]
+        cmd: repo::DocCmd,
+    },
     /// Fill this fresh box (after `primary init`) from a twin: its snapshot
     /// when its log does not reach back to 1, then every frame. Run again
     /// after an interruption, it resumes where it stopped.
@@ -281,6 +288,11 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let cfg = PrimaryConfig::load(&config)?;
             let client = admin(&cfg).await?;
             repo::run(&client, cmd).await?;
+        }
+        Cmd::Doc { config, cmd } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            repo::run_doc(&client, cmd).await?;
         }
         Cmd::Restore {
             config,

@@ -198,3 +198,29 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
     }
     Ok(())
 }
+
+#[derive(Subcommand)]
+pub enum DocCmd {
+    /// Write a control document from a file (at most 16 MiB).
+    Put { name: String, file: PathBuf },
+    /// A control document's bytes to stdout.
+    Get { name: String },
+}
+
+pub async fn run_doc(client: &Client, cmd: DocCmd) -> Result<(), DaemonError> {
+    match cmd {
+        DocCmd::Put { name, file } => {
+            let content = std::fs::read(&file)?;
+            let a = client
+                .put_doc(&name, &content, Durability::Twin)
+                .await
+                .map_err(failed)?;
+            println!("{name} written at {} ({:?})", a.seq, a.durability);
+        }
+        DocCmd::Get { name } => match client.get_doc(&name).await.map_err(failed)? {
+            Some(content) => std::io::Write::write_all(&mut std::io::stdout(), &content)?,
+            None => return Err(failed(format!("no document {name:?}"))),
+        },
+    }
+    Ok(())
+}

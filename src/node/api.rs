@@ -81,6 +81,15 @@ pub enum Request {
         oid: [u8; 32],
         durability: Durability,
     },
+    /// Write a control document: `len` bytes (at most 16 MiB) follow.
+    /// `Appended`.
+    PutDoc {
+        name: String,
+        len: u64,
+        durability: Durability,
+    },
+    /// A control document: `Object` (type 0) and its bytes, or `Absent`.
+    GetDoc { name: String },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a

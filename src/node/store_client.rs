@@ -241,6 +241,40 @@ impl Client {
         Ok(true)
     }
 
+    /// Write a control document.
+    pub async fn put_doc(
+        &self,
+        name: &str,
+        content: &[u8],
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::PutDoc {
+            name: name.to_owned(),
+            len: content.len() as u64,
+            durability,
+        };
+        Client::appended(self.call(&req, content).await?.0)
+    }
+
+    /// A control document; None when there is none of that name.
+    pub async fn get_doc(&self, name: &str) -> Result<Option<Vec<u8>>, ClientError> {
+        let req = Request::GetDoc {
+            name: name.to_owned(),
+        };
+        let (resp, mut recv) = self.call(&req, &[]).await?;
+        match resp {
+            Response::Absent => Ok(None),
+            Response::Object { len, .. } if len <= crate::store::frames::MAX_DOC_BYTES => {
+                let mut content = vec![0u8; len as usize];
+                recv.read_exact(&mut content)
+                    .await
+                    .map_err(NetError::from)?;
+                Ok(Some(content))
+            }
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
     /// Delete a large object.
     pub async fn lfs_delete(
         &self,

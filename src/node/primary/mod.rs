@@ -481,10 +481,16 @@ impl Primary {
                 durability,
             } => self.lfs_delete(repo, oid, durability).await,
             Request::LfsGet { repo, oid } => return self.lfs_get(repo, oid, send).await,
+            Request::PutDoc {
+                name,
+                len,
+                durability,
+            } => self.put_doc(name, len, durability, &mut recv).await,
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }
-            | Request::Have { .. } => return self.store_read(req, send).await,
+            | Request::Have { .. }
+            | Request::GetDoc { .. } => return self.store_read(req, send).await,
         };
         net::write_msg(&mut send, &response).await?;
         let _ = send.finish();

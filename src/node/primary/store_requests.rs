@@ -177,6 +177,32 @@ impl Primary {
         }
     }
 
+    /// A control document written: read whole (it is bounded), checked,
+    /// appended and applied.
+    pub(super) async fn put_doc(
+        &self,
+        name: String,
+        len: u64,
+        durability: Durability,
+        recv: &mut RecvStream,
+    ) -> Response {
+        let max = crate::store::frames::MAX_DOC_BYTES;
+        if len > max {
+            return Response::Error(ApiError::BadRequest(format!(
+                "a document of {len} bytes; at most {max}"
+            )));
+        }
+        let mut content = vec![0u8; len as usize];
+        if let Err(e) = recv.read_exact(&mut content).await {
+            return Response::Error(ApiError::BadRequest(format!("document: {e}")));
+        }
+        self.store_write(
+            move |host| host.append_frame(&crate::store::frames::doc_frame(&name, &content)?),
+            durability,
+        )
+        .await
+    }
+
     /// A large object delete.
     pub(super) async fn lfs_delete(
         &self,
@@ -360,6 +386,16 @@ fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), A
                     len: data.len() as u64,
                 },
                 data,
+            ),
+            None => (Response::Absent, Vec::new()),
+        },
+        Request::GetDoc { name } => match store.doc(&name)? {
+            Some(content) => (
+                Response::Object {
+                    obj_type: 0,
+                    len: content.len() as u64,
+                },
+                content,
             ),
             None => (Response::Absent, Vec::new()),
         },
