@@ -574,6 +574,18 @@ pub async fn serve_twin(
                     "1 when a snapshot is needed.",
                     u8::from(s.below_floor),
                 );
+                gauge(
+                    &mut out,
+                    "twinlog_snapshot_held_bytes",
+                    "Bytes of the snapshot being fetched held so far.",
+                    s.snapshot_held,
+                );
+                counter(
+                    &mut out,
+                    "twinlog_snapshots_installed_total",
+                    "Snapshots installed since start.",
+                    s.snapshots_installed,
+                );
                 Some(("text/plain; version=0.0.4", out))
             }
             _ => None,
@@ -663,6 +675,19 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
             ""
         }
     ));
+    if s.below_floor && s.snapshot_total > 0 {
+        out.push_str(&format!(
+            "snapshot: {:.1} of {:.1} MiB fetched\n",
+            s.snapshot_held as f64 / 1048576.0,
+            s.snapshot_total as f64 / 1048576.0
+        ));
+    }
+    if s.snapshots_installed > 0 {
+        out.push_str(&format!(
+            "snapshots installed: {}, the last at {}\n",
+            s.snapshots_installed, s.snapshot_at
+        ));
+    }
     if let Some(e) = &s.last_error {
         out.push_str(&format!("last disconnect: {e}\n"));
     }
