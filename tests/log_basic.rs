@@ -303,3 +303,39 @@ fn a_tail_checks_large_frames_a_piece_at_a_time() {
     assert!(tail.next_checked().expect("frame 1 is whole").is_some());
     assert!(matches!(tail.next_checked(), Err(Error::Corrupt(_))));
 }
+
+#[test]
+fn scan_kinds_walks_headers_from_any_sequence_across_segments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open_with(dir.path(), 4096).expect("open");
+    let kinds = [Kind::Pack, Kind::Refs, Kind::App(0x8000), Kind::Record];
+    for i in 0..200u64 {
+        let k = kinds[(i % 4) as usize];
+        log.append(k, &meta("r"), &vec![i as u8; (i as usize * 37) % 700])
+            .expect("append");
+    }
+    assert!(log.layout().len() > 5, "several segments");
+    for from in [1, 2, 57, 199, 200] {
+        let mut seen = Vec::new();
+        log.scan_kinds::<twinlog::log::Error>(from, 10_000, |seq, kind| {
+            seen.push((seq, kind));
+            Ok(())
+        })
+        .expect("scan");
+        let want: Vec<(u64, u16)> = (from..=200)
+            .map(|s| (s, kinds[((s - 1) % 4) as usize].as_u16()))
+            .collect();
+        assert_eq!(seen, want, "from {from}");
+    }
+    let mut n = 0;
+    log.scan_kinds::<twinlog::log::Error>(10, 20, |_, _| {
+        n += 1;
+        Ok(())
+    })
+    .expect("scan");
+    assert_eq!(n, 11);
+    log.truncate_before(100).expect("truncate");
+    assert!(log
+        .scan_kinds::<twinlog::log::Error>(1, 5, |_, _| Ok(()))
+        .is_err());
+}

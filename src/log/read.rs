@@ -300,6 +300,46 @@ impl Log {
     /// Every retained segment holding a published frame, oldest first, as
     /// `(first, last, path, reader at the first frame)`, bounded by the head
     /// at call time: one open and one sequential buffered read each.
+    /// Every frame's sequence and kind from `from` through `through`
+    /// (bounded by the head), oldest first, reading headers only: one open
+    /// and one sequential read per segment, every meta and blob skipped.
+    /// What a consumer that acts on a few kinds uses to pass over the rest
+    /// without a lookup per frame.
+    pub fn scan_kinds<E: From<Error>>(
+        &self,
+        from: u64,
+        through: u64,
+        mut each: impl FnMut(u64, u16) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let through = through.min(self.head_seq());
+        if from > through {
+            return Ok(());
+        }
+        if from < self.first_seq() {
+            return Err(Error::BelowFloor {
+                seq: from,
+                first: self.first_seq(),
+            }
+            .into());
+        }
+        let segs: Vec<(u64, u64)> = read_lock(&self.segs)
+            .iter()
+            .map(|s| (s.first, s.last.min(through)))
+            .filter(|(first, last)| first <= last && *last >= from)
+            .collect();
+        for (first, last) in segs {
+            let start = from.max(first);
+            let (file, path, offset, _) = self.frame_at(start)?;
+            let mut r = SegmentReader::new(file, offset).map_err(Error::from)?;
+            for seq in start..=last {
+                let h = r.expect_frame(seq, &path)?;
+                r.skip(u64::from(h.meta_len) + h.blob_len);
+                each(seq, h.kind)?;
+            }
+        }
+        Ok(())
+    }
+
     fn walk_segments(
         &self,
         mut each: impl FnMut(u64, u64, &std::path::Path, &mut SegmentReader) -> Result<()>,

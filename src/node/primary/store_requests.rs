@@ -328,18 +328,7 @@ async fn pump(recv: &mut RecvStream, len: u64, tx: std::sync::mpsc::SyncSender<b
 /// Kinds whose frames the store applies; a raw append of one could hold
 /// anything, and the store would stop at it.
 pub(super) fn is_store_kind(kind: u16) -> bool {
-    use crate::log::Kind;
-    matches!(
-        Kind::from_u16(kind),
-        Ok(Kind::RepoStore
-            | Kind::Pack
-            | Kind::Refs
-            | Kind::LfsPut
-            | Kind::LfsDelete
-            | Kind::ControlDoc
-            | Kind::Redacted
-            | Kind::Erase)
-    )
+    crate::store::is_store_kind(kind) || kind == crate::log::Kind::Redacted.as_u16()
 }
 
 /// A store read's response and the bytes that follow it.
