@@ -64,13 +64,32 @@ impl Client {
         blob: &[u8],
     ) -> Result<(Response, quinn::RecvStream), ClientError> {
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        net::write_msg(&mut send, req).await?;
-        if !blob.is_empty() {
-            send.write_all(blob).await.map_err(NetError::from)?;
+        let wrote = async {
+            net::write_msg(&mut send, req).await?;
+            if !blob.is_empty() {
+                send.write_all(blob).await.map_err(NetError::from)?;
+            }
+            Ok::<(), NetError>(())
         }
+        .await;
         let _ = send.finish();
-        let resp = Self::response(&mut recv).await?;
+        let resp = Self::answer(wrote, &mut recv).await?;
         Ok((resp, recv))
+    }
+
+    /// The answer to a request whose bytes may not all have been taken: a
+    /// primary that refuses a request answers before it reads the blob and
+    /// stops the stream, and its answer, not the stopped write, says why.
+    pub(crate) async fn answer(
+        wrote: Result<(), NetError>,
+        recv: &mut quinn::RecvStream,
+    ) -> Result<Response, ClientError> {
+        match (Self::response(recv).await, wrote) {
+            (Ok(resp), _) => Ok(resp),
+            (Err(ClientError::Api(e)), _) => Err(ClientError::Api(e)),
+            (Err(_), Err(write)) => Err(write.into()),
+            (Err(read), Ok(())) => Err(read),
+        }
     }
 
     /// The answer to a request: a named error, or the response.
@@ -147,21 +166,24 @@ impl Client {
             durability,
         };
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        net::write_msg(&mut send, &req).await?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut left = len;
-        while left > 0 {
-            let want = buf.len().min(left as usize);
-            let n = blob.read(&mut buf[..want]).await.map_err(NetError::from)?;
-            if n == 0 {
-                break;
+        let wrote = async {
+            net::write_msg(&mut send, &req).await?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut left = len;
+            while left > 0 {
+                let want = buf.len().min(left as usize);
+                let n = blob.read(&mut buf[..want]).await.map_err(NetError::from)?;
+                if n == 0 {
+                    break;
+                }
+                send.write_all(&buf[..n]).await.map_err(NetError::from)?;
+                left -= n as u64;
             }
-            send.write_all(&buf[..n]).await.map_err(NetError::from)?;
-            left -= n as u64;
+            Ok::<(), NetError>(())
         }
+        .await;
         let _ = send.finish();
-        let resp = Self::response(&mut recv).await?;
-        Self::appended(resp)
+        Self::appended(Self::answer(wrote, &mut recv).await?)
     }
 
     /// Read one frame whole.

@@ -181,23 +181,27 @@ impl Client {
             durability,
         };
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        crate::net::write_msg(&mut send, &req).await?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut left = len;
-        while left > 0 {
-            let want = buf.len().min(left as usize);
-            let n = content
-                .read(&mut buf[..want])
-                .await
-                .map_err(NetError::from)?;
-            if n == 0 {
-                break;
+        let wrote = async {
+            crate::net::write_msg(&mut send, &req).await?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut left = len;
+            while left > 0 {
+                let want = buf.len().min(left as usize);
+                let n = content
+                    .read(&mut buf[..want])
+                    .await
+                    .map_err(NetError::from)?;
+                if n == 0 {
+                    break;
+                }
+                send.write_all(&buf[..n]).await.map_err(NetError::from)?;
+                left -= n as u64;
             }
-            send.write_all(&buf[..n]).await.map_err(NetError::from)?;
-            left -= n as u64;
+            Ok::<(), NetError>(())
         }
+        .await;
         let _ = send.finish();
-        Client::appended(Client::response(&mut recv).await?)
+        Client::appended(Client::answer(wrote, &mut recv).await?)
     }
 
     /// A large object's bytes, written to `out` as they arrive; false when
