@@ -183,7 +183,13 @@ fn view(store: &Store) -> View {
 }
 
 fn fresh_store(dir: &Path, log: &Log) -> Store {
-    Store::open(dir, log.history(), StoreOptions::default()).expect("store")
+    // Push logs compacted every second push, so replays, erases and
+    // snapshots meet compacted push logs too.
+    let opts = StoreOptions {
+        compact_after_pushes: 2,
+        ..StoreOptions::default()
+    };
+    Store::open(dir, log.history(), opts).expect("store")
 }
 
 #[test]
@@ -210,6 +216,15 @@ fn every_kind_applies() {
     );
     assert!(a.lfs.is_empty(), "one large object erased, one deleted");
     assert_eq!(a.history.len(), 2, "the push before the erase went");
+    assert!(
+        store
+            .repo("acme/a")
+            .expect("repo")
+            .dir()
+            .join("pushlog.reflog")
+            .exists(),
+        "the push log was compacted"
+    );
     let b = &v.repos["b"];
     assert_eq!(b.objects.len(), 1, "the purge dropped b's first pack");
     assert_eq!(v.doc.as_deref(), Some(&b"retain = 4"[..]));

@@ -112,6 +112,10 @@ pub struct StoreOptions {
     pub cache_bytes: usize,
     /// The piece size frames are read from the log in.
     pub piece: usize,
+    /// Pushes a repository's live push log holds before it is compacted
+    /// (the pushes move to its reflog archive), so opening it reads one
+    /// checkpoint and the pushes since, not every push ever made.
+    pub compact_after_pushes: usize,
 }
 
 impl Default for StoreOptions {
@@ -119,6 +123,7 @@ impl Default for StoreOptions {
         StoreOptions {
             cache_bytes: 16 << 20,
             piece: 1 << 20,
+            compact_after_pushes: crate::pushlog::CompactionPolicy::default().min_pushes,
         }
     }
 }
@@ -374,15 +379,18 @@ impl Store {
                     frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
                 let name = self.repo_of(seq, &loc.meta)?;
                 let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
-                repo.apply_push(&Push {
-                    seq,
-                    at_ms: body.at_ms,
-                    updates: body
-                        .updates
-                        .into_iter()
-                        .map(|(name, old, new)| RefUpdate { name, old, new })
-                        .collect(),
-                })?;
+                repo.apply_push(
+                    self.opts.compact_after_pushes,
+                    &Push {
+                        seq,
+                        at_ms: body.at_ms,
+                        updates: body
+                            .updates
+                            .into_iter()
+                            .map(|(name, old, new)| RefUpdate { name, old, new })
+                            .collect(),
+                    },
+                )?;
             }
             Some(Kind::LfsPut) => {
                 let (name, oid) = self.lfs_target(seq, &loc.meta)?;

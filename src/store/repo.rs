@@ -208,12 +208,21 @@ impl Repo {
         Ok(objects)
     }
 
-    /// Append a push unless the push log already holds it.
-    pub fn apply_push(&mut self, push: &Push) -> Result<()> {
+    /// Append a push unless the push log already holds it, then compact
+    /// the push log once it holds `compact_after` pushes (a crash inside a
+    /// compaction is rolled back or finished by the push log's open, and
+    /// every push stays exactly once).
+    pub fn apply_push(&mut self, compact_after: usize, push: &Push) -> Result<()> {
         if self.pushes.last_seq() >= push.seq {
             return Ok(());
         }
         self.pushes.append(push)?;
+        let policy = crate::pushlog::CompactionPolicy {
+            min_pushes: compact_after,
+        };
+        if self.pushes.compaction_due(&policy) {
+            self.pushes.compact(crate::pushlog::Finish::Swap)?;
+        }
         Ok(())
     }
 
