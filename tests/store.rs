@@ -89,6 +89,12 @@ fn workload(log: &Log) -> u64 {
         ],
     );
     append(log, &p2);
+    // A pack of objects all indexed already: no rows of its own.
+    let (known, _) = pack(
+        "acme/a",
+        &[(ObjType::Blob, b"late blob"), (ObjType::Tree, b"")],
+    );
+    append(log, &known);
     append(
         log,
         &push("acme/a", "refs/heads/main", Some(o1[2]), Some(o2[0])),
@@ -104,6 +110,8 @@ fn workload(log: &Log) -> u64 {
     append(log, &frames::repo_frame("b", RepoOp::Create).expect("f"));
     let (pb2, ob2) = pack("b", &[(ObjType::Blob, b"b again")]);
     append(log, &pb2);
+    let (pb3, _) = pack("b", &[(ObjType::Blob, b"b again")]);
+    append(log, &pb3);
     append(log, &push("b", "refs/heads/main", None, Some(ob2[0])));
     log.append_raw(0x8123, b"app", b"not the store's")
         .expect("app");
@@ -233,10 +241,19 @@ fn every_kind_applies() {
     let have = store.have("acme/a", &[&oid, &[9u8; 20]]).expect("have");
     assert_eq!(have, vec![true, false]);
     assert!(matches!(store.refs("nope"), Err(StoreError::NoRepo(_))));
-    // Reopen: the same state.
+    // Reopen: the same state, and no pack read back (the one whose objects
+    // came earlier included).
     drop(store);
     let store = fresh_store(&dir.path().join("store"), &log);
     assert_eq!(view(&store), v);
+    // b never saw an erase: its pack of known objects is not read back.
+    let b = store.repo("b").expect("repo");
+    assert!(b.packs().iter().any(|p| p.known), "{:?}", b.packs());
+    assert_eq!(b.reread_at_open(), 0);
+    // acme/a did: its known pack is part of the diff, and only it.
+    let a = store.repo("acme/a").expect("repo");
+    let known = a.packs().iter().filter(|p| p.known && !p.erased).count() as u64;
+    assert!(known > 0 && a.reread_at_open() <= known);
 }
 
 #[test]

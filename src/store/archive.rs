@@ -29,6 +29,10 @@ pub const RECORD_HEADER_LEN: u64 = 40;
 pub const RECORD_PACK: u32 = 1;
 /// A record that erases the pack records before a seq.
 pub const RECORD_ERASE: u32 = 2;
+/// A record of a Pack frame every object of which the index already held
+/// from an earlier pack when it was appended: it has no rows of its own,
+/// and that is no sign of a crash.
+pub const RECORD_PACK_KNOWN: u32 = 3;
 
 /// A pack in the archive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +46,8 @@ pub struct PackRecord {
     pub body_crc: u32,
     /// Erased by a later erase record: its body is punched.
     pub erased: bool,
+    /// Every object was indexed from an earlier pack when it came.
+    pub known: bool,
 }
 
 impl PackRecord {
@@ -152,7 +158,7 @@ impl Archive {
                 break;
             }
             match kind {
-                RECORD_PACK => {
+                RECORD_PACK | RECORD_PACK_KNOWN => {
                     if packs.last().is_some_and(|p| p.seq >= seq) {
                         return Err(corrupt(at, format!("pack of seq {seq} out of order")));
                     }
@@ -163,6 +169,7 @@ impl Archive {
                         objects,
                         body_crc,
                         erased: false,
+                        known: kind == RECORD_PACK_KNOWN,
                     });
                 }
                 RECORD_ERASE if body_len == 8 => {
@@ -184,7 +191,7 @@ impl Archive {
         }
         // Only the last record can be torn: every append syncs before the
         // next one starts.
-        if let Some((rec_at, body_len, body_crc, RECORD_PACK)) = last {
+        if let Some((rec_at, body_len, body_crc, RECORD_PACK | RECORD_PACK_KNOWN)) = last {
             let torn = crc_of(&file, rec_at + RECORD_HEADER_LEN, body_len)? != body_crc;
             if torn && !packs.last().is_some_and(|p| p.erased) {
                 packs.pop();
@@ -250,11 +257,22 @@ impl Archive {
         Ok(())
     }
 
-    /// Write the record's header and make the record durable.
-    pub fn finish_pack(&mut self, pack: PackAppend, objects: u64) -> Result<PackRecord> {
+    /// Write the record's header and make the record durable. `known`:
+    /// the index held every object already.
+    pub fn finish_pack(
+        &mut self,
+        pack: PackAppend,
+        objects: u64,
+        known: bool,
+    ) -> Result<PackRecord> {
         let body_crc = pack.crc.finalize();
         let at = pack.body_at - RECORD_HEADER_LEN;
-        let h = encode_header(pack.seq, pack.written, objects, body_crc, RECORD_PACK);
+        let kind = if known {
+            RECORD_PACK_KNOWN
+        } else {
+            RECORD_PACK
+        };
+        let h = encode_header(pack.seq, pack.written, objects, body_crc, kind);
         self.file.write_all_at(&h, at)?;
         self.file.sync_data()?;
         let rec = PackRecord {
@@ -264,6 +282,7 @@ impl Archive {
             objects,
             body_crc,
             erased: false,
+            known,
         };
         self.len = pack.body_at + pack.written;
         self.packs.push(rec);
@@ -403,7 +422,7 @@ mod tests {
     fn append(a: &mut Archive, seq: u64, body: &[u8]) -> PackRecord {
         let mut p = a.begin_pack(seq).expect("begin");
         a.write(&mut p, body).expect("write");
-        a.finish_pack(p, 1).expect("finish")
+        a.finish_pack(p, 1, false).expect("finish")
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Repo {
     index: ObjectReadStack,
     pushes: PushLog,
     lfs: Lfs,
+    /// Packs read back from the archive by the last open (a crash left
+    /// them without rows).
+    reread_at_open: u64,
 }
 
 /// A pack being applied: archive bytes and index rows as the blob streams.
@@ -68,8 +71,9 @@ impl Repo {
             index,
             pushes,
             lfs,
+            reread_at_open: 0,
         };
-        repo.absorb()?;
+        repo.reread_at_open = repo.absorb()?;
         Ok(repo)
     }
 
@@ -93,7 +97,15 @@ impl Repo {
         if !erased.is_empty() && self.index.extents_with_rows(&erased)?.contains(&true) {
             self.drop_rows_in(&erased)?;
         }
-        let live = self.live_packs();
+        // A pack every object of which came earlier has no rows by design,
+        // unless an erase since moved rows into it (the packs that held
+        // them first are gone): only then is it part of the diff.
+        let erased_some = self.archive.erased_before() > 0;
+        let live: Vec<PackRecord> = self
+            .live_packs()
+            .into_iter()
+            .filter(|p| !p.known || erased_some)
+            .collect();
         let extents: Vec<(u64, u64)> = live.iter().map(PackRecord::extent).collect();
         let has = self.index.extents_with_rows(&extents)?;
         let mut reread = 0;
@@ -133,23 +145,28 @@ impl Repo {
 
     /// Index the entries whose oids the index does not hold yet: an object
     /// pushed again is found where it was first stored.
-    fn index_new(&mut self, mut entries: Vec<IndexEntry>) -> Result<()> {
+    fn index_new(&mut self, entries: Vec<IndexEntry>) -> Result<()> {
+        let fresh = self.fresh(entries)?;
+        if !fresh.is_empty() {
+            self.index.append(&fresh)?;
+        }
+        Ok(())
+    }
+
+    /// The entries whose oids the index does not hold, each once.
+    fn fresh(&self, mut entries: Vec<IndexEntry>) -> Result<Vec<IndexEntry>> {
         let mut seen = std::collections::HashSet::with_capacity(entries.len());
         entries.retain(|e| seen.insert(e.oid));
         let present = {
             let oids: Vec<&[u8]> = entries.iter().map(|e| &e.oid[..]).collect();
             self.index.try_lookup_batch(&oids)?
         };
-        let fresh: Vec<IndexEntry> = entries
+        Ok(entries
             .into_iter()
             .zip(present)
             .filter(|(_, p)| p.is_none())
             .map(|(e, _)| e)
-            .collect();
-        if !fresh.is_empty() {
-            self.index.append(&fresh)?;
-        }
-        Ok(())
+            .collect())
     }
 
     /// Drop the index rows whose data lies in one of `extents`.
@@ -203,8 +220,12 @@ impl Repo {
     /// objects it carried.
     pub fn finish_pack(&mut self, p: PackApply) -> Result<u64> {
         let objects = p.parser.finish()?;
-        self.archive.finish_pack(p.append, objects)?;
-        self.index_new(p.entries)?;
+        let fresh = self.fresh(p.entries)?;
+        self.archive
+            .finish_pack(p.append, objects, objects > 0 && fresh.is_empty())?;
+        if !fresh.is_empty() {
+            self.index.append(&fresh)?;
+        }
         Ok(objects)
     }
 
@@ -294,6 +315,11 @@ impl Repo {
     /// Objects in the repository.
     pub fn objects(&self) -> usize {
         self.index.len()
+    }
+
+    /// Packs the last open read back from the archive to index them.
+    pub fn reread_at_open(&self) -> u64 {
+        self.reread_at_open
     }
 
     /// The archive's packs, for checks and reports.
