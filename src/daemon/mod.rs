@@ -293,6 +293,19 @@ fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError
     )?))
 }
 
+/// The snapshots a box offers (to its twin, or to a box it restores), kept
+/// in its data directory.
+fn snapshot_source(
+    store: &Arc<crate::node::store::StoreHost>,
+    data_dir: &Path,
+) -> Arc<crate::node::snapshot::SnapshotSource> {
+    crate::node::snapshot::SnapshotSource::new(
+        store.clone(),
+        &data_dir.join(SNAPSHOTS_DIR),
+        Some(data_dir.join(crate::store::install::BASE_FILE)),
+    )
+}
+
 /// The store beside the log, caught up with it before anything is served.
 async fn open_store(
     log: &Arc<Log>,
@@ -317,6 +330,35 @@ fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Displ
     out.push_str(&format!(
         "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
     ));
+}
+
+/// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
+/// then what `more` adds from the same status) on `addr` until `shutdown`.
+async fn serve_status<S: serde::Serialize + 'static>(
+    addr: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+    log: Arc<Log>,
+    status: impl Fn() -> S + Send + Sync + 'static,
+    more: impl Fn(&S, &mut String) + Send + Sync + 'static,
+) -> Result<(), DaemonError> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let handler: http::Handler = Arc::new(move |path| {
+        let s = status();
+        match path {
+            "/status" => Some((
+                "application/json",
+                serde_json::to_string(&s).unwrap_or_default(),
+            )),
+            "/metrics" => {
+                let mut out = log_metrics(&log);
+                more(&s, &mut out);
+                Some(("text/plain; version=0.0.4", out))
+            }
+            _ => None,
+        }
+    });
+    tokio::spawn(http::serve(listener, handler, shutdown));
+    Ok(())
 }
 
 /// The metrics every daemon's log has.
@@ -381,89 +423,77 @@ pub async fn serve_primary(
         max_bytes: cfg.retention.max_bytes,
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
-    node.set_snapshots(crate::node::snapshot::SnapshotSource::new(
-        store.clone(),
-        &cfg.data_dir.join(SNAPSHOTS_DIR),
-        Some(cfg.data_dir.join(crate::store::install::BASE_FILE)),
-    ));
-    let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
+    node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
     let status_node = node.clone();
-    let handler: http::Handler = Arc::new(move |path| {
-        let s = status_node.status();
-        match path {
-            "/status" => Some((
-                "application/json",
-                serde_json::to_string(&s).unwrap_or_default(),
-            )),
-            "/metrics" => {
-                let log = status_node.log();
-                let mut out = log_metrics(log);
-                gauge(
-                    &mut out,
-                    "twinlog_twin_connected",
-                    "1 while a twin streams.",
-                    u8::from(s.twin_connected),
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_acked_seq",
-                    "The twin's acknowledged durable head.",
-                    s.twin_acked,
-                );
-                counter(
-                    &mut out,
-                    "twinlog_twin_acks_total",
-                    "Acknowledgements that moved the twin's durable head.",
-                    s.twin_acks,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_lag_frames",
-                    "Frames the twin has not acknowledged.",
-                    s.lag_frames,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_lag_bytes",
-                    "Bytes the twin has not acknowledged.",
-                    s.lag_bytes,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_lag_seconds",
-                    "Age of the oldest unacknowledged frame.",
-                    s.lag_ms as f64 / 1000.0,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_durability_degraded",
-                    "1 while twin appends fall back to local.",
-                    u8::from(s.degraded),
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_retention_max_bytes",
-                    "The log's byte cap (0: none).",
-                    s.retention_max_bytes,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_hold_seq",
-                    "The twin's position retention holds.",
-                    s.twin_hold,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_twin_below_floor",
-                    "1 while the frame at the twin's position is no longer retained.",
-                    u8::from(s.twin_below_floor),
-                );
-                Some(("text/plain; version=0.0.4", out))
-            }
-            _ => None,
-        }
-    });
-    tokio::spawn(http::serve(metrics, handler, shutdown.clone()));
+    serve_status(
+        cfg.metrics,
+        shutdown.clone(),
+        node.log().clone(),
+        move || status_node.status(),
+        |s: &crate::node::Status, out: &mut String| {
+            gauge(
+                out,
+                "twinlog_twin_connected",
+                "1 while a twin streams.",
+                u8::from(s.twin_connected),
+            );
+            gauge(
+                out,
+                "twinlog_twin_acked_seq",
+                "The twin's acknowledged durable head.",
+                s.twin_acked,
+            );
+            counter(
+                out,
+                "twinlog_twin_acks_total",
+                "Acknowledgements that moved the twin's durable head.",
+                s.twin_acks,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_frames",
+                "Frames the twin has not acknowledged.",
+                s.lag_frames,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_bytes",
+                "Bytes the twin has not acknowledged.",
+                s.lag_bytes,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_seconds",
+                "Age of the oldest unacknowledged frame.",
+                s.lag_ms as f64 / 1000.0,
+            );
+            gauge(
+                out,
+                "twinlog_durability_degraded",
+                "1 while twin appends fall back to local.",
+                u8::from(s.degraded),
+            );
+            gauge(
+                out,
+                "twinlog_retention_max_bytes",
+                "The log's byte cap (0: none).",
+                s.retention_max_bytes,
+            );
+            gauge(
+                out,
+                "twinlog_twin_hold_seq",
+                "The twin's position retention holds.",
+                s.twin_hold,
+            );
+            gauge(
+                out,
+                "twinlog_twin_below_floor",
+                "1 while the frame at the twin's position is no longer retained.",
+                u8::from(s.twin_below_floor),
+            );
+        },
+    )
+    .await?;
     tracing::info!(
         listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "primary serving"
@@ -511,11 +541,7 @@ pub async fn serve_twin(
         let rend = net::server(listen, &identity, rpins.clone())?;
         let source = Arc::new(crate::node::restore_serve::RestoreSource {
             log: log.clone(),
-            snapshots: crate::node::snapshot::SnapshotSource::new(
-                store.clone(),
-                &cfg.data_dir.join(SNAPSHOTS_DIR),
-                Some(cfg.data_dir.join(crate::store::install::BASE_FILE)),
-            ),
+            snapshots: snapshot_source(&store, &cfg.data_dir),
             epoch: Arc::new(Epoch::load(&cfg.data_dir)?),
             base: cfg.data_dir.join(crate::store::install::BASE_FILE),
         });
@@ -538,60 +564,52 @@ pub async fn serve_twin(
             waker.wake();
         }
     });
-    let metrics = tokio::net::TcpListener::bind(cfg.metrics).await?;
     let status_node = node.clone();
-    let handler: http::Handler = Arc::new(move |path| {
-        let s = status_node.status();
-        match path {
-            "/status" => Some((
-                "application/json",
-                serde_json::to_string(&s).unwrap_or_default(),
-            )),
-            "/metrics" => {
-                let log = status_node.log();
-                let mut out = log_metrics(log);
-                gauge(
-                    &mut out,
-                    "twinlog_primary_connected",
-                    "1 while streaming from the primary.",
-                    u8::from(s.connected),
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_primary_head_seq",
-                    "The primary's head as last heard.",
-                    s.primary_head,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_lag_frames",
-                    "Frames the primary holds that are not durable here.",
-                    s.lag_frames,
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_below_floor",
-                    "1 when a snapshot is needed.",
-                    u8::from(s.below_floor),
-                );
-                gauge(
-                    &mut out,
-                    "twinlog_snapshot_held_bytes",
-                    "Bytes of the snapshot being fetched held so far.",
-                    s.snapshot_held,
-                );
-                counter(
-                    &mut out,
-                    "twinlog_snapshots_installed_total",
-                    "Snapshots installed since start.",
-                    s.snapshots_installed,
-                );
-                Some(("text/plain; version=0.0.4", out))
-            }
-            _ => None,
-        }
-    });
-    tokio::spawn(http::serve(metrics, handler, shutdown.clone()));
+    serve_status(
+        cfg.metrics,
+        shutdown.clone(),
+        node.log().clone(),
+        move || status_node.status(),
+        |s: &crate::node::TwinStatus, out: &mut String| {
+            gauge(
+                out,
+                "twinlog_primary_connected",
+                "1 while streaming from the primary.",
+                u8::from(s.connected),
+            );
+            gauge(
+                out,
+                "twinlog_primary_head_seq",
+                "The primary's head as last heard.",
+                s.primary_head,
+            );
+            gauge(
+                out,
+                "twinlog_lag_frames",
+                "Frames the primary holds that are not durable here.",
+                s.lag_frames,
+            );
+            gauge(
+                out,
+                "twinlog_below_floor",
+                "1 when a snapshot is needed.",
+                u8::from(s.below_floor),
+            );
+            gauge(
+                out,
+                "twinlog_snapshot_held_bytes",
+                "Bytes of the snapshot being fetched held so far.",
+                s.snapshot_held,
+            );
+            counter(
+                out,
+                "twinlog_snapshots_installed_total",
+                "Snapshots installed since start.",
+                s.snapshots_installed,
+            );
+        },
+    )
+    .await?;
     tracing::info!(
         primary = %cfg.primary, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "twin following"
@@ -775,6 +793,20 @@ pub struct LogCheck {
     pub frames: u64,
     pub bytes: u64,
     pub erased: u64,
+}
+
+impl std::fmt::Display for LogCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "frames {}..={} ({} frames, {} erased, {:.1} MiB): every crc checks",
+            self.first,
+            self.last,
+            self.frames,
+            self.erased,
+            self.bytes as f64 / 1048576.0
+        )
+    }
 }
 
 /// Read every durable frame of a log directory and check its crc, a piece

@@ -77,6 +77,31 @@ impl Client {
         Ok((resp, recv))
     }
 
+    /// A request and then `len` bytes read from `body` a piece at a time:
+    /// memory is one piece whatever the size. A body that ends early leaves
+    /// the request short, which the primary refuses.
+    pub(crate) async fn send_streamed<R: tokio::io::AsyncRead + Unpin>(
+        send: &mut quinn::SendStream,
+        req: &Request,
+        len: u64,
+        body: &mut R,
+    ) -> Result<(), NetError> {
+        use tokio::io::AsyncReadExt;
+        net::write_msg(send, req).await?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let want = buf.len().min(left as usize);
+            let n = body.read(&mut buf[..want]).await?;
+            if n == 0 {
+                break;
+            }
+            send.write_all(&buf[..n]).await?;
+            left -= n as u64;
+        }
+        Ok(())
+    }
+
     /// The answer to a request whose bytes may not all have been taken: a
     /// primary that refuses a request answers before it reads the blob and
     /// stops the stream, and its answer, not the stopped write, says why.
@@ -158,7 +183,6 @@ impl Client {
         mut blob: R,
         durability: Durability,
     ) -> Result<Appended, ClientError> {
-        use tokio::io::AsyncReadExt;
         let req = Request::Append {
             kind,
             meta: meta.to_vec(),
@@ -166,22 +190,7 @@ impl Client {
             durability,
         };
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = async {
-            net::write_msg(&mut send, &req).await?;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut left = len;
-            while left > 0 {
-                let want = buf.len().min(left as usize);
-                let n = blob.read(&mut buf[..want]).await.map_err(NetError::from)?;
-                if n == 0 {
-                    break;
-                }
-                send.write_all(&buf[..n]).await.map_err(NetError::from)?;
-                left -= n as u64;
-            }
-            Ok::<(), NetError>(())
-        }
-        .await;
+        let wrote = Self::send_streamed(&mut send, &req, len, &mut blob).await;
         let _ = send.finish();
         Self::appended(Self::answer(wrote, &mut recv).await?)
     }

@@ -232,18 +232,8 @@ async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
 
 /// The payload crc of the box's head frame (or its snapshot base's).
 fn head_crc(log: &Log, paths: &InstallPaths) -> u32 {
-    let head = log.head_seq();
-    if head == 0 {
-        return 0;
-    }
-    match log.locate_blob(head) {
-        Ok(l) => l.payload_crc,
-        Err(_) => install::read_base(&paths.base())
-            .ok()
-            .flatten()
-            .filter(|b| b.at == head)
-            .map_or(0, |b| b.crc_at),
-    }
+    let base = install::read_base(&paths.base()).ok().flatten();
+    install::crc_of_frame(log, base.as_ref(), log.head_seq()).unwrap_or(0)
 }
 
 /// Restore the box in `opts.data_dir` from the twin. `progress` sees the

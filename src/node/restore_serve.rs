@@ -85,17 +85,8 @@ pub struct RestoreSource {
 
 impl RestoreSource {
     fn head_crc(&self, head: u64) -> u32 {
-        if head == 0 {
-            return 0;
-        }
-        match self.log.locate_blob(head) {
-            Ok(l) => l.payload_crc,
-            Err(_) => install::read_base(&self.base)
-                .ok()
-                .flatten()
-                .filter(|b| b.at == head)
-                .map_or(0, |b| b.crc_at),
-        }
+        let base = install::read_base(&self.base).ok().flatten();
+        install::crc_of_frame(&self.log, base.as_ref(), head).unwrap_or(0)
     }
 }
 

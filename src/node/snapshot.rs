@@ -109,21 +109,16 @@ impl SnapshotSource {
 
     /// The payload crc of the frame at `at`, from the log or the base.
     fn crc_at(&self, at: u64) -> Result<u32, StoreError> {
-        if at == 0 {
-            return Ok(0);
-        }
-        match self.host.log().locate_blob(at) {
-            Ok(loc) => Ok(loc.payload_crc),
-            Err(e) => match self
-                .own_base
-                .as_deref()
-                .map(install::read_base)
-                .transpose()?
-            {
-                Some(Some(b)) if b.at == at => Ok(b.crc_at),
-                _ => Err(e.into()),
-            },
-        }
+        let base = match self.own_base.as_deref() {
+            Some(path) => install::read_base(path)?,
+            None => None,
+        };
+        install::crc_of_frame(self.host.log(), base.as_ref(), at).ok_or_else(|| {
+            StoreError::Log(crate::log::Error::BelowFloor {
+                seq: at,
+                first: self.host.log().first_seq(),
+            })
+        })
     }
 
     /// The snapshot to offer: the current one while the frame at its seq

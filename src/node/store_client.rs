@@ -173,7 +173,6 @@ impl Client {
         mut content: R,
         durability: Durability,
     ) -> Result<Appended, ClientError> {
-        use tokio::io::AsyncReadExt;
         let req = Request::LfsPut {
             repo: repo.to_owned(),
             oid,
@@ -181,25 +180,7 @@ impl Client {
             durability,
         };
         let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = async {
-            crate::net::write_msg(&mut send, &req).await?;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut left = len;
-            while left > 0 {
-                let want = buf.len().min(left as usize);
-                let n = content
-                    .read(&mut buf[..want])
-                    .await
-                    .map_err(NetError::from)?;
-                if n == 0 {
-                    break;
-                }
-                send.write_all(&buf[..n]).await.map_err(NetError::from)?;
-                left -= n as u64;
-            }
-            Ok::<(), NetError>(())
-        }
-        .await;
+        let wrote = Client::send_streamed(&mut send, &req, len, &mut content).await;
         let _ = send.finish();
         Client::appended(Client::answer(wrote, &mut recv).await?)
     }

@@ -241,16 +241,9 @@ impl Twin {
     fn view(&self) -> TwinView {
         let head = self.log.head_seq();
         let base = *self.base.lock().unwrap_or_else(|e| e.into_inner());
-        let crc = if head == 0 {
-            0
-        } else {
-            match self.log.locate_blob(head) {
-                Ok(l) => l.payload_crc,
-                // The log restarted after a snapshot and holds no frame at
-                // its head: the snapshot's base says what that frame was.
-                Err(_) => base.filter(|b| b.at == head).map_or(0, |b| b.crc_at),
-            }
-        };
+        // A log restarted after a snapshot holds no frame at its head: the
+        // snapshot's base says what that frame was.
+        let crc = install::crc_of_frame(&self.log, base.as_ref(), head).unwrap_or(0);
         TwinView {
             history: self.log.history().0,
             head: Position { seq: head, crc },

@@ -124,6 +124,20 @@ pub fn read_base(path: &Path) -> Result<Option<SnapshotBase>> {
     }
 }
 
+/// The payload crc of the frame at `seq`: from the log, or, for the frame
+/// a snapshot install restarted the log after (the log holds no frame
+/// there), from that install's `base`. 0 for seq 0; None when neither knows
+/// the frame.
+pub fn crc_of_frame(log: &Log, base: Option<&SnapshotBase>, seq: u64) -> Option<u32> {
+    if seq == 0 {
+        return Some(0);
+    }
+    match log.locate_blob(seq) {
+        Ok(l) => Some(l.payload_crc),
+        Err(_) => base.filter(|b| b.at == seq).map(|b| b.crc_at),
+    }
+}
+
 /// Record what a staged snapshot is, before its files arrive.
 pub fn stage_base(paths: &InstallPaths, base: &SnapshotBase) -> Result<()> {
     std::fs::create_dir_all(paths.files())?;

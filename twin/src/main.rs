@@ -127,14 +127,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         Cmd::CheckLog { config } => {
             let cfg = TwinConfig::load(&config)?;
             let c = daemon::check_log(&cfg.data_dir.join(daemon::LOG_DIR))?;
-            println!(
-                "frames {}..={} ({} frames, {} erased, {:.1} MiB): every crc checks",
-                c.first,
-                c.last,
-                c.frames,
-                c.erased,
-                c.bytes as f64 / 1048576.0
-            );
+            println!("{c}");
         }
         Cmd::Status { config, json } => {
             let cfg = TwinConfig::load(&config)?;

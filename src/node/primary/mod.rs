@@ -75,6 +75,8 @@ pub struct Primary {
     retention: Mutex<Retention>,
     /// The twin's position: retention keeps the frames from it on.
     hold: std::sync::atomic::AtomicU64,
+    /// The position the slot file holds.
+    slot_written: std::sync::atomic::AtomicU64,
     /// The snapshot a twin below the floor is given.
     snapshots: Mutex<Option<Arc<SnapshotSource>>>,
     /// The first frame the twin's log holds, as its last Hello said: a
@@ -132,6 +134,7 @@ impl Primary {
             store,
             retention: Mutex::new(Retention::default()),
             hold: std::sync::atomic::AtomicU64::new(0),
+            slot_written: std::sync::atomic::AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
             twin_first: std::sync::atomic::AtomicU64::new(0),
         })
@@ -526,7 +529,20 @@ impl Primary {
             Ok(Err(e)) => return Response::Error(ApiError::Refused(e.to_string())),
             Err(e) => return Response::Error(ApiError::Refused(e.to_string())),
         };
-        self.published(seq, 32 + meta_len + blob_len);
+        self.acknowledge(seq, 32 + meta_len + blob_len, durability)
+            .await
+    }
+
+    /// A frame durable here up to `seq` (`bytes` more of log): published to
+    /// the twin sessions, then answered as durable as `durability` asks,
+    /// under the policy for an absent twin.
+    pub(super) async fn acknowledge(
+        &self,
+        seq: u64,
+        bytes: u64,
+        durability: Durability,
+    ) -> Response {
+        self.published(seq, bytes);
         match durability {
             Durability::Local => Response::Appended {
                 seq,

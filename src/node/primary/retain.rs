@@ -16,6 +16,8 @@ impl Primary {
         if let Some(slot) = &r.slot {
             let held = retention::load_slot(slot);
             self.hold.store(held, std::sync::atomic::Ordering::SeqCst);
+            self.slot_written
+                .store(held, std::sync::atomic::Ordering::SeqCst);
             tracing::info!(
                 hold = held,
                 cap = r.max_bytes,
@@ -62,8 +64,16 @@ impl Primary {
     pub(super) fn retention_pass(&self) -> Result<(), String> {
         let r = self.retention();
         if let Some(slot) = &r.slot {
-            if let Err(e) = retention::store_slot(slot, self.hold()) {
-                tracing::warn!(error = %e, "the twin's slot file could not be written");
+            // Written when the twin's position moved, not every pass.
+            let hold = self.hold();
+            let seq_cst = std::sync::atomic::Ordering::SeqCst;
+            if self.slot_written.load(seq_cst) != hold {
+                match retention::store_slot(slot, hold) {
+                    Ok(()) => self.slot_written.store(hold, seq_cst),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the twin's slot file could not be written")
+                    }
+                }
             }
         }
         if r.max_bytes == 0 {

@@ -17,27 +17,6 @@ impl Primary {
             .ok_or_else(|| ApiError::Forbidden("this primary keeps no store".into()))
     }
 
-    /// After a store write: the head moved, and a `twin` write waits for
-    /// the twin as an append does.
-    pub(super) async fn store_written(
-        &self,
-        last: u64,
-        bytes: u64,
-        durability: Durability,
-    ) -> (Durability, u64) {
-        self.published(last, bytes);
-        if durability == Durability::Local {
-            return (Durability::Local, 0);
-        }
-        let started = std::time::Instant::now();
-        match self.wait_for_twin(last).await {
-            Response::Appended { durability, .. } => {
-                (durability, started.elapsed().as_micros() as u64)
-            }
-            _ => (Durability::Local, u64::MAX),
-        }
-    }
-
     pub(super) async fn create_repo(&self, repo: String, durability: Durability) -> Response {
         self.store_write(move |host| host.create_repo(&repo), durability)
             .await
@@ -59,14 +38,7 @@ impl Primary {
             Ok(Err(e)) => return Response::Error(e.into()),
             Err(e) => return Response::Error(ApiError::Store(e.to_string())),
         };
-        match self.store_written(seq, 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
-            (durability, twin_wait_us) => Response::Appended {
-                seq,
-                durability,
-                twin_wait_us,
-            },
-        }
+        self.acknowledge(seq, 64, durability).await
     }
 
     /// An erase: the frame appended and carried out here (log, then store)
@@ -130,15 +102,19 @@ impl Primary {
         let Some(last) = done.refs_seq.or(done.pack_seq) else {
             return Response::Error(ApiError::BadPush("nothing was pushed".into()));
         };
-        match self.store_written(last, pack_len + 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq: last }),
-            (durability, twin_wait_us) => Response::Pushed {
+        match self.acknowledge(last, pack_len + 64, durability).await {
+            Response::Appended {
+                durability,
+                twin_wait_us,
+                ..
+            } => Response::Pushed {
                 pack_seq: done.pack_seq,
                 refs_seq: done.refs_seq,
                 objects: done.objects,
                 durability,
                 twin_wait_us,
             },
+            refused => refused,
         }
     }
 
@@ -167,14 +143,7 @@ impl Primary {
             Ok(Err(e)) => return Response::Error(e.into()),
             Err(e) => return Response::Error(ApiError::Store(e.to_string())),
         };
-        match self.store_written(seq, len + 64, durability).await {
-            (_, u64::MAX) => Response::Error(ApiError::TwinTimeout { seq }),
-            (durability, twin_wait_us) => Response::Appended {
-                seq,
-                durability,
-                twin_wait_us,
-            },
-        }
+        self.acknowledge(seq, len + 64, durability).await
     }
 
     /// A control document written: read whole (it is bounded), checked,
