@@ -117,6 +117,29 @@ fn an_install_stopped_after_any_step_opens_to_the_old_state_or_the_new() {
     };
     assert_ne!(old_view, new_view);
 
+    // A staged file that does not match its manifest is refused by name,
+    // before the intent: the old state stays.
+    {
+        let dir = root.path().join("damaged");
+        copy_dir(&twin, &dir);
+        let paths = InstallPaths::new(&dir);
+        let archive = paths.files().join("repos/r/archive");
+        let mut b = std::fs::read(&archive).expect("read");
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        std::fs::write(&archive, &b).expect("write");
+        let log = Log::open(dir.join("log")).expect("log");
+        assert!(matches!(
+            install::install(&paths, &log, None),
+            Err(twinlog::store::StoreError::BadSnapshot { .. })
+        ));
+        assert!(!paths.intent().exists());
+        assert_eq!(log.head_seq(), 3);
+        let store =
+            Store::open(dir.join("store"), log.history(), StoreOptions::default()).expect("store");
+        assert_eq!(view(&store), old_view);
+    }
+
     let steps = [
         InstallStep::Verified,
         InstallStep::Intent,
