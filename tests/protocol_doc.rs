@@ -66,6 +66,10 @@ fn documented_indices_are_the_encoder_s() {
             },
         ),
         ("Ack", TwinMsg::Ack { durable: 1 }),
+        (
+            "Store",
+            TwinMsg::Store(twinlog::repl::StoreHealth::default()),
+        ),
     ];
     for (name, m) in twin {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
@@ -239,9 +243,32 @@ fn documented_client_indices_are_the_encoder_s() {
                 durability: Durability::Twin,
             },
         ),
+        (
+            "PutDoc",
+            Request::PutDoc {
+                name: "d".into(),
+                len: 0,
+                durability: Durability::Twin,
+            },
+        ),
+        ("GetDoc", Request::GetDoc { name: "d".into() }),
+        ("StoreRetry", Request::StoreRetry),
+        (
+            "StoreSkip",
+            Request::StoreSkip {
+                seq: 1,
+                reason: "r".into(),
+                force: false,
+                durability: Durability::Twin,
+            },
+        ),
     ];
     for (name, r) in requests {
-        assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
+        assert_eq!(
+            index_of(&encode(&r)),
+            documented_in("Client protocol", "request", name),
+            "{name}"
+        );
     }
     let responses = [
         (
@@ -284,9 +311,17 @@ fn documented_client_indices_are_the_encoder_s() {
         ),
         ("Absent", Response::Absent),
         ("Retained", Response::Retained { first: 1 }),
+        (
+            "Store",
+            Response::Store(twinlog::repl::StoreHealth::default()),
+        ),
     ];
     for (name, r) in responses {
-        assert_eq!(index_of(&encode(&r)), documented(name), "{name}");
+        assert_eq!(
+            index_of(&encode(&r)),
+            documented_in("Client protocol", "response", name),
+            "{name}"
+        );
     }
     // Durability::Local is 0 and Twin is 1, as documented.
     assert_eq!(encode(&Durability::Local)[4], 0);

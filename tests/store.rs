@@ -399,7 +399,11 @@ fn frames_that_do_not_apply_are_refused_by_name() {
     let (p, _) = pack("ghost", &[(ObjType::Blob, b"x")]);
     append(&log, &p);
     let mut s = fresh_store(&dir.path().join("store"), &log);
-    assert!(matches!(s.catch_up(&log), Err(StoreError::NoRepo(_))));
+    let err = s.catch_up(&log).expect_err("refused");
+    assert!(
+        matches!(&err, StoreError::Apply { seq: 1, source, .. } if matches!(**source, StoreError::NoRepo(_))),
+        "{err}"
+    );
     assert_eq!(s.applied(), 0);
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -412,10 +416,11 @@ fn frames_that_do_not_apply_are_refused_by_name() {
     log.append_raw(Kind::Pack.as_u16(), &p.meta, &blob)
         .expect("append");
     let mut s = fresh_store(&dir.path().join("store"), &log);
-    assert!(matches!(
-        s.catch_up(&log),
-        Err(StoreError::BadFrame { seq: 2, .. })
-    ));
+    let err = s.catch_up(&log).expect_err("refused");
+    assert!(
+        matches!(&err, StoreError::Apply { seq: 2, source, .. } if matches!(**source, StoreError::BadFrame { seq: 2, .. })),
+        "{err}"
+    );
     assert_eq!(s.applied(), 1);
     assert_eq!(s.repo("r").expect("repo").objects(), 0);
 

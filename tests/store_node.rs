@@ -89,6 +89,7 @@ async fn start(dir: &Path) -> Pair {
             backoff_cap: Duration::from_millis(200),
         },
     );
+    twin.set_store(twin_store.clone());
     let (tstop, tstopped) = watch::channel(false);
     tokio::spawn(twin.clone().run(tend, tstopped));
     let applier = Applier::start(twin_store.clone()).expect("applier");
@@ -269,6 +270,73 @@ async fn converge(p: &Pair) {
             );
         }
     }
+}
+
+/// Wait until `cond` holds, polling state; fail with `what` after 20 s.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_resolves_both() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        // A create whose blob is no RepoOp, written past the checks.
+        let log = Log::open(dir.path().join("p/log")).expect("log");
+        let meta = twinlog::log::Meta::repo("bad").encode().expect("meta");
+        log.append_raw(Kind::RepoStore.as_u16(), &meta, b"\xff\xff")
+            .expect("append");
+    }
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    // The primary serves; its store says where it stopped and why.
+    let st = c.status().await.expect("status");
+    let stall = st.store.expect("store").stalled.expect("stalled");
+    assert_eq!(stall.seq, 1);
+    // The twin follows the log, its store stops at the same frame, and the
+    // primary learns of it.
+    until("the twin's store stops at 1 and says so", || {
+        p.primary
+            .status()
+            .twin_store
+            .and_then(|h| h.stalled)
+            .is_some_and(|s| s.seq == 1)
+    })
+    .await;
+    assert_eq!(p.twin.status().store.stalled.map(|s| s.seq), Some(1));
+    // Store writes are refused by name; nothing lands.
+    let head = p.primary.log().head_seq();
+    assert!(matches!(
+        c.create_repo("good", Durability::Twin).await,
+        Err(ClientError::Api(ApiError::StoreStalled { seq: 1, .. }))
+    ));
+    assert_eq!(p.primary.log().head_seq(), head);
+    // A skip of another frame is refused; of this one, it resolves both.
+    assert!(matches!(
+        c.store_skip(2, "no", false, Durability::Twin).await,
+        Err(ClientError::Api(ApiError::SkipRefused { seq: 2, .. }))
+    ));
+    let skipped = c
+        .store_skip(1, "a damaged create", false, Durability::Twin)
+        .await
+        .expect("skip");
+    assert_eq!(skipped.durability, Durability::Twin);
+    until("both stores apply again", || {
+        let s = p.primary.status();
+        s.store
+            .is_some_and(|h| h.stalled.is_none() && h.skipped == 1)
+            && s.twin_store
+                .is_some_and(|h| h.stalled.is_none() && h.skipped == 1)
+    })
+    .await;
+    c.create_repo("good", Durability::Twin)
+        .await
+        .expect("create");
+    converge(&p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

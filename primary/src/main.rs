@@ -155,6 +155,14 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// The store when a frame does not apply: try again, or skip the frame
+    /// on both boxes. `status` shows where the store stopped and why.
+    Store {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(subcommand)]
+        cmd: StoreCmd,
+    },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
         #[arg(long, short)]
@@ -162,6 +170,29 @@ enum Cmd {
         seq: u64,
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreCmd {
+    /// Apply again now, after fixing what stopped the store (space, file
+    /// descriptors, permissions). The store also retries by itself.
+    Retry,
+    /// Skip the frame the store stopped at, on both boxes: a StoreSkip
+    /// frame is appended, and each box's store records the skip in
+    /// `store/SKIPPED` instead of the frame's effect. Refused unless the
+    /// twin's store stopped at the same frame.
+    Skip {
+        /// The frame the store stopped at, as `status` shows it.
+        #[arg(long)]
+        seq: u64,
+        /// Why, kept in each box's skip record.
+        #[arg(long)]
+        reason: String,
+        /// Skip even when the twin's store did not stop there: the twin
+        /// then keeps the frame's effect and the boxes differ.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -309,6 +340,36 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 .await
                 .map_err(|e| DaemonError::Setup(e.to_string()))?;
             println!("the log retains from {first}");
+        }
+        Cmd::Store { config, cmd } => {
+            let cfg = PrimaryConfig::load(&config)?;
+            let client = admin(&cfg).await?;
+            match cmd {
+                StoreCmd::Retry => {
+                    let h = client
+                        .store_retry()
+                        .await
+                        .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                    print!(
+                        "{}",
+                        daemon::render_store(
+                            "store",
+                            &h,
+                            "fix the cause and retry, or `store skip`"
+                        )
+                    );
+                }
+                StoreCmd::Skip { seq, reason, force } => {
+                    let a = client
+                        .store_skip(seq, &reason, force, Durability::Twin)
+                        .await
+                        .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                    println!(
+                        "frame {seq} skipped: the StoreSkip frame is {} ({:?}); each box records it in store/SKIPPED",
+                        a.seq, a.durability
+                    );
+                }
+            }
         }
         Cmd::Read { config, seq, out } => {
             let cfg = PrimaryConfig::load(&config)?;

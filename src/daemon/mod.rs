@@ -332,6 +332,76 @@ fn counter(out: &mut String, name: &str, help: &str, value: impl std::fmt::Displ
     ));
 }
 
+/// A store's health as metrics named `{prefix}_…`.
+fn store_metrics(out: &mut String, prefix: &str, whose: &str, h: &crate::repl::StoreHealth) {
+    gauge(
+        out,
+        &format!("{prefix}_applied_seq"),
+        &format!("{whose}: the seq applied up to."),
+        h.applied,
+    );
+    gauge(
+        out,
+        &format!("{prefix}_stalled"),
+        &format!("{whose}: 1 while stopped at a frame that does not apply."),
+        u8::from(h.stalled.is_some()),
+    );
+    gauge(
+        out,
+        &format!("{prefix}_stalled_seq"),
+        &format!("{whose}: the frame it is stopped at (0: none)."),
+        h.stalled.as_ref().map_or(0, |s| s.seq),
+    );
+    counter(
+        out,
+        &format!("{prefix}_skipped_total"),
+        &format!("{whose}: frames skipped by StoreSkip frames."),
+        h.skipped,
+    );
+}
+
+/// The store's health as `status` prints it.
+pub fn render_store(who: &str, h: &crate::repl::StoreHealth, fix: &str) -> String {
+    let mut out = match &h.stalled {
+        None => format!("{who}: applied through {}", h.applied),
+        Some(st) => format!(
+            "{who}: STOPPED at frame {} (kind {}), {} tries since {}: {}\n  {fix}",
+            st.seq,
+            st.kind,
+            st.attempts,
+            crate::daemon::utc(st.since_ms),
+            st.error
+        ),
+    };
+    if h.skipped > 0 {
+        out.push_str(&format!(" ({} frames skipped by operators)", h.skipped));
+    }
+    out.push('\n');
+    out
+}
+
+/// A time as an RFC 3339 UTC date, to the second.
+pub fn utc(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
 /// then what `more` adds from the same status) on `addr` until `shutdown`.
 async fn serve_status<S: serde::Serialize + 'static>(
@@ -491,6 +561,12 @@ pub async fn serve_primary(
                 "1 while the frame at the twin's position is no longer retained.",
                 u8::from(s.twin_below_floor),
             );
+            if let Some(h) = &s.store {
+                store_metrics(out, "twinlog_store", "This box's store", h);
+            }
+            if let Some(h) = &s.twin_store {
+                store_metrics(out, "twinlog_twin_store", "The twin's store", h);
+            }
         },
     )
     .await?;
@@ -607,6 +683,7 @@ pub async fn serve_twin(
                 "Snapshots installed since start.",
                 s.snapshots_installed,
             );
+            store_metrics(out, "twinlog_store", "This box's store", &s.store);
         },
     )
     .await?;
@@ -672,6 +749,20 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     if s.twin_below_floor {
         out.push_str("twin: BELOW THE RETENTION FLOOR: it needs a snapshot\n");
     }
+    if let Some(h) = &s.store {
+        out.push_str(&render_store(
+            "store",
+            h,
+            "fix the cause, then `primary store retry`; or skip the frame on both boxes with `primary store skip --seq N --reason TEXT`",
+        ));
+    }
+    if let Some(h) = &s.twin_store {
+        out.push_str(&render_store(
+            "twin's store",
+            h,
+            "the twin retries by itself; fix the cause on the twin, or skip the frame with `primary store skip`",
+        ));
+    }
     out
 }
 
@@ -709,6 +800,11 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     if let Some(e) = &s.last_error {
         out.push_str(&format!("last disconnect: {e}\n"));
     }
+    out.push_str(&render_store(
+        "store",
+        &s.store,
+        "it retries by itself (every few seconds, and as frames arrive); fix the cause here, or skip the frame on both boxes with `primary store skip` on the primary",
+    ));
     out
 }
 

@@ -30,6 +30,9 @@ pub enum Kind {
     Erase,
     /// A record of the embedding [`crate::wal::Wal`].
     Record,
+    /// An operator's decision that the store skips one frame it cannot
+    /// apply: travels as a frame so every box makes the same decision.
+    StoreSkip,
     /// A kind of twinlog's reserved range this version does not name.
     Reserved(u16),
     /// An application's own kind, `0x8000..=0xffff`.
@@ -52,6 +55,7 @@ impl Kind {
             Kind::Redacted => 7,
             Kind::Erase => 8,
             Kind::Record => 9,
+            Kind::StoreSkip => 10,
             Kind::Reserved(v) | Kind::App(v) => v,
         }
     }
@@ -70,6 +74,7 @@ impl Kind {
             7 => Kind::Redacted,
             8 => Kind::Erase,
             9 => Kind::Record,
+            10 => Kind::StoreSkip,
             v if v < APP_KIND_FIRST => Kind::Reserved(v),
             v => Kind::App(v),
         })

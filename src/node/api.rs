@@ -90,6 +90,20 @@ pub enum Request {
     },
     /// A control document: `Object` (type 0) and its bytes, or `Absent`.
     GetDoc { name: String },
+    /// Try the store again now, where it stopped at a frame that did not
+    /// apply. `Store`.
+    StoreRetry,
+    /// Skip frame `seq`, where the store stopped, on both boxes: a
+    /// StoreSkip frame is appended and each box's store records the skip.
+    /// Refused unless this store is stopped at `seq` and the twin's store
+    /// is stopped there too or has not reached it (`force` skips that
+    /// check). `Appended`.
+    StoreSkip {
+        seq: u64,
+        reason: String,
+        force: bool,
+        durability: Durability,
+    },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a
@@ -169,6 +183,8 @@ pub enum Response {
     Retained {
         first: u64,
     },
+    /// The store's health after a retry.
+    Store(crate::repl::StoreHealth),
 }
 
 /// A request's failure, by name.
@@ -213,6 +229,18 @@ pub enum ApiError {
     /// a snapshot taken past it and will never hold it.
     #[error("frame {seq} is durable locally; the twin restarted from a snapshot past it and does not hold it")]
     NotOnTwin { seq: u64 },
+    /// The store is stopped at frame `seq`, which does not apply: nothing
+    /// was written. `status` shows it; `store retry` or `store skip`.
+    #[error("the store is stopped at frame {seq}, which does not apply ({why}); nothing was written: see `status`, then `store retry` or `store skip`")]
+    StoreStalled { seq: u64, why: String },
+    /// The frame is durable in the log at `seq`, and the store has not
+    /// applied it: it will once it can, on both boxes.
+    #[error("frame {seq} is durable in the log, and the store has not applied it yet ({why}): see `status`")]
+    NotApplied { seq: u64, why: String },
+    /// A skip refused: the store is not stopped at `seq`, or the twin's
+    /// store applied it (the boxes would differ).
+    #[error("skip of frame {seq} refused: {why}")]
+    SkipRefused { seq: u64, why: String },
 }
 
 impl From<crate::store::StoreError> for ApiError {
@@ -235,6 +263,12 @@ impl From<crate::store::StoreError> for ApiError {
             E::BadName { name, why } => ApiError::BadRequest(format!("{name:?}: {why}")),
             E::TooLarge { .. } => ApiError::BadPush(e.to_string()),
             E::Log(l) => ApiError::Refused(l.to_string()),
+            E::Stalled { seq, why } => ApiError::StoreStalled { seq, why },
+            E::NotApplied { seq, why } => ApiError::NotApplied { seq, why },
+            E::NotStalledAt { seq, .. } => ApiError::SkipRefused {
+                seq,
+                why: e.to_string(),
+            },
             other => ApiError::Store(other.to_string()),
         }
     }
@@ -268,4 +302,8 @@ pub struct Status {
     /// The frame at the twin's position is no longer retained: the twin
     /// needs a snapshot.
     pub twin_below_floor: bool,
+    /// This box's store, when it keeps one.
+    pub store: Option<crate::repl::StoreHealth>,
+    /// The twin's store as it last reported it.
+    pub twin_store: Option<crate::repl::StoreHealth>,
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::log::{Kind, Log, Meta};
 use crate::pushlog::RefUpdate;
+pub use crate::repl::{StoreHealth, StoreStall};
 use crate::store::frames::{self, PackEvent, PackParser, RepoOp};
 use crate::store::install::{self, InstallPaths, InstallStep};
 use crate::store::{Applied, Manifest, Store, StoreError, StoreOptions};
@@ -18,6 +19,29 @@ pub struct StoreHost {
     opts: StoreOptions,
     /// None only while a snapshot install swaps the files, under the lock.
     store: Mutex<Option<Store>>,
+    health: Mutex<Health>,
+    /// The health as it changes, for status and for the twin's reports.
+    reported: tokio::sync::watch::Sender<StoreHealth>,
+}
+
+/// Where the store stopped and when it was last tried.
+#[derive(Default)]
+struct Health {
+    stalled: Option<StoreStall>,
+    /// When the last try that failed was made: a stalled store is retried
+    /// at most every [`STALL_RETRY`] by the requests that need it.
+    last_try: Option<std::time::Instant>,
+}
+
+/// How often requests retry a stalled store by themselves.
+pub const STALL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest a follower's applier waits between tries of a stalled store.
+pub const STALL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The store, locked.
@@ -53,27 +77,183 @@ pub struct PushDone {
 }
 
 impl StoreHost {
-    /// Open the store in `dir` and apply what the log holds beyond it.
+    /// Open the store in `dir` and apply what the log holds beyond it. A
+    /// frame that does not apply does not stop the box from starting: the
+    /// store stops there, visibly ([`StoreHost::health`]), and the log is
+    /// served as ever.
     pub fn open(
         log: Arc<Log>,
         dir: &std::path::Path,
         opts: StoreOptions,
     ) -> Result<Arc<StoreHost>, StoreError> {
-        let mut store = Store::open(dir, log.history(), opts)?;
-        let done = store.catch_up(&log)?;
-        if done.frames > 0 {
-            tracing::info!(
-                frames = done.frames,
-                applied = store.applied(),
-                "store caught up with the log"
-            );
-        }
-        Ok(Arc::new(StoreHost {
+        let store = Store::open(dir, log.history(), opts)?;
+        let reported = tokio::sync::watch::channel(StoreHealth {
+            applied: store.applied(),
+            stalled: None,
+            skipped: store.skipped().len() as u64,
+        })
+        .0;
+        let host = Arc::new(StoreHost {
             log,
             dir: dir.to_owned(),
             opts,
             store: Mutex::new(Some(store)),
-        }))
+            health: Mutex::new(Health::default()),
+            reported,
+        });
+        match host.catch_up() {
+            Ok(done) if done.frames > 0 => tracing::info!(
+                frames = done.frames,
+                applied = host.applied(),
+                "store caught up with the log"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "the store stopped at a frame it cannot apply"),
+        }
+        Ok(host)
+    }
+
+    fn health_lock(&self) -> MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn applied(&self) -> u64 {
+        self.reported.borrow().applied
+    }
+
+    /// How far the store applied and where it stopped, if it did.
+    pub fn health(&self) -> StoreHealth {
+        self.reported.borrow().clone()
+    }
+
+    /// The health as it changes.
+    pub fn watch_health(&self) -> tokio::sync::watch::Receiver<StoreHealth> {
+        self.reported.subscribe()
+    }
+
+    fn publish(&self, store: &Store, stalled: Option<StoreStall>) {
+        let now = StoreHealth {
+            applied: store.applied(),
+            stalled,
+            skipped: store.skipped().len() as u64,
+        };
+        self.reported.send_if_modified(|h| {
+            let changed = *h != now;
+            *h = now;
+            changed
+        });
+    }
+
+    /// Record how a catch-up went.
+    fn note(&self, store: &Store, result: &Result<Applied, StoreError>) {
+        let mut h = self.health_lock();
+        match result {
+            Ok(_) => {
+                if let Some(s) = h.stalled.take() {
+                    tracing::info!(
+                        seq = s.seq,
+                        applied = store.applied(),
+                        "the store applies again"
+                    );
+                }
+                h.last_try = None;
+            }
+            Err(e) => {
+                let (seq, kind) = match e {
+                    StoreError::Apply { seq, kind, .. } => (*seq, *kind),
+                    _ => (store.applied() + 1, 0),
+                };
+                let error = match e {
+                    StoreError::Apply { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                h.last_try = Some(std::time::Instant::now());
+                match h.stalled.as_mut() {
+                    Some(s) if s.seq == seq => {
+                        s.attempts += 1;
+                        s.error = error;
+                    }
+                    _ => {
+                        h.stalled = Some(StoreStall {
+                            seq,
+                            kind,
+                            error,
+                            since_ms: unix_ms(),
+                            attempts: 1,
+                        })
+                    }
+                }
+            }
+        }
+        let stalled = h.stalled.clone();
+        drop(h);
+        self.publish(store, stalled);
+    }
+
+    /// Catch the locked store up, recording its health; while it is
+    /// stalled, requests try again at most every [`STALL_RETRY`] and are
+    /// refused by name in between, before anything is appended.
+    fn caught_up(&self, store: &mut Store, force: bool) -> Result<Applied, StoreError> {
+        if !force {
+            let h = self.health_lock();
+            if let (Some(s), Some(at)) = (&h.stalled, h.last_try) {
+                if at.elapsed() < STALL_RETRY {
+                    return Err(StoreError::Stalled {
+                        seq: s.seq,
+                        why: s.error.clone(),
+                    });
+                }
+            }
+        }
+        let r = store.catch_up(&self.log);
+        self.note(store, &r);
+        r.map_err(|e| match e {
+            StoreError::Apply { seq, source, .. } => StoreError::Stalled {
+                seq,
+                why: source.to_string(),
+            },
+            other => other,
+        })
+    }
+
+    /// Apply what was just appended, through `seq`. A failure here is not
+    /// a refusal: the frame is durable in the log and the store applies it
+    /// once it can, so the answer says so by name.
+    fn applied_after(&self, store: &mut Store, seq: u64) -> Result<(), StoreError> {
+        match self.caught_up(store, true) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(StoreError::NotApplied {
+                seq,
+                why: e.to_string(),
+            }),
+        }
+    }
+
+    /// Try a stalled store again now, whatever the last try's time.
+    pub fn retry(&self) -> Result<Applied, StoreError> {
+        let mut store = self.lock()?;
+        self.caught_up(&mut store, true)
+    }
+
+    /// Skip frame `seq` on every box: a StoreSkip frame naming it (by seq
+    /// and payload crc) is appended, and each box's store skips it when it
+    /// does not apply there, with a record in `SKIPPED`. Refused unless
+    /// this store is stalled at `seq`.
+    pub fn skip(&self, seq: u64, reason: &str) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        let stalled_at = self.health_lock().stalled.as_ref().map(|s| s.seq);
+        if stalled_at != Some(seq) {
+            return Err(StoreError::NotStalledAt {
+                seq,
+                stalled: stalled_at,
+            });
+        }
+        let crc = self.log.locate_blob(seq)?.payload_crc;
+        let f = frames::skip_frame(seq, crc, reason)?;
+        let _m = self.log.mutation();
+        let at = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
+        self.caught_up(&mut store, true)?;
+        Ok(at)
     }
 
     /// The store, locked; refused while a failed install left it closed.
@@ -105,7 +285,13 @@ impl StoreHost {
         let installed = install::install(paths, &self.log, stop_after);
         let reopened = Store::open(&self.dir, self.log.history(), self.opts);
         match reopened {
-            Ok(store) => *g = Some(store),
+            Ok(store) => {
+                // The installed state is the primary's, applied through the
+                // snapshot's seq: whatever stopped this store before is gone.
+                *self.health_lock() = Health::default();
+                self.publish(&store, None);
+                *g = Some(store)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "the store does not reopen after a snapshot install");
                 return Err(e);
@@ -120,20 +306,21 @@ impl StoreHost {
 
     /// Apply every durable frame not applied yet.
     pub fn catch_up(&self) -> Result<Applied, StoreError> {
-        self.lock()?.catch_up(&self.log)
+        let mut store = self.lock()?;
+        self.caught_up(&mut store, false)
     }
 
     /// Create a repository: refused when it exists.
     pub fn create_repo(&self, repo: &str) -> Result<u64, StoreError> {
         let mut store = self.lock()?;
-        store.catch_up(&self.log)?;
+        self.caught_up(&mut store, false)?;
         if store.repo(repo).is_ok() {
             return Err(StoreError::RepoExists(repo.to_owned()));
         }
         let f = frames::repo_frame(repo, RepoOp::Create)?;
         let _m = self.log.mutation();
         let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
-        store.catch_up(&self.log)?;
+        self.applied_after(&mut store, seq)?;
         Ok(seq)
     }
 
@@ -151,7 +338,7 @@ impl StoreHost {
         pieces: &mut dyn Iterator<Item = bytes::Bytes>,
     ) -> Result<PushDone, StoreError> {
         let mut store = self.lock()?;
-        store.catch_up(&self.log)?;
+        self.caught_up(&mut store, false)?;
         store.repo(repo)?;
         if pack_len == 0 && updates.is_empty() {
             return Err(StoreError::BadPush(
@@ -195,7 +382,7 @@ impl StoreHost {
         if let Some(f) = refs {
             done.refs_seq = Some(self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?);
         }
-        store.catch_up(&self.log)?;
+        self.applied_after(&mut store, done.refs_seq.or(done.pack_seq).unwrap_or(0))?;
         Ok(done)
     }
 
@@ -210,7 +397,7 @@ impl StoreHost {
         pieces: &mut dyn Iterator<Item = bytes::Bytes>,
     ) -> Result<u64, StoreError> {
         let mut store = self.lock()?;
-        store.catch_up(&self.log)?;
+        self.caught_up(&mut store, false)?;
         store.repo(repo)?;
         let meta = frames::lfs_meta(repo, &oid)?;
         let _m = self.log.mutation();
@@ -237,7 +424,7 @@ impl StoreHost {
             )));
         }
         let seq = pending.commit()?;
-        store.catch_up(&self.log)?;
+        self.applied_after(&mut store, seq)?;
         Ok(seq)
     }
 
@@ -248,7 +435,7 @@ impl StoreHost {
         oid: [u8; frames::LFS_OID_LEN],
     ) -> Result<u64, StoreError> {
         let mut store = self.lock()?;
-        store.catch_up(&self.log)?;
+        self.caught_up(&mut store, false)?;
         if !store.repo(repo)?.lfs().contains(&oid) {
             return Err(StoreError::BadPush(format!(
                 "no large object {}",
@@ -258,17 +445,46 @@ impl StoreHost {
         let meta = frames::lfs_meta(repo, &oid)?;
         let _m = self.log.mutation();
         let seq = self.log.append_raw(Kind::LfsDelete.as_u16(), &meta, &[])?;
-        store.catch_up(&self.log)?;
+        self.applied_after(&mut store, seq)?;
         Ok(seq)
     }
 
-    /// Append any other store frame (an erase, a document) and apply it.
-    pub fn append_frame(&self, f: &frames::FrameParts) -> Result<u64, StoreError> {
+    /// Write a control document.
+    pub fn put_doc(&self, name: &str, content: &[u8]) -> Result<u64, StoreError> {
+        let f = frames::doc_frame(name, content)?;
+        self.append_checked(&f)
+    }
+
+    /// Erase the data frames of `repos` before `before`, on the log and
+    /// the store of every box that applies the frame. `before` past the
+    /// frame's own seq could never apply, and is refused here.
+    pub fn erase(&self, before: u64, repos: &[String]) -> Result<u64, StoreError> {
+        let f = frames::erase_frame(before, repos)?;
         let mut store = self.lock()?;
-        store.catch_up(&self.log)?;
+        self.caught_up(&mut store, false)?;
+        let _m = self.log.mutation();
+        // Under the store's lock no other store frame lands first, but a
+        // raw append may: the frame's seq is at least the next one now.
+        let next = self.log.head_seq() + 1;
+        if before > next {
+            return Err(StoreError::BadFrame {
+                seq: next,
+                why: format!("an erase before {before}, past the next sequence {next}"),
+            });
+        }
+        let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
+        self.applied_after(&mut store, seq)?;
+        Ok(seq)
+    }
+
+    /// Append a checked frame that needs nothing of the store's state, and
+    /// apply it.
+    fn append_checked(&self, f: &frames::FrameParts) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        self.caught_up(&mut store, false)?;
         let _m = self.log.mutation();
         let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
-        store.catch_up(&self.log)?;
+        self.applied_after(&mut store, seq)?;
         Ok(seq)
     }
 }
@@ -295,18 +511,55 @@ impl ApplierWaker {
 }
 
 impl Applier {
-    /// Start the thread. A frame that does not apply stops it loudly: the
-    /// log keeps the frames, and the next start applies them or fails the
-    /// same way.
+    /// Start the thread. A frame that does not apply stops the store there,
+    /// not the thread: it is shown in [`StoreHost::health`] and tried again
+    /// with a capped backoff (a shortage of descriptors or space passes),
+    /// at every wake, and at once on an operator's retry; a StoreSkip frame
+    /// that names it lets it pass.
     pub fn start(host: Arc<StoreHost>) -> std::io::Result<Applier> {
         let (wake, rx) = std::sync::mpsc::sync_channel::<()>(1);
         let thread = std::thread::Builder::new()
             .name("store-applier".into())
             .spawn(move || {
-                while rx.recv().is_ok() {
-                    if let Err(e) = host.catch_up() {
-                        tracing::error!(error = %e, "the store stopped applying the log");
-                        return;
+                use std::sync::mpsc::RecvTimeoutError;
+                use std::time::Instant;
+                let mut backoff = STALL_RETRY;
+                // While stalled: when the next try is due. New frames (a
+                // StoreSkip among them) bring it to a second after the last
+                // try; with none, the wait doubles up to the cap.
+                let mut stalled: Option<(Instant, Instant)> = None; // (last try, next try)
+                loop {
+                    let woke = match stalled {
+                        None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                        Some((_, next)) => {
+                            rx.recv_timeout(next.saturating_duration_since(Instant::now()))
+                        }
+                    };
+                    match woke {
+                        Err(RecvTimeoutError::Disconnected) => break,
+                        Ok(()) => {
+                            if let Some((last, next)) = stalled.as_mut() {
+                                *next = (*next).min(*last + STALL_RETRY);
+                                if Instant::now() < *next {
+                                    continue;
+                                }
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                    }
+                    match host.retry() {
+                        Ok(_) => {
+                            stalled = None;
+                            backoff = STALL_RETRY;
+                        }
+                        Err(e) => {
+                            if stalled.is_none() {
+                                tracing::error!(error = %e, "the store stopped applying the log");
+                            }
+                            let now = Instant::now();
+                            stalled = Some((now, now + backoff));
+                            backoff = (backoff * 2).min(STALL_RETRY_CAP);
+                        }
                     }
                 }
                 // The last wake may have raced the stop: apply what is

@@ -154,6 +154,34 @@ impl Client {
         Client::appended(self.call(&req, &[]).await?.0)
     }
 
+    /// Try the primary's stopped store again now; answers its health.
+    pub async fn store_retry(&self) -> Result<crate::repl::StoreHealth, ClientError> {
+        match self.call(&Request::StoreRetry, &[]).await?.0 {
+            Response::Store(h) => Ok(h),
+            Response::Error(e) => Err(ClientError::Api(e)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Skip frame `seq`, where the store stopped, on both boxes (a
+    /// StoreSkip frame); `force` skips the check that the twin's store
+    /// stopped there too.
+    pub async fn store_skip(
+        &self,
+        seq: u64,
+        reason: &str,
+        force: bool,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::StoreSkip {
+            seq,
+            reason: reason.to_owned(),
+            force,
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
     /// Drop the log's whole segments below `seq` by hand; past the twin's
     /// position only with `force`. Answers the new first sequence.
     pub async fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ClientError> {

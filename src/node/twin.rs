@@ -37,6 +37,8 @@ pub struct TwinStatus {
     /// Snapshots installed since start, and the seq of the last.
     pub snapshots_installed: u64,
     pub snapshot_at: u64,
+    /// This box's store: how far it applied, where it stopped.
+    pub store: crate::repl::StoreHealth,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -72,6 +74,9 @@ pub struct Twin {
     status: Mutex<TwinStatus>,
     durable: watch::Sender<u64>,
     snapshots: Mutex<Option<Arc<TwinSnapshots>>>,
+    /// The store the log feeds here, whose health is reported to the
+    /// primary.
+    store: Mutex<Option<Arc<StoreHost>>>,
     /// The position the log restarted after, when it holds no frame there.
     base: Mutex<Option<SnapshotBase>>,
 }
@@ -108,6 +113,7 @@ impl Twin {
             status: Mutex::new(TwinStatus::default()),
             durable: watch::channel(head).0,
             snapshots: Mutex::new(None),
+            store: Mutex::new(None),
             base: Mutex::new(None),
         })
     }
@@ -116,8 +122,19 @@ impl Twin {
     /// below its floor. Reads the base position a past install recorded.
     pub fn set_snapshots(&self, s: TwinSnapshots) -> Result<(), crate::store::StoreError> {
         *self.base.lock().unwrap_or_else(|e| e.into_inner()) = install::read_base(&s.paths.base())?;
+        self.set_store(s.store.clone());
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));
         Ok(())
+    }
+
+    /// The store this twin's log feeds: its health shows in the status and
+    /// is reported to the primary.
+    pub fn set_store(&self, store: Arc<StoreHost>) {
+        *self.store.lock().unwrap_or_else(|e| e.into_inner()) = Some(store);
+    }
+
+    fn store(&self) -> Option<Arc<StoreHost>> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn snapshots(&self) -> Option<Arc<TwinSnapshots>> {
@@ -200,6 +217,9 @@ impl Twin {
             .clone();
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
+        if let Some(store) = self.store() {
+            s.store = store.health();
+        }
         s
     }
 
@@ -279,7 +299,11 @@ impl Twin {
             std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
         };
         let mut below_floor = false;
+        let mut store_health = self.store().map(|s| s.watch_health());
         let result = 'session: loop {
+            if let Some(rx) = &store_health {
+                core.report_store(rx.borrow().clone());
+            }
             while let Some(m) = core.poll_transmit() {
                 if let Err(e) = net::write_msg(&mut ctl_send, &m).await {
                     break 'session Err(e);
@@ -355,6 +379,16 @@ impl Twin {
                     None => break Ok("the writer stopped".into()),
                 },
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                changed = async {
+                    match store_health.as_mut() {
+                        Some(rx) => rx.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if !changed {
+                        store_health = None;
+                    }
+                }
                 _ = shutdown.changed() => break Ok("shutting down".into()),
             }
         };

@@ -21,7 +21,7 @@ pub mod wire;
 
 use std::time::{Duration, Instant};
 
-pub use msg::{Position, PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+pub use msg::{Position, PrimaryMsg, Refusal, StoreHealth, StoreStall, TwinMsg, PROTOCOL_VERSION};
 pub use primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers};
 pub use twin::{TwinAction, TwinCore, TwinState, TwinView};
 pub use wire::{FrameDecoder, FrameEvent};

@@ -20,6 +20,37 @@ pub struct Position {
     pub crc: u32,
 }
 
+/// A box's store as it reports itself: how far it applied the log, and
+/// where it stopped, if a frame did not apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreHealth {
+    /// The seq the store has applied up to.
+    pub applied: u64,
+    /// Where the store stopped, when a frame did not apply.
+    pub stalled: Option<StoreStall>,
+    /// Frames skipped by StoreSkip frames, ever.
+    pub skipped: u64,
+}
+
+/// A store stopped at a frame it cannot apply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreStall {
+    /// The frame the store applies next and could not.
+    pub seq: u64,
+    /// Its kind; 0 when the stop is not one frame's (a store of another
+    /// history, frames below the floor).
+    pub kind: u16,
+    pub error: String,
+    /// When it first stopped there, ms since the Unix epoch.
+    pub since_ms: u64,
+    /// Tries since.
+    pub attempts: u64,
+}
+
+/// The longest error text a store report carries: the message stays well
+/// inside [`MAX_CONTROL_LEN`].
+pub const MAX_STALL_ERROR: usize = 4096;
+
 /// Twin → primary.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TwinMsg {
@@ -39,6 +70,10 @@ pub enum TwinMsg {
     Ack { durable: u64 },
     /// The twin refuses the connection, and says why.
     Refuse(Refusal),
+    /// The twin's store: sent once streaming starts and whenever it
+    /// changes, so the primary knows the twin applied what it holds (an
+    /// erase is carried out there only then) or stopped.
+    Store(StoreHealth),
 }
 
 /// Primary → twin.

@@ -448,6 +448,8 @@ impl ReplPair {
                     self.closes
                         .push(format!("below floor: twin {twin_head}, first {first}"));
                 }
+                // The pair keeps no store.
+                PrimaryAction::TwinStore(_) => {}
                 PrimaryAction::Close(why) => {
                     // Let the refusal reach the twin before the link goes.
                     self.transmit();

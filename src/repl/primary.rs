@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::msg::{PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+use super::msg::{PrimaryMsg, Refusal, StoreHealth, TwinMsg, PROTOCOL_VERSION};
 use super::Now;
 
 /// Timers of a connection.
@@ -55,6 +55,8 @@ pub enum PrimaryAction {
     /// The twin's head is below this log's retention floor: it needs a
     /// snapshot before frames can follow.
     BelowFloor { twin_head: u64, first: u64 },
+    /// The twin reported its store.
+    TwinStore(StoreHealth),
     /// End the connection: a refusal was sent or received, or the twin
     /// went silent.
     Close(Refusal),
@@ -262,6 +264,11 @@ impl PrimaryCore {
         match msg {
             TwinMsg::Hello { .. } => self.refuse(Refusal::Protocol("a second Hello".into())),
             TwinMsg::Ack { durable } => self.handle_ack(durable),
+            TwinMsg::Store(health) => match self.state {
+                PrimaryState::Streaming => self.actions.push_back(PrimaryAction::TwinStore(health)),
+                PrimaryState::Closed => {}
+                _ => self.refuse(Refusal::Protocol("a store report before streaming".into())),
+            },
             TwinMsg::Refuse(why) => {
                 if self.state != PrimaryState::Closed {
                     tracing::warn!(%why, "the twin refused");

@@ -12,7 +12,9 @@
 
 use std::collections::VecDeque;
 
-use super::msg::{Position, PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+use super::msg::{
+    Position, PrimaryMsg, Refusal, StoreHealth, TwinMsg, MAX_STALL_ERROR, PROTOCOL_VERSION,
+};
 use super::primary::Timers;
 use super::wire::{FrameDecoder, FrameEvent};
 use super::Now;
@@ -74,6 +76,8 @@ pub struct TwinCore {
     decoder: FrameDecoder,
     transmit: VecDeque<TwinMsg>,
     actions: VecDeque<TwinAction>,
+    /// The store report last sent on this connection.
+    store_sent: Option<StoreHealth>,
 }
 
 impl TwinCore {
@@ -103,7 +107,30 @@ impl TwinCore {
             decoder: FrameDecoder::default(),
             transmit,
             actions: VecDeque::new(),
+            store_sent: None,
         }
+    }
+
+    /// This box's store as it is now: reported to the primary once
+    /// streaming, and again whenever it changes.
+    pub fn report_store(&mut self, mut health: StoreHealth) {
+        if self.state != TwinState::Streaming {
+            return;
+        }
+        if let Some(s) = health.stalled.as_mut() {
+            if s.error.len() > MAX_STALL_ERROR {
+                let mut cut = MAX_STALL_ERROR;
+                while !s.error.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                s.error.truncate(cut);
+            }
+        }
+        if self.store_sent.as_ref() == Some(&health) {
+            return;
+        }
+        self.store_sent = Some(health.clone());
+        self.transmit.push_back(TwinMsg::Store(health));
     }
 
     pub fn state(&self) -> TwinState {

@@ -48,6 +48,19 @@ pub struct EraseBody {
     pub repos: Vec<String>,
 }
 
+/// A StoreSkip frame's blob: the store skips frame `seq` (whose payload
+/// crc is `crc`) on every box where it does not apply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkipBody {
+    pub seq: u64,
+    pub crc: u32,
+    /// The operator's reason, kept with the record.
+    pub reason: String,
+}
+
+/// The longest reason a StoreSkip frame carries.
+pub const MAX_SKIP_REASON: usize = 1024;
+
 /// A frame ready to append: kind, encoded meta, blob.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FrameParts {
@@ -64,6 +77,20 @@ fn encode_meta(repo: &str, detail: &[u8]) -> Result<Vec<u8>> {
     .encode()?)
 }
 
+/// A RepoStore, Refs, Erase or StoreSkip blob, refused here when it is
+/// larger than the applier reads ([`MAX_SMALL_BLOB`]).
+fn small_blob<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    let b = postcard_bytes(v)?;
+    if b.len() as u64 > MAX_SMALL_BLOB {
+        return Err(StoreError::TooLarge {
+            what: "RepoStore, Refs or Erase blob",
+            len: b.len() as u64,
+            max: MAX_SMALL_BLOB,
+        });
+    }
+    Ok(b)
+}
+
 fn postcard_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     postcard::to_stdvec(v).map_err(|e| StoreError::BadFrame {
         seq: 0,
@@ -71,8 +98,15 @@ fn postcard_bytes<T: Serialize>(v: &T) -> Result<Vec<u8>> {
     })
 }
 
+/// The longest directory name a file system takes (`NAME_MAX` on Linux):
+/// a repository's directory is one component, its name %-encoded.
+pub const MAX_REPO_DIR_NAME: usize = 255;
+
 /// Check a repository name: non-empty UTF-8 of at most 255 bytes, no NUL,
-/// no `..` component, so every name maps to one directory and back.
+/// no `..` component, and a directory name ([`super::repo_dir_name`]) of
+/// at most [`MAX_REPO_DIR_NAME`] bytes, so every name maps to one
+/// directory and back on every box. A name refused here never reaches the
+/// log: what the log holds must apply wherever it is replayed.
 pub fn check_repo_name(name: &str) -> Result<()> {
     let bad = |why: &str| {
         Err(StoreError::BadName {
@@ -91,6 +125,16 @@ pub fn check_repo_name(name: &str) -> Result<()> {
         .any(|c| c.is_empty() || c == "." || c == "..")
     {
         return bad("a repository name has no empty, '.' or '..' component");
+    }
+    let dir_len = super::repo_dir_name(name).len();
+    if dir_len > MAX_REPO_DIR_NAME {
+        return Err(StoreError::BadName {
+            name: name.to_owned(),
+            why: format!(
+                "its directory name (each byte outside [A-Za-z0-9._-] as %XX) has {dir_len} bytes, \
+                 more than the {MAX_REPO_DIR_NAME} a file name may have"
+            ),
+        });
     }
     Ok(())
 }
@@ -140,7 +184,7 @@ pub fn refs_frame(repo: &str, at_ms: u64, updates: &[RefUpdate]) -> Result<Frame
     Ok(FrameParts {
         kind: Kind::Refs,
         meta: encode_meta(repo, &[])?,
-        blob: postcard_bytes(&body)?,
+        blob: small_blob(&body)?,
     })
 }
 
@@ -152,9 +196,29 @@ pub fn erase_frame(before: u64, repos: &[String]) -> Result<FrameParts> {
     Ok(FrameParts {
         kind: Kind::Erase,
         meta: encode_meta("", &[])?,
-        blob: postcard_bytes(&EraseBody {
+        blob: small_blob(&EraseBody {
             before,
             repos: repos.to_vec(),
+        })?,
+    })
+}
+
+/// A StoreSkip frame: skip frame `seq` (payload crc `crc`).
+pub fn skip_frame(seq: u64, crc: u32, reason: &str) -> Result<FrameParts> {
+    if reason.len() > MAX_SKIP_REASON {
+        return Err(StoreError::TooLarge {
+            what: "skip reason",
+            len: reason.len() as u64,
+            max: MAX_SKIP_REASON as u64,
+        });
+    }
+    Ok(FrameParts {
+        kind: Kind::StoreSkip,
+        meta: encode_meta("", &[])?,
+        blob: small_blob(&SkipBody {
+            seq,
+            crc,
+            reason: reason.to_owned(),
         })?,
     })
 }

@@ -21,6 +21,7 @@ pub mod install;
 pub mod lfs;
 mod marker;
 pub mod repo;
+pub mod skips;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
@@ -33,6 +34,7 @@ use crate::pushlog::{Push, PushLogError, RefUpdate};
 
 pub use frames::{FrameParts, PackBuilder, RepoOp};
 pub use repo::Repo;
+pub use skips::SkipRecord;
 pub use snapshot::{Manifest, ManifestFile};
 
 /// A result of the store.
@@ -97,6 +99,26 @@ pub enum StoreError {
     /// A snapshot whose files do not match its manifest.
     #[error("snapshot {}: {what}", dir.display())]
     BadSnapshot { dir: PathBuf, what: String },
+    /// The store is stopped at frame `seq`, which did not apply: nothing is
+    /// appended until it applies or is skipped.
+    #[error("the store is stopped at frame {seq}, which does not apply: {why}")]
+    Stalled { seq: u64, why: String },
+    /// The frame is durable in the log at `seq`, but the store has not
+    /// applied it: it applies once the store can, on every box.
+    #[error("frame {seq} is durable in the log, and the store has not applied it yet: {why}")]
+    NotApplied { seq: u64, why: String },
+    /// A skip of a frame the store is not stopped at.
+    #[error("the store is not stopped at frame {seq}{}", stalled.map_or(String::new(), |s| format!(" (it is stopped at {s})")))]
+    NotStalledAt { seq: u64, stalled: Option<u64> },
+    /// Frame `seq` is durable in the log and did not apply: the store stops
+    /// there until it applies (a retry after a fix) or a StoreSkip frame
+    /// skips it.
+    #[error("frame {seq} (kind {kind}) did not apply: {source}")]
+    Apply {
+        seq: u64,
+        kind: u16,
+        source: Box<StoreError>,
+    },
 }
 
 impl From<crate::objects::Error> for StoreError {
@@ -142,6 +164,7 @@ pub struct Store {
     history: HistoryId,
     applied: u64,
     marker: marker::AppliedMarker,
+    skips: skips::Skips,
     repos: BTreeMap<String, Repo>,
     opts: StoreOptions,
 }
@@ -180,7 +203,8 @@ pub fn is_store_kind(kind: u16) -> bool {
             | Kind::LfsPut
             | Kind::LfsDelete
             | Kind::ControlDoc
-            | Kind::Erase)
+            | Kind::Erase
+            | Kind::StoreSkip)
     )
 }
 
@@ -255,11 +279,13 @@ impl Store {
             })?;
             repos.insert(name, Repo::open(&e.path(), opts.cache_bytes)?);
         }
+        let skips = skips::Skips::open(&dir)?;
         Ok(Store {
             applied: marker.applied(),
             dir,
             history,
             marker,
+            skips,
             repos,
             opts,
         })
@@ -300,35 +326,91 @@ impl Store {
             });
         }
         let mut done = Applied::default();
-        if self.applied == head {
-            return Ok(done);
-        }
-        if self.applied + 1 < log.first_seq() {
-            return Err(StoreError::BelowFloor {
-                need: self.applied + 1,
-                first: log.first_seq(),
-            });
-        }
-        // Headers only, in one pass: frames that are not the store's cost
-        // no lookup of their own.
-        log.scan_kinds::<StoreError>(self.applied + 1, head, |seq, kind| {
-            if is_store_kind(kind) {
-                let a = self.apply(log, seq)?;
-                done.objects += a.objects;
-                done.bytes += a.bytes;
-            } else if seq == self.applied + 1 {
-                self.applied = seq;
-            } else {
-                return Err(StoreError::BadFrame {
-                    seq,
-                    why: format!("the store applies {} next", self.applied + 1),
+        while self.applied < head {
+            if self.applied + 1 < log.first_seq() {
+                return Err(StoreError::BelowFloor {
+                    need: self.applied + 1,
+                    first: log.first_seq(),
                 });
             }
-            done.frames += 1;
-            Ok(())
-        })?;
+            // Headers only, in one pass: frames that are not the store's
+            // cost no lookup of their own.
+            let pass = log.scan_kinds::<StoreError>(self.applied + 1, head, |seq, kind| {
+                if is_store_kind(kind) {
+                    let a = self.apply(log, seq).map_err(|e| match e {
+                        e @ StoreError::Apply { .. } => e,
+                        e => StoreError::Apply {
+                            seq,
+                            kind,
+                            source: Box::new(e),
+                        },
+                    })?;
+                    done.objects += a.objects;
+                    done.bytes += a.bytes;
+                } else if seq == self.applied + 1 {
+                    self.applied = seq;
+                } else {
+                    return Err(StoreError::BadFrame {
+                        seq,
+                        why: format!("the store applies {} next", self.applied + 1),
+                    });
+                }
+                done.frames += 1;
+                Ok(())
+            });
+            match pass {
+                Ok(()) => {}
+                Err(StoreError::Apply { seq, kind, source }) => {
+                    // What applied before it stays applied.
+                    self.checkpoint()?;
+                    match self.find_skip(log, seq, head)? {
+                        Some(by) => {
+                            let crc = log.locate_blob(seq)?.payload_crc;
+                            tracing::warn!(
+                                seq, kind, by, error = %source,
+                                "the store skips a frame that does not apply, as a StoreSkip frame says"
+                            );
+                            self.skips.record(SkipRecord {
+                                seq,
+                                kind,
+                                crc,
+                                by,
+                                error: source.to_string(),
+                            })?;
+                            self.applied = seq;
+                            done.frames += 1;
+                        }
+                        None => return Err(StoreError::Apply { seq, kind, source }),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.checkpoint()?;
         Ok(done)
+    }
+
+    /// The StoreSkip frame after `seq` (through `head`) that skips it, if
+    /// the log holds one: its seq. A skip names the frame by seq and
+    /// payload crc, so it never skips another frame at that number.
+    fn find_skip(&self, log: &Log, seq: u64, head: u64) -> Result<Option<u64>> {
+        let crc = log.locate_blob(seq)?.payload_crc;
+        let mut found = None;
+        log.scan_kinds::<StoreError>(seq + 1, head, |at, kind| {
+            if found.is_none() && kind == Kind::StoreSkip.as_u16() {
+                let body: frames::SkipBody = frames::decode_small(at, &log.read(at)?.blob)?;
+                if body.seq == seq && body.crc == crc {
+                    found = Some(at);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(found)
+    }
+
+    /// The frames this store skipped, oldest first.
+    pub fn skipped(&self) -> Vec<SkipRecord> {
+        self.skips.all().cloned().collect()
     }
 
     /// Record the applied seq durably.
@@ -451,6 +533,26 @@ impl Store {
                     }
                 }
             }
+            Some(Kind::StoreSkip) => {
+                let body: frames::SkipBody =
+                    frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
+                // The skipped frame came first: catch_up skipped it here, or
+                // it applied here and this box differs from one that
+                // skipped it, which is said loudly.
+                if body.seq >= seq {
+                    return Err(StoreError::BadFrame {
+                        seq,
+                        why: format!("a skip of frame {} at {seq}", body.seq),
+                    });
+                }
+                if self.skips.get(body.seq).is_none() && body.seq >= log.first_seq() {
+                    tracing::warn!(
+                        seq, skipped = body.seq,
+                        "a StoreSkip frame names a frame this store applied: this box kept its effect"
+                    );
+                }
+                done.bytes = 0;
+            }
             // Erased data, the embedding Wal's records and applications' own
             // kinds are no state of the store.
             Some(Kind::Redacted | Kind::Record | Kind::App(_) | Kind::Reserved(_)) | None => {
@@ -515,10 +617,9 @@ impl Store {
         };
         let from = repo.dir().to_owned();
         drop(repo);
-        let to =
-            self.dir
-                .join("trash")
-                .join(format!("{}.{}", repo_dir_name(name), self.applied + 1));
+        // Named by the purging frame alone: a repository's directory name
+        // may already be as long as a file name can be.
+        let to = self.dir.join("trash").join((self.applied + 1).to_string());
         std::fs::rename(&from, &to)?;
         sync_dir(&from)?;
         sync_dir(&to)?;

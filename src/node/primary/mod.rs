@@ -66,6 +66,8 @@ pub struct Primary {
     head: watch::Sender<(u64, u64)>,
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
+    /// The twin's store as it last reported it.
+    twin_store: watch::Sender<Option<crate::repl::StoreHealth>>,
     status: Mutex<Status>,
     /// Client requests in progress, so a shutdown can let them finish.
     inflight: watch::Sender<usize>,
@@ -128,6 +130,7 @@ impl Primary {
             cfg,
             head: watch::channel((head, 0)).0,
             acked: watch::channel(0).0,
+            twin_store: watch::channel(None).0,
             status: Mutex::new(Status::default()),
             inflight: watch::channel(0).0,
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -154,6 +157,8 @@ impl Primary {
         s.log_bytes = self.log.bytes();
         s.twin_hold = self.hold();
         s.twin_below_floor = self.twin_below_floor();
+        s.store = self.store.as_ref().map(|h| h.health());
+        s.twin_store = self.twin_store.borrow().clone();
         s
     }
 
@@ -335,6 +340,12 @@ impl Primary {
                     PrimaryAction::BelowFloor { twin_head, first } => {
                         tracing::warn!(twin_head, first, "the twin is below the retention floor");
                     }
+                    PrimaryAction::TwinStore(health) => {
+                        if let Some(st) = &health.stalled {
+                            tracing::warn!(seq = st.seq, error = %st.error, "the twin's store is stopped");
+                        }
+                        self.twin_store.send_replace(Some(health));
+                    }
                     PrimaryAction::Close(why) => {
                         let _ = ctl_send.finish();
                         return Ok(why.to_string());
@@ -489,6 +500,13 @@ impl Primary {
                 len,
                 durability,
             } => self.put_doc(name, len, durability, &mut recv).await,
+            Request::StoreRetry => self.store_retry().await,
+            Request::StoreSkip {
+                seq,
+                reason,
+                force,
+                durability,
+            } => self.store_skip(seq, reason, force, durability).await,
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }

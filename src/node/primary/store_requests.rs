@@ -56,11 +56,8 @@ impl Primary {
                 head + 1
             )));
         }
-        self.store_write(
-            move |host| host.append_frame(&crate::store::frames::erase_frame(before, &repos)?),
-            durability,
-        )
-        .await
+        self.store_write(move |host| host.erase(before, &repos), durability)
+            .await
     }
 
     /// A push: the pack streams from the request into the store host's
@@ -165,11 +162,61 @@ impl Primary {
         if let Err(e) = recv.read_exact(&mut content).await {
             return Response::Error(ApiError::BadRequest(format!("document: {e}")));
         }
-        self.store_write(
-            move |host| host.append_frame(&crate::store::frames::doc_frame(&name, &content)?),
-            durability,
-        )
-        .await
+        self.store_write(move |host| host.put_doc(&name, &content), durability)
+            .await
+    }
+
+    /// Try a stopped store again now; answers its health either way.
+    pub(super) async fn store_retry(&self) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let h2 = host.clone();
+        match tokio::task::spawn_blocking(move || h2.retry()).await {
+            Ok(Ok(_)) | Ok(Err(crate::store::StoreError::Stalled { .. })) => {
+                Response::Store(host.health())
+            }
+            Ok(Err(e)) => Response::Error(e.into()),
+            Err(e) => Response::Error(ApiError::Store(e.to_string())),
+        }
+    }
+
+    /// Skip the frame the store stopped at, on both boxes. Unless forced,
+    /// only when the twin's store stopped at the same frame: a frame the
+    /// twin applied, skipped here, would leave the boxes different.
+    pub(super) async fn store_skip(
+        &self,
+        seq: u64,
+        reason: String,
+        force: bool,
+        durability: Durability,
+    ) -> Response {
+        if !force {
+            let twin = self.twin_store.borrow().clone();
+            let refusal = match twin {
+                None => Some("the twin has not reported its store (is it connected?)".to_string()),
+                Some(h) => match h.stalled {
+                    Some(st) if st.seq == seq => None,
+                    Some(st) => Some(format!("the twin's store is stopped at {}, not here", st.seq)),
+                    None if h.applied >= seq => Some(format!(
+                        "the twin's store applied frame {seq}: skipping it here would leave the boxes different; fix the cause and retry"
+                    )),
+                    None => Some(format!(
+                        "the twin's store has not reached frame {seq} yet (it applied {}): wait until it stops there too",
+                        h.applied
+                    )),
+                },
+            };
+            if let Some(why) = refusal {
+                return Response::Error(ApiError::SkipRefused {
+                    seq,
+                    why: format!("{why}; --force skips it regardless"),
+                });
+            }
+        }
+        self.store_write(move |host| host.skip(seq, &reason), durability)
+            .await
     }
 
     /// A large object delete.
