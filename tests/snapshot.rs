@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::copy_dir;
+use common::{
+    assert_holds_the_staging_like_names, assert_same_files, copy_dir, staging_like_workload,
+    store_files, STAGING_LIKE_DOCS,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -183,6 +186,54 @@ fn an_install_stopped_after_any_step_opens_to_the_old_state_or_the_new() {
             assert_eq!(finished, None);
         }
     }
+}
+
+#[test]
+fn a_snapshot_installs_every_file_of_the_store_whatever_the_names() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(root.path().join("src/log")).expect("log");
+    staging_like_workload(&log);
+    let src = root.path().join("src/store");
+    let opts = StoreOptions {
+        compact_after_pushes: 2,
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open(&src, log.history(), opts).expect("store");
+    let snap = root.path().join("snap");
+    let m = store.snapshot(&log, &snap).expect("snapshot");
+    assert_eq!(m.at, log.head_seq());
+    let (want, docs, files) = (view(&store), docs_of(&store), store_files(&src));
+    drop(store);
+    assert_holds_the_staging_like_names(&files);
+
+    let twin = root.path().join("twin");
+    let paths = InstallPaths::new(&twin);
+    let tlog = Log::open(twin.join("log")).expect("log");
+    install::stage_base(
+        &paths,
+        &SnapshotBase {
+            at: m.at,
+            crc_at: log.locate_blob(m.at).expect("locate").payload_crc,
+            history: log.history().0,
+        },
+    )
+    .expect("stage");
+    copy_dir(&snap, &paths.files());
+    install::install(&paths, &tlog, None).expect("install");
+    // Compared before the store opens: an object index (redb) writes to
+    // its file when opened.
+    assert_same_files(&files, &store_files(&paths.store()));
+    let store = Store::open(paths.store(), tlog.history(), StoreOptions::default()).expect("store");
+    assert_eq!(view(&store), want);
+    assert_eq!(docs_of(&store), docs);
+}
+
+/// Every document of the workload's names, as the store reads it.
+fn docs_of(store: &Store) -> Vec<Option<Vec<u8>>> {
+    STAGING_LIKE_DOCS
+        .iter()
+        .map(|d| store.doc(d).expect("doc"))
+        .collect()
 }
 
 fn fast() -> Timers {
