@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{copy_dir, files_containing};
+use common::{
+    assert_holds_the_staging_like_names, assert_same_files, copy_dir, files_containing, push_blob,
+    staging_like_workload, store_files, STAGING_LIKE_REPOS,
+};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -107,23 +110,29 @@ fn twin_after_a_snapshot(root: &Path) -> (PathBuf, u64, StoreView) {
         kept = Some(push(&src, "kept", &[b'k', i], kept));
     }
     store.catch_up(&src).expect("catch up");
+    let twin = twin_from(root, &src, &snap, m.at);
+    (twin, src.head_seq(), store_view(&store))
+}
 
+/// A twin in `root/twin` that installed the snapshot of `src` at `at` in
+/// `snap`, then took and applied `src`'s frames after it.
+fn twin_from(root: &Path, src: &Log, snap: &Path, at: u64) -> PathBuf {
     let twin = root.join("twin");
     let paths = InstallPaths::new(&twin);
     let tlog = Log::open(twin.join("log")).expect("twin log");
     install::stage_base(
         &paths,
         &SnapshotBase {
-            at: m.at,
-            crc_at: src.locate_blob(m.at).expect("locate").payload_crc,
+            at,
+            crc_at: src.locate_blob(at).expect("locate").payload_crc,
             history: src.history().0,
         },
     )
     .expect("stage");
-    copy_dir(&snap, &paths.files());
+    copy_dir(snap, &paths.files());
     install::install(&paths, &tlog, None).expect("install");
     tlog.set_follower(true);
-    for seq in m.at + 1..=src.head_seq() {
+    for seq in at + 1..=src.head_seq() {
         let e = src.read(seq).expect("read");
         tlog.append_at(seq, e.kind, &e.meta, &e.blob)
             .expect("append_at");
@@ -133,10 +142,10 @@ fn twin_after_a_snapshot(root: &Path) -> (PathBuf, u64, StoreView) {
     tstore.catch_up(&tlog).expect("catch up");
     assert_eq!(
         tlog.first_seq(),
-        m.at + 1,
+        at + 1,
         "the twin's log starts after the snapshot"
     );
-    (twin, src.head_seq(), store_view(&store))
+    twin
 }
 
 /// Serve restores from the twin's data directory, in this process.
@@ -206,6 +215,65 @@ async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_ret
     // The box now has history: a second restore into it is refused.
     let again = restore::restore(opts(), Arc::new(|_| {})).await;
     assert!(matches!(again, Err(RestoreError::NotFresh(_))), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_box_holds_every_file_of_the_twin_s_store_whatever_the_names() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let src = Log::open(root.path().join("src/log")).expect("log");
+    staging_like_workload(&src);
+    let opts = StoreOptions {
+        compact_after_pushes: 2,
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open(root.path().join("src/store"), src.history(), opts).expect("store");
+    let snap = root.path().join("snap");
+    let m = store.snapshot(&src, &snap).expect("snapshot");
+    // A push to each repository after the snapshot: the twin applies it to
+    // the repository the snapshot gave it.
+    for repo in STAGING_LIKE_REPOS {
+        let head = store.refs(repo).expect("refs")["refs/heads/main"];
+        push_blob(&src, repo, format!("{repo} after").as_bytes(), Some(head));
+    }
+    drop(store);
+    let twin = twin_from(root.path(), &src, &snap, m.at);
+    assert_holds_the_staging_like_names(&store_files(&twin.join("store")));
+    let view_of = |dir: PathBuf| {
+        let store = Store::open(dir, src.history(), StoreOptions::default()).expect("store");
+        store_view(&store)
+    };
+    let twin_view = view_of(twin.join("store"));
+
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
+    let data = root.path().join("box");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let report = restore::restore(
+        RestoreOptions {
+            data_dir: data.clone(),
+            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
+            source: addr,
+            source_fingerprint: twin_id.fingerprint(),
+            identity: box_id.clone(),
+        },
+        Arc::new(|_| {}),
+    )
+    .await
+    .expect("restore");
+    assert_eq!(report.snapshot_at, Some(src.head_seq()), "{report:?}");
+    // Both stores have been opened since the copy, and an object index
+    // (redb) writes to its file when opened: the indexes are compared by
+    // what they hold, every other file byte for byte.
+    let without_indexes = |dir: &Path| {
+        let mut f = store_files(dir);
+        f.retain(|path, _| !path.ends_with("/objects.redb"));
+        f
+    };
+    assert_same_files(
+        &without_indexes(&twin.join("store")),
+        &without_indexes(&data.join("store")),
+    );
+    assert_eq!(view_of(data.join("store")), twin_view);
 }
 
 // ---- The same with real processes, killed inside a large entry. ----

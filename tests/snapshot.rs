@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::copy_dir;
+use common::{
+    assert_holds_the_staging_like_names, assert_same_files, copy_dir, staging_like_workload,
+    store_files, STAGING_LIKE_DOCS,
+};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -183,6 +186,54 @@ fn an_install_stopped_after_any_step_opens_to_the_old_state_or_the_new() {
             assert_eq!(finished, None);
         }
     }
+}
+
+#[test]
+fn a_snapshot_installs_every_file_of_the_store_whatever_the_names() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(root.path().join("src/log")).expect("log");
+    staging_like_workload(&log);
+    let src = root.path().join("src/store");
+    let opts = StoreOptions {
+        compact_after_pushes: 2,
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open(&src, log.history(), opts).expect("store");
+    let snap = root.path().join("snap");
+    let m = store.snapshot(&log, &snap).expect("snapshot");
+    assert_eq!(m.at, log.head_seq());
+    let (want, docs, files) = (view(&store), docs_of(&store), store_files(&src));
+    drop(store);
+    assert_holds_the_staging_like_names(&files);
+
+    let twin = root.path().join("twin");
+    let paths = InstallPaths::new(&twin);
+    let tlog = Log::open(twin.join("log")).expect("log");
+    install::stage_base(
+        &paths,
+        &SnapshotBase {
+            at: m.at,
+            crc_at: log.locate_blob(m.at).expect("locate").payload_crc,
+            history: log.history().0,
+        },
+    )
+    .expect("stage");
+    copy_dir(&snap, &paths.files());
+    install::install(&paths, &tlog, None).expect("install");
+    // Compared before the store opens: an object index (redb) writes to
+    // its file when opened.
+    assert_same_files(&files, &store_files(&paths.store()));
+    let store = Store::open(paths.store(), tlog.history(), StoreOptions::default()).expect("store");
+    assert_eq!(view(&store), want);
+    assert_eq!(docs_of(&store), docs);
+}
+
+/// Every document of the workload's names, as the store reads it.
+fn docs_of(store: &Store) -> Vec<Option<Vec<u8>>> {
+    STAGING_LIKE_DOCS
+        .iter()
+        .map(|d| store.doc(d).expect("doc"))
+        .collect()
 }
 
 fn fast() -> Timers {
@@ -380,21 +431,27 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
             .await
             .expect("push");
     }
+    // Retention runs in passes: one during the pushes may pass the twin
+    // while later pushes take the log back over its cap, so the wait is for
+    // both, the cap allowing the open segment.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !primary.status().twin_below_floor {
+    let st = loop {
+        let st = primary.status();
+        if st.twin_below_floor && st.log_bytes <= (256 << 10) + (64 << 10) {
+            break st;
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "retention never passed the twin"
+            "retention never passed the twin and held the log to its cap: {st:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let st = primary.status();
-    assert!(st.log_bytes <= (256 << 10) + (64 << 10), "{st:?}");
+    };
     assert!(st.first > tlog.head_seq(), "{st:?}");
 
     // A `twin` append made while the twin is away: the snapshot the twin
     // comes back to is taken past it, so the twin will never hold it, and
     // the answer says so instead of acknowledging it as on the twin.
+    let before = plog.head_seq();
     let waiting = {
         let c = Client::connect(&cid, pid.fingerprint(), addr)
             .await
@@ -409,25 +466,36 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // It is in the primary's log before the twin returns, so the snapshot
+    // is taken past it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while plog.head_seq() == before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the append never reached the primary's log"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // The twin returns, below the floor: a snapshot, then the stream.
     let (_stop, _task) = run_twin();
     let head = plog.head_seq();
+    // The twin counts an install in its status only after the installed
+    // store and log are there for anyone to see: the wait is for the count
+    // too, not only for the twin's store and log at the head.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let ts = loop {
+        let ts = twin.status();
         let applied = tstore.lock().expect("store").applied();
-        if applied >= head && tlog.head_seq() >= head {
-            break;
+        if ts.snapshots_installed > 0 && applied >= head && tlog.head_seq() >= head {
+            break ts;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "twin at {} (store {applied}) of {head}: {:?}",
+            "twin at {} (store {applied}) of {head}: {ts:?}",
             tlog.head_seq(),
-            twin.status()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ts = twin.status();
+    };
     assert_eq!(ts.snapshots_installed, 1, "{ts:?}");
     let answer = waiting.await.expect("join");
     assert!(

@@ -365,6 +365,27 @@ fn an_erase_leaves_what_a_replay_of_the_erased_log_gives() {
 }
 
 #[test]
+fn what_a_crash_left_staged_is_gone_at_the_next_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    workload(&log);
+    let path = dir.path().join("store");
+    let v = {
+        let mut s = fresh_store(&path, &log);
+        s.catch_up(&log).expect("catch up");
+        view(&s)
+    };
+    // A put, a document and something else, each staged and never renamed.
+    let tmp = path.join(twinlog::store::TMP_DIR);
+    std::fs::write(tmp.join("lfs-99"), b"half a large object").expect("write");
+    std::fs::write(tmp.join("doc-policy.toml"), b"retain = 9").expect("write");
+    std::fs::create_dir_all(tmp.join("stray/deeper")).expect("mkdir");
+    let s = fresh_store(&path, &log);
+    assert_eq!(view(&s), v);
+    assert!(std::fs::read_dir(&tmp).expect("tmp").next().is_none());
+}
+
+#[test]
 fn a_snapshot_holds_exactly_the_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path().join("log")).expect("log");

@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::frames::{hex, LFS_OID_LEN};
-use super::{sync_dir, Result, StoreError};
+use super::{fsync_dir, sync_dir, Result, StoreError};
 
 const RECORD_LEN: usize = 48;
 const OP_PUT: u32 = 1;
@@ -66,25 +66,23 @@ fn decode(b: &[u8]) -> Option<LfsOp> {
 #[derive(Debug)]
 pub struct Lfs {
     dir: PathBuf,
+    /// The store's tmp directory, where puts and journal rewrites are
+    /// staged: on the same file system, and out of reach of every name.
+    staging: PathBuf,
     journal: File,
     journal_path: PathBuf,
     ops: Vec<LfsOp>,
 }
 
 impl Lfs {
-    /// Open or create the objects of the repository at `repo_dir`.
-    pub fn open(repo_dir: &Path) -> Result<Lfs> {
+    /// Open or create the objects of the repository at `repo_dir`, staging
+    /// files in `staging` (which the store empties at its open, so partial
+    /// puts a crash left behind are gone).
+    pub fn open(repo_dir: &Path, staging: &Path) -> Result<Lfs> {
         let dir = repo_dir.join("lfs");
         if !dir.exists() {
             std::fs::create_dir_all(&dir)?;
             sync_dir(&dir)?;
-        }
-        // Partial puts a crash left behind.
-        for e in std::fs::read_dir(&dir)? {
-            let e = e?;
-            if e.file_name().to_string_lossy().starts_with("tmp-") {
-                std::fs::remove_file(e.path())?;
-            }
         }
         let journal_path = repo_dir.join("lfs.journal");
         let mut journal = OpenOptions::new()
@@ -111,6 +109,7 @@ impl Lfs {
         }
         Ok(Lfs {
             dir,
+            staging: staging.to_owned(),
             journal,
             journal_path,
             ops,
@@ -134,7 +133,8 @@ impl Lfs {
 
     /// Start a put of frame `seq`.
     pub fn begin_put(&self, seq: u64, oid: [u8; LFS_OID_LEN]) -> Result<LfsPut> {
-        let tmp = self.dir.join(format!("tmp-{seq}"));
+        // A seq is one frame of the whole store: no other staged file has it.
+        let tmp = self.staging.join(format!("lfs-{seq}"));
         let file = File::create(&tmp)?;
         Ok(LfsPut {
             tmp,
@@ -145,8 +145,8 @@ impl Lfs {
         })
     }
 
-    /// Finish a put: the content must hash to its oid. Durable, then
-    /// journaled.
+    /// Finish a put: the content must hash to its oid. Durable (the file,
+    /// then both directories the rename touched), then journaled.
     pub fn finish_put(&mut self, mut put: LfsPut) -> Result<()> {
         let got = put.hasher.finish();
         if got.as_ref() != put.oid {
@@ -163,7 +163,8 @@ impl Lfs {
         put.file.flush()?;
         put.file.sync_all()?;
         std::fs::rename(&put.tmp, self.path_of(&put.oid))?;
-        sync_dir(&self.dir.join("x"))?;
+        fsync_dir(&self.dir)?;
+        fsync_dir(&self.staging)?;
         self.record(LfsOp {
             seq: put.seq,
             put: true,
@@ -218,7 +219,9 @@ impl Lfs {
                 .copied()
                 .filter(|o| o.seq >= before)
                 .collect();
-            let staged = self.journal_path.with_extension("journal.staged");
+            // The repositories of one erase are rewritten one after the
+            // other, each renamed away before the next is staged.
+            let staged = self.staging.join(format!("lfs-journal-{before}"));
             let mut f = File::create(&staged)?;
             for op in &kept {
                 f.write_all(&encode(op))?;
@@ -226,6 +229,7 @@ impl Lfs {
             f.sync_all()?;
             std::fs::rename(&staged, &self.journal_path)?;
             sync_dir(&self.journal_path)?;
+            fsync_dir(&self.staging)?;
             self.journal = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -324,7 +328,7 @@ mod tests {
     #[test]
     fn puts_deletes_and_erase_follow_the_journal() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut l = Lfs::open(dir.path()).expect("open");
+        let mut l = Lfs::open(dir.path(), dir.path()).expect("open");
         let a = put(&mut l, 2, b"early object");
         let b = put(&mut l, 4, b"late object");
         let c = put(&mut l, 5, b"deleted later");
@@ -333,7 +337,7 @@ mod tests {
         assert_eq!(l.erase_before(3).expect("erase"), 1);
         assert!(!l.contains(&a) && l.contains(&b));
         drop(l);
-        let l = Lfs::open(dir.path()).expect("reopen");
+        let l = Lfs::open(dir.path(), dir.path()).expect("reopen");
         assert_eq!(l.last_seq(), 6);
         assert_eq!(l.list().expect("list"), vec![b]);
         assert!(l.ops.iter().all(|o| o.seq >= 3));
@@ -342,7 +346,7 @@ mod tests {
     #[test]
     fn a_put_that_does_not_hash_to_its_oid_is_refused_and_leaves_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut l = Lfs::open(dir.path()).expect("open");
+        let mut l = Lfs::open(dir.path(), dir.path()).expect("open");
         let mut p = l.begin_put(1, [7u8; 32]).expect("begin");
         p.write(b"other bytes").expect("write");
         assert!(matches!(

@@ -158,6 +158,12 @@ pub struct Applied {
     pub bytes: u64,
 }
 
+/// The directory, directly under the store, where every file the store
+/// stages before a rename is written: beside `repos/` and `docs/`, so no
+/// repository or document name reaches it. Emptied at every open and never
+/// part of a snapshot.
+pub const TMP_DIR: &str = "tmp";
+
 /// The store of one box.
 pub struct Store {
     dir: PathBuf,
@@ -243,11 +249,11 @@ impl Store {
     /// Open or create the store in `dir` for the log of `history`. A store
     /// of another history is refused by name (one that has applied nothing
     /// takes the new history: its log was fresh and adopted a leader's); what a crash left half done
-    /// (a purge, an unindexed pack, a torn push or journal record) is
+    /// (a purge, a staged file, an unindexed pack, a torn push or journal record) is
     /// finished or cut here.
     pub fn open(dir: impl AsRef<Path>, history: HistoryId, opts: StoreOptions) -> Result<Store> {
         let dir = dir.as_ref().to_owned();
-        for sub in ["repos", "docs", "trash"] {
+        for sub in ["repos", "docs", "trash", TMP_DIR] {
             let d = dir.join(sub);
             if !d.exists() {
                 std::fs::create_dir_all(&d)?;
@@ -268,6 +274,17 @@ impl Store {
         for e in std::fs::read_dir(dir.join("trash"))? {
             std::fs::remove_dir_all(e?.path())?;
         }
+        // What a crash left staged was never published: it goes. Not
+        // fsynced, since a removal lost to a power cut is redone here.
+        let tmp = dir.join(TMP_DIR);
+        for e in std::fs::read_dir(&tmp)? {
+            let e = e?;
+            if e.file_type()?.is_dir() {
+                std::fs::remove_dir_all(e.path())?;
+            } else {
+                std::fs::remove_file(e.path())?;
+            }
+        }
         let mut repos = BTreeMap::new();
         for e in std::fs::read_dir(dir.join("repos"))? {
             let e = e?;
@@ -277,7 +294,7 @@ impl Store {
                 at: 0,
                 what: "a directory that names no repository".into(),
             })?;
-            repos.insert(name, Repo::open(&e.path(), opts.cache_bytes)?);
+            repos.insert(name, Repo::open(&e.path(), &tmp, opts.cache_bytes)?);
         }
         let skips = skips::Skips::open(&dir)?;
         Ok(Store {
@@ -293,6 +310,11 @@ impl Store {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where the store stages files (see [`TMP_DIR`]).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.dir.join(TMP_DIR)
     }
 
     pub fn history(&self) -> HistoryId {
@@ -603,7 +625,11 @@ impl Store {
 
     fn create_repo(&mut self, name: &str) -> Result<()> {
         if !self.repos.contains_key(name) {
-            let repo = Repo::open(&self.repo_path(name), self.opts.cache_bytes)?;
+            let repo = Repo::open(
+                &self.repo_path(name),
+                &self.tmp_dir(),
+                self.opts.cache_bytes,
+            )?;
             self.repos.insert(name.to_owned(), repo);
         }
         Ok(())
@@ -627,13 +653,16 @@ impl Store {
         Ok(())
     }
 
+    /// Publish a document by rename from the tmp directory, whose entry
+    /// moves too: both directories are fsynced.
     fn write_doc(&self, name: &str, content: &[u8]) -> Result<()> {
         let path = self.dir.join("docs").join(name);
-        let tmp = self.dir.join("docs").join(format!(".{name}.tmp"));
+        let tmp = self.tmp_dir().join(format!("doc-{name}"));
         std::fs::write(&tmp, content)?;
         File::open(&tmp)?.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         sync_dir(&path)?;
+        sync_dir(&tmp)?;
         Ok(())
     }
 

@@ -51,8 +51,9 @@ fn collect_entry(ev: PackEvent<'_>, body_at: u64, entries: &mut Vec<IndexEntry>)
 
 impl Repo {
     /// Open or create the repository in `dir`, then absorb what a crash left
-    /// between the archive and the index.
-    pub fn open(dir: &Path, cache_bytes: usize) -> Result<Repo> {
+    /// between the archive and the index. Files are staged in `staging`, the
+    /// store's tmp directory.
+    pub fn open(dir: &Path, staging: &Path, cache_bytes: usize) -> Result<Repo> {
         if !dir.exists() {
             std::fs::create_dir_all(dir)?;
             super::sync_dir(dir)?;
@@ -64,7 +65,7 @@ impl Repo {
             cache_bytes,
         )?;
         let pushes = PushLog::open(dir.join("pushlog"))?;
-        let lfs = Lfs::open(dir)?;
+        let lfs = Lfs::open(dir, staging)?;
         let mut repo = Repo {
             dir: dir.to_owned(),
             archive,

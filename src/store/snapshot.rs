@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{fsync_dir, sync_dir, Result, Store, StoreError};
+use super::{fsync_dir, sync_dir, Result, Store, StoreError, TMP_DIR};
 use crate::log::Log;
 
 /// The manifest's file name in a snapshot directory.
@@ -46,8 +46,10 @@ impl Manifest {
 
 const COPY_PIECE: usize = 1 << 20;
 
-/// Every regular file under `dir`, relative, sorted; the trash and files a
-/// write is staging are not state.
+/// Every regular file under a store or a snapshot `dir`, relative, sorted:
+/// all but the top level's trash, tmp directory and manifest. No name below
+/// the top is left out, since repository and document names may be
+/// anything their checks allow.
 fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
@@ -55,11 +57,9 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
         for e in std::fs::read_dir(dir.join(&rel))? {
             let e = e?;
             let name = e.file_name();
-            let lossy = name.to_string_lossy();
-            if rel.as_os_str().is_empty() && (lossy == "trash" || lossy == MANIFEST_NAME) {
-                continue;
-            }
-            if lossy.starts_with("tmp-") || lossy.ends_with(".tmp") || lossy.ends_with(".staged") {
+            if rel.as_os_str().is_empty()
+                && (name == "trash" || name == TMP_DIR || name == MANIFEST_NAME)
+            {
                 continue;
             }
             let ty = e.file_type()?;
