@@ -89,10 +89,12 @@ impl Frame {
     }
 
     /// The frame as `erase` leaves it.
+    /// What an erase leaves of this frame: its kind Redacted, no meta, no
+    /// blob.
     fn erased(&self) -> Frame {
         Frame {
             kind: Kind::Redacted.as_u16(),
-            meta: self.meta.clone(),
+            meta: Vec::new(),
             blob: Vec::new(),
         }
     }
@@ -1494,13 +1496,29 @@ fn erase_redacts_one_repos_data_and_leaves_no_byte_of_it() {
     let done = log.erase(ERASE_BEFORE, &["a".to_string()]).expect("erase");
     assert_eq!(done.frames, targets.len() as u64);
     assert_eq!(done.punched, targets.len() as u64);
-    let blob_bytes: u64 = targets
+    let body_bytes: u64 = targets
         .iter()
-        .map(|&s| frames[s as usize - 1].blob.len() as u64)
+        .map(|&s| {
+            let f = &frames[s as usize - 1];
+            (f.meta.len() + f.blob.len()) as u64
+        })
         .sum();
-    assert_eq!(done.bytes, blob_bytes);
+    assert_eq!(done.bytes, body_bytes);
     assert_eq!(done.segments, touched);
-    assert_eq!(log.erase_syncs() - syncs, 2 * touched);
+    assert_eq!(log.erase_syncs() - syncs, 3 * touched);
+    // Nothing of an erased frame is served: no meta, and the crc of the
+    // zeros its bytes now are, not of what they were.
+    for &seq in &targets {
+        let e = log.read(seq).expect("read");
+        let f = &frames[seq as usize - 1];
+        let len = (f.meta.len() + f.blob.len()) as u64;
+        assert_eq!(
+            e.payload_crc,
+            twinlog::log::format::crc_of_zeros(len),
+            "frame {seq}"
+        );
+        assert!(e.meta.is_empty());
+    }
     assert_eq!((log.head_seq(), log.first_seq()), (head, first));
     assert_eq!(log.layout(), layout);
     assert_erased(&log, &frames, "after erase");
@@ -1517,7 +1535,7 @@ fn erase_redacts_one_repos_data_and_leaves_no_byte_of_it() {
         .erase(ERASE_BEFORE, &["a".to_string()])
         .expect("erase again");
     assert_eq!(again.frames, 0, "{again:?}");
-    assert_eq!(again.segments, touched);
+    assert_eq!(again.segments, 0, "a finished erase is not redone");
     assert_erased(&log, &frames, "after a second erase");
     assert_eq!(log.append_raw(2, b"", b"next").expect("append"), head + 1);
     drop(log);
@@ -1529,15 +1547,22 @@ fn erase_redacts_one_repos_data_and_leaves_no_byte_of_it() {
     assert!(files_hold_mark(dir.path()).is_empty());
 }
 
-/// A power cut between an erase's header sync and its punch sync leaves
-/// erased frames (never a frame failing its crc) with the blob bytes still
-/// on disk; the next erase after reopen punches them.
+/// A power cut inside an erase, at its punch sync or at the sync of its
+/// scrubbed headers, leaves erased frames (never a frame failing its crc,
+/// and none that serves its meta or old crc), maybe with the bytes still on
+/// disk or the meta's length still in the header; the next erase after
+/// reopen finishes both, whichever repository it names.
 #[test]
 fn erase_cut_between_its_steps_is_finished_by_the_next() {
     let frames = erase_frames();
     let targets = erase_targets(&frames);
-    for mode in [CrashMode::LoseUnsynced, CrashMode::KeepPrefix(7)] {
-        let what = format!("{mode:?}");
+    for (crash_sync, mode) in [
+        (2, CrashMode::LoseUnsynced),
+        (2, CrashMode::KeepPrefix(7)),
+        (3, CrashMode::LoseUnsynced),
+        (3, CrashMode::KeepPrefix(7)),
+    ] {
+        let what = format!("crash at sync {crash_sync}, {mode:?}");
         let fs = SimStorage::new();
         let log = open_sim(&fs, ERASE_SEGMENT).expect("open");
         for f in &frames {
@@ -1548,14 +1573,14 @@ fn erase_cut_between_its_steps_is_finished_by_the_next() {
                 .iter()
                 .any(|p| contains(&fs.read_file(p).expect("file"), MARK))
         };
-        // Sync 1 makes the first segment's redacted headers durable; sync 2,
-        // the fsync of its punches, is where the power goes.
-        fs.crash_at_sync(2);
+        // Sync 1 makes the first segment's redacted headers durable; sync 2
+        // is the fsync of its punches, sync 3 that of its scrubbed headers.
+        fs.crash_at_sync(crash_sync);
         assert!(log.erase(ERASE_BEFORE, &["a".to_string()]).is_err());
         assert!(fs.has_crashed());
         drop(log);
         fs.crash(mode);
-        if mode == CrashMode::LoseUnsynced {
+        if crash_sync == 2 && mode == CrashMode::LoseUnsynced {
             assert!(disk_holds_mark(&fs), "{what}: the punches were not lost");
         }
 
@@ -1574,6 +1599,11 @@ fn erase_cut_between_its_steps_is_finished_by_the_next() {
         assert!(redacted > 0, "{what}: the header sync was lost");
         log.range(1, u64::MAX).expect("every crc holds");
 
+        // Another repository's erase finishes what the cut one left.
+        let done = log
+            .erase(ERASE_BEFORE, &["not-a".to_string()])
+            .expect("erase");
+        assert_eq!(done.frames, 0, "{what}");
         let done = log.erase(ERASE_BEFORE, &["a".to_string()]).expect("erase");
         assert_eq!(done.frames, targets.len() as u64 - redacted, "{what}");
         assert_erased(&log, &frames, &what);

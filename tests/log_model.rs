@@ -198,7 +198,9 @@ impl Harness {
                     let carries = Kind::from_u16(f.kind).expect("kind").carries_repo_data();
                     let named = Meta::repo_of(&f.meta).is_ok_and(|r| r == repo);
                     if carries && named {
+                        // Nothing of it stays but its number and length.
                         f.kind = Kind::Redacted.as_u16();
+                        f.meta.clear();
                         f.blob.clear();
                     }
                     let _ = seq;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use twinlog::log::format::{payload_crc, FrameHeader};
 use twinlog::repl::wire::frame_prefix;
 use twinlog::repl::{
-    Now, Position, PrimaryAction, PrimaryCore, PrimaryMsg, PrimaryState, PrimaryView, Refusal,
-    Timers, TwinAction, TwinCore, TwinMsg, TwinState, TwinView, PROTOCOL_VERSION,
+    HeadFrame, Now, Position, PrimaryAction, PrimaryCore, PrimaryMsg, PrimaryState, PrimaryView,
+    Refusal, Timers, TwinAction, TwinCore, TwinMsg, TwinState, TwinView, PROTOCOL_VERSION,
 };
 
 const H: [u8; 16] = [7; 16];
@@ -67,7 +67,7 @@ fn refused(core: &mut PrimaryCore) -> Refusal {
 fn the_primary_refuses_each_kind_of_twin_by_name() {
     let now = Now::system();
     let mut c = primary(10, 1);
-    c.handle_hello(hello([9; 16], 3, 1), Some(1), now);
+    c.handle_hello(hello([9; 16], 3, 1), Some(HeadFrame::crc(1)), now);
     assert!(matches!(refused(&mut c), Refusal::History { .. }));
 
     let mut c = primary(10, 1);
@@ -81,7 +81,7 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
     );
 
     let mut c = primary(10, 1);
-    c.handle_hello(hello(H, 5, 0xaaaa), Some(0xbbbb), now);
+    c.handle_hello(hello(H, 5, 0xaaaa), Some(HeadFrame::crc(0xbbbb)), now);
     assert_eq!(
         refused(&mut c),
         Refusal::Diverged {
@@ -168,7 +168,7 @@ fn a_twin_below_the_floor_enters_its_named_state() {
 fn streaming_is_pipelined_and_acks_are_checked() {
     let now = Now::system();
     let mut c = primary(10, 1);
-    c.handle_hello(hello(H, 4, 9), Some(9), now);
+    c.handle_hello(hello(H, 4, 9), Some(HeadFrame::crc(9)), now);
     assert_eq!(c.state(), PrimaryState::Streaming);
     assert!(matches!(
         c.poll_transmit(),
@@ -234,7 +234,7 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
         },
         now,
     );
-    c.handle_hello(hello(H, 3, 5), Some(5), now);
+    c.handle_hello(hello(H, 3, 5), Some(HeadFrame::crc(5)), now);
     while c.poll_transmit().is_some() {}
     let t1 = now.after(Duration::from_millis(10));
     c.handle_timeout(t1);
@@ -390,4 +390,45 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
     t.handle_message(welcome, now);
     assert_eq!(t.poll_action(), Some(TwinAction::AdoptHistory([1; 16])));
     assert_eq!(t.state(), TwinState::Streaming);
+}
+
+/// An erase keeps no crc of what it erased: a twin whose head is a frame
+/// the primary has erased since (the twin erases it when it applies the
+/// Erase frame that follows) is welcomed, not refused as diverged, and
+/// its store reports arrive only once it streams.
+#[test]
+fn a_twin_head_erased_on_the_primary_since_is_welcomed() {
+    let now = Now::system();
+    let mut c = primary(10, 1);
+    c.handle_hello(
+        hello(H, 5, 0xaaaa),
+        Some(HeadFrame {
+            crc: 0xbbbb,
+            erased: true,
+        }),
+        now,
+    );
+    assert_eq!(c.state(), PrimaryState::Streaming);
+    assert!(matches!(
+        c.poll_transmit(),
+        Some(PrimaryMsg::Welcome { from: 6, .. })
+    ));
+    c.handle_message(
+        TwinMsg::Store(twinlog::repl::StoreHealth {
+            applied: 5,
+            ..Default::default()
+        }),
+        now,
+    );
+    let mut reported = None;
+    while let Some(a) = c.poll_action() {
+        if let PrimaryAction::TwinStore(h) = a {
+            reported = Some(h.applied);
+        }
+    }
+    assert_eq!(reported, Some(5));
+
+    let mut c = primary(10, 1);
+    c.handle_message(TwinMsg::Store(Default::default()), now);
+    assert!(matches!(refused(&mut c), Refusal::Protocol(_)));
 }

@@ -1,5 +1,6 @@
 //! Erase in place: the frames of named repositories rewritten as
-//! `Kind::Redacted` and their blobs punched out, in two durable steps per
+//! `Kind::Redacted`, their meta and blobs punched out and their headers
+//! left with nothing of what was erased, in three durable steps per
 //! segment, with sequence numbers, offsets and the index untouched.
 
 use std::sync::atomic::Ordering;
@@ -34,13 +35,16 @@ impl Log {
     /// one of them exactly. RepoStore frames stay, and frames at or after
     /// `before` are never touched.
     ///
-    /// Per segment, the matching headers are rewritten as
-    /// [`Kind::Redacted`] and made durable with one fdatasync (from then on
-    /// every reader reads them as erased, and a crash leaves erased frames,
-    /// never a frame whose checksum fails), then the blobs are punched out
-    /// (zeros where the file system cannot punch), then one fsync: two per
-    /// segment touched. Idempotent: an erased frame is punched again, so an
-    /// erase a crash cut between its two steps is finished by the next.
+    /// Per segment, three durable steps: the matching headers are rewritten
+    /// as [`Kind::Redacted`] (one fdatasync: from then on every reader reads
+    /// them as erased, and a crash leaves erased frames, never a frame whose
+    /// checksum fails); their meta and blobs are punched out (zeros where
+    /// the file system cannot punch; one fsync); then the headers are
+    /// rewritten once more with no meta and the crc of the zeros
+    /// ([`FrameHeader::as_read`]), so not even the old crc remains (one
+    /// fdatasync). An erased frame whose header still has meta (a crash cut
+    /// the erase, or an older version kept it) is a target of every erase
+    /// whatever its repository, so the next erase finishes the work.
     /// Appends do not wait for it; one erase runs at a time; it considers
     /// published frames only.
     pub fn erase(&self, before: u64, repos: &[String]) -> Result<Erased> {
@@ -83,11 +87,14 @@ impl Log {
         let mut targets = Vec::new();
         for seq in first..=last {
             let at = r.pos();
-            let header = r.expect_frame(seq, &path)?;
+            let header = r.expect_stored_frame(seq, &path)?;
             r.read_into(u64::from(header.meta_len), &mut meta)?;
             r.skip(header.blob_len);
+            let unfinished = header.kind == Kind::Redacted.as_u16() && header.meta_len > 0;
             let carries = Kind::from_u16(header.kind).is_ok_and(Kind::carries_repo_data);
-            if carries && Meta::repo_of(&meta).is_ok_and(|repo| repos.iter().any(|r| r == repo)) {
+            if unfinished
+                || carries && Meta::repo_of(&meta).is_ok_and(|repo| repos.iter().any(|r| r == repo))
+            {
                 targets.push(Target { at, header });
             }
         }
@@ -113,14 +120,29 @@ impl Log {
             .map_err(|e| self.poison_io("erase: fdatasync headers", e))?;
         self.erase_syncs.fetch_add(1, Ordering::SeqCst);
         for t in targets {
-            let blob_at = t.at + FRAME_HEADER_LEN as u64 + u64::from(t.header.meta_len);
-            file.punch(blob_at, t.header.blob_len)
-                .map_err(|e| self.poison_io("erase: punch blob", e))?;
+            let body = u64::from(t.header.meta_len) + t.header.blob_len;
+            file.punch(t.at + FRAME_HEADER_LEN as u64, body)
+                .map_err(|e| self.poison_io("erase: punch meta and blob", e))?;
             done.punched += 1;
-            done.bytes += t.header.blob_len;
+            done.bytes += body;
         }
         file.sync_all()
             .map_err(|e| self.poison_io("erase: fsync punches", e))?;
+        self.erase_syncs.fetch_add(1, Ordering::SeqCst);
+        // Only now, with the bytes gone for good, may the header forget
+        // the meta's length: a crash before this leaves a header that
+        // still says there is meta, which makes the frame a target again.
+        for t in targets {
+            let scrubbed = FrameHeader {
+                kind: Kind::Redacted.as_u16(),
+                ..t.header
+            }
+            .as_read();
+            file.write_all_at(&scrubbed.encode(), t.at)
+                .map_err(|e| self.poison_io("erase: scrub header", e))?;
+        }
+        file.sync_data()
+            .map_err(|e| self.poison_io("erase: fdatasync scrubbed headers", e))?;
         self.erase_syncs.fetch_add(1, Ordering::SeqCst);
         done.segments += 1;
         Ok(())

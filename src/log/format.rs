@@ -149,6 +149,48 @@ impl FrameHeader {
     }
 }
 
+impl FrameHeader {
+    /// The header as readers see it. An erased frame keeps only what
+    /// replication needs: its seq, its kind and its length. It has no meta
+    /// (the bytes that were meta and blob are one blob of zeros) and its
+    /// crc is over those zeros, so nothing of what was erased, not even a
+    /// checksum to brute-force, is served. An erase cut by a crash before
+    /// its last step leaves the old lengths and crc in the header; they are
+    /// shown the same way, and the next erase finishes the rewrite.
+    pub fn as_read(self) -> FrameHeader {
+        if self.kind != super::Kind::Redacted.as_u16() || self.meta_len == 0 {
+            return self;
+        }
+        let blob_len = u64::from(self.meta_len) + self.blob_len;
+        FrameHeader {
+            meta_len: 0,
+            blob_len,
+            payload_crc: crc_of_zeros(blob_len),
+            ..self
+        }
+    }
+}
+
+/// The crc32 of `len` zero bytes, in O(log len): the payload crc of an
+/// erased frame of that length.
+pub fn crc_of_zeros(len: u64) -> u32 {
+    let mut acc = crc32fast::Hasher::new();
+    let mut power = crc32fast::Hasher::new();
+    power.update(&[0]);
+    let mut n = len;
+    while n > 0 {
+        if n & 1 == 1 {
+            acc.combine(&power);
+        }
+        n >>= 1;
+        if n > 0 {
+            let same = power.clone();
+            power.combine(&same);
+        }
+    }
+    acc.finalize()
+}
+
 /// The payload crc: over meta, then blob.
 pub fn payload_crc(meta: &[u8], blob: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();

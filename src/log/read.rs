@@ -118,7 +118,8 @@ impl Log {
         file.read_exact_at(&mut hb, offset)
             .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e}")))?;
         let h = FrameHeader::decode(&hb)
-            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e:?}")))?;
+            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e:?}")))?
+            .as_read();
         if h.seq != seq {
             return Err(Error::corrupt(
                 &path,

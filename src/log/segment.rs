@@ -109,9 +109,17 @@ impl SegmentReader {
         }
     }
 
-    /// The header of frame `seq`, which must be at the position; anything
+    /// The header of frame `seq` as readers see it
+    /// ([`FrameHeader::as_read`]), which must be at the position; anything
     /// else is [`Error::Corrupt`] naming `path` and the offset.
     pub fn expect_frame(&mut self, seq: u64, path: &Path) -> Result<FrameHeader> {
+        self.expect_stored_frame(seq, path)
+            .map(FrameHeader::as_read)
+    }
+
+    /// [`SegmentReader::expect_frame`], the header as stored: what an
+    /// erase rewrites.
+    pub fn expect_stored_frame(&mut self, seq: u64, path: &Path) -> Result<FrameHeader> {
         let at = self.pos;
         match self.next_header()? {
             Next::Frame(h) if h.seq == seq => Ok(h),

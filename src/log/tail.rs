@@ -196,7 +196,7 @@ impl Tail {
         if seg.log.read_exact_at(&mut hb, offset).is_err() {
             return Ok(None);
         }
-        match FrameHeader::decode(&hb) {
+        match FrameHeader::decode(&hb).map(FrameHeader::as_read) {
             Ok(h) if h.seq == self.next => Ok(Some((h, offset, path))),
             _ => Ok(None),
         }

@@ -22,7 +22,9 @@ pub mod wire;
 use std::time::{Duration, Instant};
 
 pub use msg::{Position, PrimaryMsg, Refusal, StoreHealth, StoreStall, TwinMsg, PROTOCOL_VERSION};
-pub use primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers};
+pub use primary::{
+    HeadFrame, PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers,
+};
 pub use twin::{TwinAction, TwinCore, TwinState, TwinView};
 pub use wire::{FrameDecoder, FrameEvent};
 

@@ -376,11 +376,15 @@ impl ReplPair {
             };
             if core.state() == PrimaryState::AwaitingHello {
                 let crc = match &msg {
-                    TwinMsg::Hello { head, .. } => self
-                        .primary
-                        .locate_blob(head.seq)
-                        .ok()
-                        .map(|l| l.payload_crc),
+                    TwinMsg::Hello { head, .. } => {
+                        self.primary
+                            .locate_blob(head.seq)
+                            .ok()
+                            .map(|l| super::HeadFrame {
+                                crc: l.payload_crc,
+                                erased: l.is_erased(),
+                            })
+                    }
                     _ => None,
                 };
                 core.handle_hello(msg, crc, now);

@@ -62,6 +62,22 @@ pub enum PrimaryAction {
     Close(Refusal),
 }
 
+/// The primary's frame at a twin's head, as the handshake compares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadFrame {
+    /// Its payload crc.
+    pub crc: u32,
+    /// Whether it was erased here.
+    pub erased: bool,
+}
+
+impl HeadFrame {
+    /// A frame that was not erased, with this crc.
+    pub fn crc(crc: u32) -> HeadFrame {
+        HeadFrame { crc, erased: false }
+    }
+}
+
 /// Where a connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PrimaryState {
@@ -154,8 +170,8 @@ impl PrimaryCore {
         self.actions.push_back(PrimaryAction::Close(why));
     }
 
-    /// The twin's first message. `crc_at_twin_head` is this log's payload
-    /// crc of the frame at the twin's head, when that frame is retained here.
+    /// The twin's first message. `at_twin_head` is this log's frame at the
+    /// twin's head, when that frame is retained here.
     ///
     /// Same history and the same frame at the twin's head: frames follow
     /// from its head + 1. A twin ahead, holding another frame at its head,
@@ -163,7 +179,11 @@ impl PrimaryCore {
     /// followed a newer epoch (this primary was superseded) (a twin that holds no frame
     /// at all takes this log's history). A twin whose head frame is no
     /// longer retained here is below the floor.
-    pub fn handle_hello(&mut self, hello: TwinMsg, crc_at_twin_head: Option<u32>, now: Now) {
+    ///
+    /// A frame erased here matches whatever the twin holds there: an erase
+    /// leaves no crc of what it erased, and the twin erases the same frame
+    /// when it applies the Erase frame that follows it in this log.
+    pub fn handle_hello(&mut self, hello: TwinMsg, at_twin_head: Option<HeadFrame>, now: Now) {
         self.heard = now;
         let TwinMsg::Hello {
             version,
@@ -204,12 +224,12 @@ impl PrimaryCore {
             });
         }
         if head.seq > 0 {
-            match crc_at_twin_head {
-                Some(crc) if crc == head.crc => {}
-                Some(crc) => {
+            match at_twin_head {
+                Some(f) if f.erased || f.crc == head.crc => {}
+                Some(f) => {
                     return self.refuse(Refusal::Diverged {
                         seq: head.seq,
-                        primary_crc: crc,
+                        primary_crc: f.crc,
                         twin_crc: head.crc,
                     })
                 }

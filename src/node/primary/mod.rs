@@ -281,7 +281,13 @@ impl Primary {
         }
         let crc = match &hello {
             TwinMsg::Hello { head, .. } if head.seq > 0 => {
-                self.log.locate_blob(head.seq).ok().map(|l| l.payload_crc)
+                self.log
+                    .locate_blob(head.seq)
+                    .ok()
+                    .map(|l| crate::repl::HeadFrame {
+                        crc: l.payload_crc,
+                        erased: l.is_erased(),
+                    })
             }
             _ => None,
         };
