@@ -15,6 +15,8 @@
 
 mod ipc;
 
+pub use ipc::ARROW_PANICKED;
+
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;

@@ -44,16 +44,20 @@ pub(super) enum SchemaKind {
     Checkpoint(u64),
 }
 
+/// What a decode that panicked says; tests look for it, since a panic the
+/// checks let through is one to rule out by a check.
+pub const ARROW_PANICKED: &str = "arrow-ipc panicked decoding these bytes";
+
 /// Run a check that calls into arrow-ipc, turning a panic into an error.
 /// The checks before each call rule out every panic found in arrow-ipc's
-/// decoding of these messages; this is the last line of defence, so that
-/// bytes from disk can stop a store by name but never abort the daemon.
+/// decoding of these messages; this is the last line of defence (the
+/// build unwinds on panic), so that bytes from disk can stop a store by
+/// name but never bring the daemon down.
 fn guarded<T, E>(
     f: impl FnOnce() -> Result<T, E>,
     panicked: impl FnOnce(Why) -> E,
 ) -> Result<T, E> {
-    catch_unwind(AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(panicked("arrow-ipc panicked decoding these bytes".into())))
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| Err(panicked(ARROW_PANICKED.into())))
 }
 
 /// The next IPC message at `*at`: its verified flatbuffer metadata and its
