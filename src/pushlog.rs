@@ -114,17 +114,31 @@ const KIND_CHECKPOINT: &str = "checkpoint";
 /// Checkpoint metadata: the archive's length before the compaction that
 /// wrote it, so an interrupted compaction can be rolled back.
 const ARCHIVE_LEN_KEY: &str = "twinlog.archive_len_before";
+/// Checkpoint metadata: the seq and time of the last push it folds, which
+/// a checkpoint of no refs (every ref deleted) has no row to carry.
+const CHECKPOINT_SEQ_KEY: &str = "twinlog.seq";
+const CHECKPOINT_AT_KEY: &str = "twinlog.at_ms";
+
+/// What a checkpoint frame's schema metadata says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CheckpointMeta {
+    archive_len: u64,
+    seq: u64,
+    at_ms: u64,
+}
 
 /// The schema of a push frame: one row per ref update.
 pub fn schema() -> SchemaRef {
     schema_with(KIND_PUSH, None)
 }
 
-fn schema_with(kind: &str, archive_len: Option<u64>) -> SchemaRef {
+fn schema_with(kind: &str, checkpoint: Option<CheckpointMeta>) -> SchemaRef {
     let mut meta = std::collections::HashMap::new();
     meta.insert(KIND_KEY.to_string(), kind.to_string());
-    if let Some(len) = archive_len {
-        meta.insert(ARCHIVE_LEN_KEY.to_string(), len.to_string());
+    if let Some(c) = checkpoint {
+        meta.insert(ARCHIVE_LEN_KEY.to_string(), c.archive_len.to_string());
+        meta.insert(CHECKPOINT_SEQ_KEY.to_string(), c.seq.to_string());
+        meta.insert(CHECKPOINT_AT_KEY.to_string(), c.at_ms.to_string());
     }
     Arc::new(Schema::new_with_metadata(fields(), meta))
 }
@@ -140,13 +154,13 @@ fn fields() -> Vec<Field> {
 }
 
 fn to_batch(push: &Push) -> Result<RecordBatch, PushLogError> {
+    if push.updates.is_empty() {
+        return Err(PushLogError::Empty);
+    }
     to_batch_with(push, schema())
 }
 
 fn to_batch_with(push: &Push, schema: SchemaRef) -> Result<RecordBatch, PushLogError> {
-    if push.updates.is_empty() {
-        return Err(PushLogError::Empty);
-    }
     let n = push.updates.len();
     let mut seq = UInt64Builder::with_capacity(n);
     let mut at = UInt64Builder::with_capacity(n);
@@ -349,7 +363,7 @@ enum Frame {
 fn schema_of(kind: ipc::SchemaKind) -> SchemaRef {
     match kind {
         ipc::SchemaKind::Push => schema(),
-        ipc::SchemaKind::Checkpoint(len) => schema_with(KIND_CHECKPOINT, Some(len)),
+        ipc::SchemaKind::Checkpoint(c) => schema_with(KIND_CHECKPOINT, Some(c)),
     }
 }
 
@@ -357,18 +371,28 @@ fn schema_of(kind: ipc::SchemaKind) -> SchemaRef {
 /// torn write: the bytes are the ones written.
 fn decode_contents(ipc: &[u8]) -> Result<Frame, String> {
     let (kind, batch) = ipc::decode_stream(ipc)?;
-    let push = from_batch(&batch).map_err(|e| e.to_string())?;
     Ok(match kind {
-        ipc::SchemaKind::Push => Frame::Push(push),
-        ipc::SchemaKind::Checkpoint(len) => Frame::Checkpoint(push, len),
+        ipc::SchemaKind::Push => Frame::Push(from_batch(&batch).map_err(|e| e.to_string())?),
+        ipc::SchemaKind::Checkpoint(c) => {
+            let updates = match batch.num_rows() {
+                0 => Vec::new(),
+                _ => from_batch(&batch).map_err(|e| e.to_string())?.updates,
+            };
+            let state = Push {
+                seq: c.seq,
+                at_ms: c.at_ms,
+                updates,
+            };
+            Frame::Checkpoint(state, c.archive_len)
+        }
     })
 }
 
 /// What a scan recovered, and what it threw away.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushLogScan {
-    /// The refs a compaction folded, as a push of creations, when the log
-    /// starts with one.
+    /// The refs a compaction folded, as a push of creations (of none when
+    /// no ref was left), when the log starts with one.
     pub checkpoint: Option<Push>,
     pub pushes: Vec<Push>,
     /// Where the last whole frame ends.
@@ -767,13 +791,18 @@ impl PushLog {
                 })
                 .collect(),
         };
-        let mut frame = Vec::new();
-        if !state.updates.is_empty() {
-            frame = frame_of(&to_batch_with(
-                &state,
-                schema_with(KIND_CHECKPOINT, Some(archive_len)),
-            )?)?;
-        }
+        // Written even when no ref is left: the staged frame is what tells
+        // `open` the archive's length before, and the checkpoint keeps the
+        // last seq (`last_seq`) once the pushes have moved out.
+        let meta = CheckpointMeta {
+            archive_len,
+            seq: state.seq,
+            at_ms: state.at_ms,
+        };
+        let frame = frame_of(&to_batch_with(
+            &state,
+            schema_with(KIND_CHECKPOINT, Some(meta)),
+        )?)?;
         let staged_path = Self::staged_path(&self.path);
         {
             let staged = File::create(&staged_path)?;
@@ -812,7 +841,7 @@ impl PushLog {
         sync_dir_of(&self.path)?;
         self.file = OpenOptions::new().read(true).write(true).open(&self.path)?;
         self.len = frame.len() as u64;
-        self.checkpoint = (!state.updates.is_empty()).then_some(state);
+        self.checkpoint = Some(state);
         self.pushes.clear();
         Ok(report)
     }

@@ -631,7 +631,8 @@ fn check_scan(bytes: Vec<u8>) -> Result<(), TestCaseError> {
     match pushlog::scan_frames(&bytes) {
         Ok(scan) => {
             prop_assert_eq!(scan.good_bytes + scan.discarded_bytes, bytes.len() as u64);
-            for p in scan.checkpoint.iter().chain(&scan.pushes) {
+            // A checkpoint may hold no refs; a push moves one at least.
+            for p in &scan.pushes {
                 prop_assert!(!p.updates.is_empty());
             }
         }

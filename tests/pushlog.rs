@@ -361,6 +361,51 @@ fn compaction_keeps_every_push_exactly_once_whatever_step_it_stops_at() {
     }
 }
 
+/// A compaction after every ref was deleted still writes its checkpoint:
+/// an interrupted one is rolled back with every push once, and a finished
+/// one keeps the last seq, so a replayed push is not appended again.
+#[test]
+fn a_compaction_that_leaves_no_refs_keeps_every_push_once_and_the_last_seq() {
+    let created = Push {
+        seq: 5,
+        at_ms: 1,
+        updates: vec![RefUpdate {
+            name: "refs/heads/gone".into(),
+            old: None,
+            new: Some(oid(1)),
+        }],
+    };
+    let deleted = Push {
+        seq: 6,
+        at_ms: 2,
+        updates: vec![RefUpdate {
+            name: "refs/heads/gone".into(),
+            old: Some(oid(1)),
+            new: None,
+        }],
+    };
+    for finish in [Finish::Staged, Finish::Archived, Finish::Swap] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("refs.pushlog");
+        let mut log = PushLog::open(&path).expect("open");
+        log.append(&created).expect("append");
+        log.append(&deleted).expect("append");
+        log.compact(finish).expect("compact");
+        assert_eq!(log.last_seq(), 6, "{finish:?}");
+        drop(log);
+        let log = PushLog::open(&path).expect("reopen");
+        let seqs: Vec<u64> = log
+            .history()
+            .expect("history")
+            .iter()
+            .map(|p| p.seq)
+            .collect();
+        assert_eq!(seqs, vec![5, 6], "{finish:?}: every push once");
+        assert!(log.refs().is_empty());
+        assert_eq!(log.last_seq(), 6, "{finish:?}: the last seq kept");
+    }
+}
+
 use twinlog::pushlog::{read_sealed, write_archive};
 
 /// Sealing keeps one RecordBatch per push; read_sealed tells "no section"

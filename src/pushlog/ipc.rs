@@ -17,7 +17,7 @@ use arrow_buffer::Buffer;
 use arrow_ipc::{Endianness, Message, MessageHeader, MetadataVersion, Type};
 use arrow_schema::{DataType, SchemaRef};
 
-use super::{fields, OID_LEN};
+use super::{fields, CheckpointMeta, OID_LEN};
 
 /// Every IPC message starts with this, then its metadata length (i32).
 const CONTINUATION: [u8; 4] = [0xff; 4];
@@ -40,8 +40,7 @@ pub(super) type Why = String;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum SchemaKind {
     Push,
-    /// A checkpoint, and the archive's length before its compaction.
-    Checkpoint(u64),
+    Checkpoint(CheckpointMeta),
 }
 
 /// What a decode that panicked says; tests look for it, since a panic the
@@ -144,20 +143,30 @@ fn check_schema(schema: arrow_ipc::Schema<'_>) -> Result<SchemaKind, Why> {
             _ => return Err("schema metadata without a key or value".into()),
         };
     }
+    let number = |key: &str| -> Result<u64, Why> {
+        meta.get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("a checkpoint without a number for {key}"))
+    };
     match meta.get(super::KIND_KEY).copied() {
         Some(super::KIND_PUSH) => Ok(SchemaKind::Push),
-        Some(super::KIND_CHECKPOINT) => meta
-            .get(super::ARCHIVE_LEN_KEY)
-            .and_then(|v| v.parse().ok())
-            .map(SchemaKind::Checkpoint)
-            .ok_or_else(|| "a checkpoint without the archive's length".into()),
+        Some(super::KIND_CHECKPOINT) => Ok(SchemaKind::Checkpoint(CheckpointMeta {
+            archive_len: number(super::ARCHIVE_LEN_KEY)?,
+            seq: number(super::CHECKPOINT_SEQ_KEY)?,
+            at_ms: number(super::CHECKPOINT_AT_KEY)?,
+        })),
         other => Err(format!("schema kind {other:?}")),
     }
 }
 
-/// Check a record batch message against the push log's shape, then decode
-/// it into `schema`.
-fn decode_batch(message: &Message<'_>, body: &[u8], schema: SchemaRef) -> Result<RecordBatch, Why> {
+/// Check a record batch message against the push log's shape, of at least
+/// `min_rows` rows, then decode it into `schema`.
+fn decode_batch(
+    message: &Message<'_>,
+    body: &[u8],
+    schema: SchemaRef,
+    min_rows: i64,
+) -> Result<RecordBatch, Why> {
     if message.version() != MetadataVersion::V5 {
         return Err(format!("IPC metadata version {:?}", message.version()));
     }
@@ -174,7 +183,7 @@ fn decode_batch(message: &Message<'_>, body: &[u8], schema: SchemaRef) -> Result
     // Every row holds 20 bytes of each oid column at least, so a row count
     // beyond the body's length is a lie; checked before anything is sized
     // by it.
-    if rows < 1 || rows as u64 > body.len() as u64 {
+    if rows < min_rows || rows as u64 > body.len() as u64 {
         return Err(format!("a batch of {rows} rows in {} bytes", body.len()));
     }
     let buffers = batch.buffers().ok_or("a batch without buffers")?;
@@ -252,7 +261,12 @@ pub(super) fn decode_stream(ipc: &[u8]) -> Result<(SchemaKind, RecordBatch), Why
                 .ok_or("a schema message without a schema")?;
             let kind = check_schema(schema)?;
             let (message, body) = next_message(ipc, &mut at)?.ok_or("a stream without a batch")?;
-            let batch = decode_batch(&message, body, super::schema_of(kind))?;
+            // A checkpoint of no refs has no rows; a push moves one at least.
+            let min_rows = match kind {
+                SchemaKind::Push => 1,
+                SchemaKind::Checkpoint(_) => 0,
+            };
+            let batch = decode_batch(&message, body, super::schema_of(kind), min_rows)?;
             if next_message(ipc, &mut at)?.is_some() {
                 return Err("a stream of more than one batch".into());
             }
@@ -321,7 +335,7 @@ pub(super) fn decode_file(file: &[u8]) -> Result<Vec<(u64, RecordBatch)>, (u64, 
                 if pos != bytes.len() {
                     return Err(bad("a block whose length is not its message's".into()));
                 }
-                let batch = decode_batch(&message, body, super::schema()).map_err(bad)?;
+                let batch = decode_batch(&message, body, super::schema(), 1).map_err(bad)?;
                 batches.push((start as u64, batch));
             }
             Ok(batches)
