@@ -1,24 +1,30 @@
-//! The push log: an append-only file of ref updates, one push per
-//! self-contained Arrow IPC stream frame (schema, one RecordBatch, end of
-//! stream), fsynced per push.
+//! The push log: an append-only file of ref updates, one push per frame,
+//! fsynced per push. A frame is a 24-byte envelope (magic, format version,
+//! length, crc of the contents, crc of the envelope) around a
+//! self-contained Arrow IPC stream (schema, one RecordBatch, end of
+//! stream). Layout in docs/FORMAT.md.
 //!
 //! The frame boundary is the transaction boundary: a push is visible whole
-//! or not at all. Every frame parses on its own, so recovery needs no side
-//! file: [`scan_frames`] reads forward while frames parse and stops at the
-//! first that does not. A torn tail is discarded whole and is never an
-//! error; Arrow's continuation marker and length prefix every message, so a
-//! truncated frame ends inside a message and is never taken for a whole
-//! one.
+//! or not at all. [`scan_frames`] reads forward while frames check. Only
+//! the last append can be torn by a crash, so a frame that does not check
+//! with no whole frame after it is a torn tail, cut at open and never an
+//! error; one with a whole frame after it is damage, refused by name with
+//! its offset and never decoded into refs. A frame whose crc checks but
+//! whose contents do not decode was written wrong, not torn, and is
+//! refused too.
+
+mod ipc;
+
+pub use ipc::ARROW_PANICKED;
 
 use std::fs::{File, OpenOptions};
-use std::io::{Cursor, Read};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::builder::{FixedSizeBinaryBuilder, StringBuilder, UInt64Builder};
 use arrow_array::{Array, FixedSizeBinaryArray, RecordBatch, StringArray, UInt64Array};
-use arrow_ipc::reader::StreamReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
@@ -53,6 +59,52 @@ pub enum PushLogError {
     Empty,
     #[error("a frame does not hold a push: {0}")]
     Shape(String),
+    /// Bytes that do not check or decode where whole frames follow them
+    /// (damage, not a torn tail), or a frame whose crc checks but whose
+    /// contents are not a push.
+    #[error("push log {}: damaged at byte {offset}: {why}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        why: String,
+    },
+    /// A file of another push log format version: refused rather than
+    /// read as damage or cut as a torn tail.
+    #[error(
+        "push log {}: format version {found} at byte {offset}; this build reads version {PUSHLOG_VERSION}",
+        path.display()
+    )]
+    Version {
+        path: PathBuf,
+        offset: u64,
+        found: u32,
+    },
+}
+
+/// Why bytes do not scan as a push log, before a path names them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScanError {
+    /// See [`PushLogError::Corrupt`].
+    #[error("damaged at byte {offset}: {why}")]
+    Damaged { offset: u64, why: String },
+    /// See [`PushLogError::Version`].
+    #[error("format version {found} at byte {offset}; this build reads version {PUSHLOG_VERSION}")]
+    Version { offset: u64, found: u32 },
+}
+
+impl ScanError {
+    /// The error, naming the file the bytes were read from.
+    pub fn in_file(self, path: &Path) -> PushLogError {
+        let path = path.to_owned();
+        match self {
+            ScanError::Damaged { offset, why } => PushLogError::Corrupt { path, offset, why },
+            ScanError::Version { offset, found } => PushLogError::Version {
+                path,
+                offset,
+                found,
+            },
+        }
+    }
 }
 
 /// Schema metadata saying what a frame holds.
@@ -62,17 +114,31 @@ const KIND_CHECKPOINT: &str = "checkpoint";
 /// Checkpoint metadata: the archive's length before the compaction that
 /// wrote it, so an interrupted compaction can be rolled back.
 const ARCHIVE_LEN_KEY: &str = "twinlog.archive_len_before";
+/// Checkpoint metadata: the seq and time of the last push it folds, which
+/// a checkpoint of no refs (every ref deleted) has no row to carry.
+const CHECKPOINT_SEQ_KEY: &str = "twinlog.seq";
+const CHECKPOINT_AT_KEY: &str = "twinlog.at_ms";
+
+/// What a checkpoint frame's schema metadata says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CheckpointMeta {
+    archive_len: u64,
+    seq: u64,
+    at_ms: u64,
+}
 
 /// The schema of a push frame: one row per ref update.
 pub fn schema() -> SchemaRef {
     schema_with(KIND_PUSH, None)
 }
 
-fn schema_with(kind: &str, archive_len: Option<u64>) -> SchemaRef {
+fn schema_with(kind: &str, checkpoint: Option<CheckpointMeta>) -> SchemaRef {
     let mut meta = std::collections::HashMap::new();
     meta.insert(KIND_KEY.to_string(), kind.to_string());
-    if let Some(len) = archive_len {
-        meta.insert(ARCHIVE_LEN_KEY.to_string(), len.to_string());
+    if let Some(c) = checkpoint {
+        meta.insert(ARCHIVE_LEN_KEY.to_string(), c.archive_len.to_string());
+        meta.insert(CHECKPOINT_SEQ_KEY.to_string(), c.seq.to_string());
+        meta.insert(CHECKPOINT_AT_KEY.to_string(), c.at_ms.to_string());
     }
     Arc::new(Schema::new_with_metadata(fields(), meta))
 }
@@ -88,13 +154,13 @@ fn fields() -> Vec<Field> {
 }
 
 fn to_batch(push: &Push) -> Result<RecordBatch, PushLogError> {
+    if push.updates.is_empty() {
+        return Err(PushLogError::Empty);
+    }
     to_batch_with(push, schema())
 }
 
 fn to_batch_with(push: &Push, schema: SchemaRef) -> Result<RecordBatch, PushLogError> {
-    if push.updates.is_empty() {
-        return Err(PushLogError::Empty);
-    }
     let n = push.updates.len();
     let mut seq = UInt64Builder::with_capacity(n);
     let mut at = UInt64Builder::with_capacity(n);
@@ -169,18 +235,120 @@ fn from_batch(batch: &RecordBatch) -> Result<Push, PushLogError> {
     })
 }
 
-/// Serialize one push as a self-contained Arrow IPC stream frame: schema,
-/// one RecordBatch, end of stream.
-pub fn encode_frame(push: &Push) -> Result<Vec<u8>, PushLogError> {
-    let batch = to_batch(push)?;
-    let mut w = StreamWriter::try_new(Vec::new(), &schema())?;
-    w.write(&batch)?;
-    w.finish()?;
-    Ok(w.into_inner()?)
+/// The first bytes of every push log frame; built as the log's magics are.
+pub const FRAME_MAGIC: [u8; 8] = *b"\x89TWU\r\n\x1a\n";
+/// The push log format version every frame names. Version 1 was bare Arrow
+/// IPC streams, with no envelope and no crc; such a file is refused by
+/// name ([`PushLogError::Version`]).
+pub const PUSHLOG_VERSION: u32 = 2;
+
+// The frame envelope: 24 bytes, then `len` bytes of Arrow IPC stream.
+pub const ENV_MAGIC_OFFSET: usize = 0;
+pub const ENV_VERSION_OFFSET: usize = ENV_MAGIC_OFFSET + 8;
+pub const ENV_LEN_OFFSET: usize = ENV_VERSION_OFFSET + 4;
+pub const ENV_CRC_OFFSET: usize = ENV_LEN_OFFSET + 4;
+pub const ENV_HEADER_CRC_OFFSET: usize = ENV_CRC_OFFSET + 4;
+pub const ENVELOPE_LEN: usize = ENV_HEADER_CRC_OFFSET + 4;
+
+/// How a version 1 file starts: Arrow's continuation marker.
+const UNFRAMED_START: [u8; 4] = [0xff; 4];
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// The end-of-stream marker every frame ends with.
-const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+/// Put Arrow IPC bytes in a frame's envelope.
+fn envelope(ipc: Vec<u8>) -> Result<Vec<u8>, PushLogError> {
+    let len = u32::try_from(ipc.len())
+        .map_err(|_| PushLogError::Shape(format!("a frame of {} bytes", ipc.len())))?;
+    let mut frame = Vec::with_capacity(ENVELOPE_LEN + ipc.len());
+    frame.extend_from_slice(&FRAME_MAGIC);
+    frame.extend_from_slice(&PUSHLOG_VERSION.to_le_bytes());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(&ipc).to_le_bytes());
+    let header_crc = crc32fast::hash(&frame[..ENV_HEADER_CRC_OFFSET]);
+    frame.extend_from_slice(&header_crc.to_le_bytes());
+    frame.extend_from_slice(&ipc);
+    Ok(frame)
+}
+
+/// One RecordBatch as a self-contained Arrow IPC stream in an envelope.
+fn frame_of(batch: &RecordBatch) -> Result<Vec<u8>, PushLogError> {
+    let mut w = StreamWriter::try_new(Vec::new(), &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    envelope(w.into_inner()?)
+}
+
+/// Serialize one push as a frame: the envelope, then a self-contained
+/// Arrow IPC stream of schema, one RecordBatch, end of stream.
+pub fn encode_frame(push: &Push) -> Result<Vec<u8>, PushLogError> {
+    frame_of(&to_batch(push)?)
+}
+
+/// Why the bytes at an offset are not a whole frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Fault {
+    /// The envelope is cut short or does not check: where the frame would
+    /// end is unknown.
+    Envelope(&'static str),
+    /// The envelope checks, but the contents it frames are cut short or
+    /// fail their crc; the frame would end at `end` (from the offset).
+    Contents { why: &'static str, end: usize },
+    /// A whole envelope of another format version.
+    Version(u32),
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Envelope(why) | Fault::Contents { why, .. } => f.write_str(why),
+            Fault::Version(v) => write!(f, "format version {v}"),
+        }
+    }
+}
+
+/// The Arrow IPC bytes of the frame at the front of `bytes`, crc checked,
+/// and the frame's whole length.
+fn open_envelope(bytes: &[u8]) -> Result<(&[u8], usize), Fault> {
+    if bytes.len() < ENVELOPE_LEN {
+        return Err(Fault::Envelope("an envelope cut short"));
+    }
+    if bytes[..8] != FRAME_MAGIC {
+        return Err(Fault::Envelope("no frame magic"));
+    }
+    if crc32fast::hash(&bytes[..ENV_HEADER_CRC_OFFSET]) != le32(bytes, ENV_HEADER_CRC_OFFSET) {
+        return Err(Fault::Envelope("the envelope's crc does not match"));
+    }
+    let version = le32(bytes, ENV_VERSION_OFFSET);
+    if version != PUSHLOG_VERSION {
+        return Err(Fault::Version(version));
+    }
+    let end = ENVELOPE_LEN + le32(bytes, ENV_LEN_OFFSET) as usize;
+    let Some(ipc) = bytes.get(ENVELOPE_LEN..end) else {
+        return Err(Fault::Contents {
+            why: "contents cut short",
+            end,
+        });
+    };
+    if crc32fast::hash(ipc) != le32(bytes, ENV_CRC_OFFSET) {
+        return Err(Fault::Contents {
+            why: "the contents' crc does not match",
+            end,
+        });
+    }
+    Ok((ipc, end))
+}
+
+/// Where the first whole frame at or after `from` starts, if any.
+fn next_whole_frame(bytes: &[u8], from: usize) -> Option<usize> {
+    let rest = bytes.get(from..)?;
+    rest.windows(FRAME_MAGIC.len())
+        .enumerate()
+        .filter(|(_, w)| *w == FRAME_MAGIC)
+        .map(|(i, _)| from + i)
+        .find(|&at| open_envelope(&bytes[at..]).is_ok())
+}
 
 /// What a frame holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,66 +359,104 @@ enum Frame {
     Checkpoint(Push, u64),
 }
 
-/// One frame from the front of `bytes` and its length, or None when the
-/// bytes do not hold a whole frame of exactly one batch.
-fn decode_frame(bytes: &[u8]) -> Option<(Frame, usize)> {
-    let mut cursor = Cursor::new(bytes);
-    let frame = {
-        let mut reader = StreamReader::try_new(&mut cursor, None).ok()?;
-        let meta = reader.schema().metadata().clone();
-        let batch = reader.next()?.ok()?;
-        if reader.next().is_some() || !reader.is_finished() {
-            return None;
+/// The schema a frame of `kind` is decoded into.
+fn schema_of(kind: ipc::SchemaKind) -> SchemaRef {
+    match kind {
+        ipc::SchemaKind::Push => schema(),
+        ipc::SchemaKind::Checkpoint(c) => schema_with(KIND_CHECKPOINT, Some(c)),
+    }
+}
+
+/// The frame Arrow IPC bytes (crc checked) hold. An error here is never a
+/// torn write: the bytes are the ones written.
+fn decode_contents(ipc: &[u8]) -> Result<Frame, String> {
+    let (kind, batch) = ipc::decode_stream(ipc)?;
+    Ok(match kind {
+        ipc::SchemaKind::Push => Frame::Push(from_batch(&batch).map_err(|e| e.to_string())?),
+        ipc::SchemaKind::Checkpoint(c) => {
+            let updates = match batch.num_rows() {
+                0 => Vec::new(),
+                _ => from_batch(&batch).map_err(|e| e.to_string())?.updates,
+            };
+            let state = Push {
+                seq: c.seq,
+                at_ms: c.at_ms,
+                updates,
+            };
+            Frame::Checkpoint(state, c.archive_len)
         }
-        let push = from_batch(&batch).ok()?;
-        match meta.get(KIND_KEY).map(String::as_str) {
-            Some(KIND_PUSH) => Frame::Push(push),
-            Some(KIND_CHECKPOINT) => {
-                let len = meta.get(ARCHIVE_LEN_KEY)?.parse().ok()?;
-                Frame::Checkpoint(push, len)
-            }
-            _ => return None,
-        }
-    };
-    let end = cursor.position() as usize;
-    (end >= EOS.len() && bytes[end - EOS.len()..end] == EOS).then_some((frame, end))
+    })
 }
 
 /// What a scan recovered, and what it threw away.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PushLogScan {
-    /// The refs a compaction folded, as a push of creations, when the log
-    /// starts with one.
+    /// The refs a compaction folded, as a push of creations (of none when
+    /// no ref was left), when the log starts with one.
     pub checkpoint: Option<Push>,
     pub pushes: Vec<Push>,
     /// Where the last whole frame ends.
     pub good_bytes: u64,
-    /// Bytes after it: a torn or damaged tail.
+    /// Bytes after it: a torn tail.
     pub discarded_bytes: u64,
 }
 
-/// Read forward over concatenated frames, stopping at the first that does
-/// not parse. Never errors on a torn tail: that is the expected state after
-/// a crash.
-pub fn scan_frames(bytes: &[u8]) -> PushLogScan {
+/// Read forward over concatenated frames. A frame that does not check with
+/// no whole frame after it is the torn tail a crash leaves: it ends the
+/// scan and is no error. Anything else that does not check or decode is
+/// [`ScanError::Damaged`] at the frame's offset; a file of format version
+/// 1 (bare Arrow IPC streams) or a frame of another version is
+/// [`ScanError::Version`].
+pub fn scan_frames(bytes: &[u8]) -> Result<PushLogScan, ScanError> {
+    if bytes.starts_with(&UNFRAMED_START) {
+        return Err(ScanError::Version {
+            offset: 0,
+            found: 1,
+        });
+    }
     let mut scan = PushLogScan::default();
     let mut at = 0usize;
     while at < bytes.len() {
-        match decode_frame(&bytes[at..]) {
-            Some((Frame::Push(push), len)) => {
-                scan.pushes.push(push);
+        let damaged = |why: String| ScanError::Damaged {
+            offset: at as u64,
+            why,
+        };
+        let fault = match open_envelope(&bytes[at..]) {
+            Ok((ipc, len)) => {
+                match decode_contents(ipc).map_err(|why| damaged(format!("{why} (crc matches)")))? {
+                    Frame::Push(push) => scan.pushes.push(push),
+                    Frame::Checkpoint(state, _) if at == 0 => scan.checkpoint = Some(state),
+                    Frame::Checkpoint(..) => {
+                        return Err(damaged("a checkpoint after the first frame".into()))
+                    }
+                }
                 at += len;
+                continue;
             }
-            Some((Frame::Checkpoint(state, _), len)) if at == 0 => {
-                scan.checkpoint = Some(state);
-                at += len;
+            Err(fault) => fault,
+        };
+        // Where a frame after this one could start: past its contents when
+        // its envelope checks (they may hold any bytes), else anywhere.
+        let from = match fault {
+            Fault::Version(found) => {
+                return Err(ScanError::Version {
+                    offset: at as u64,
+                    found,
+                })
             }
-            _ => break,
+            Fault::Contents { end, .. } => at.saturating_add(end),
+            Fault::Envelope(_) => at + 1,
+        };
+        if let Some(next) = next_whole_frame(bytes, from) {
+            return Err(damaged(format!(
+                "{fault}; a whole frame follows at byte {next}"
+            )));
         }
+        break;
     }
     scan.good_bytes = at as u64;
     scan.discarded_bytes = (bytes.len() - at) as u64;
-    scan
+    Ok(scan)
 }
 
 /// When a log should be compacted.
@@ -330,7 +536,9 @@ impl PushLog {
 
     /// Open or create the log at `path`. A torn tail is cut (and said so in
     /// the logs), so the next push follows the last whole one; a compaction
-    /// a crash interrupted before its swap is rolled back.
+    /// a crash interrupted before its swap is rolled back. Damage before
+    /// the tail is [`PushLogError::Corrupt`], a file of another format
+    /// version [`PushLogError::Version`]: nothing is cut then.
     pub fn open(path: impl AsRef<Path>) -> Result<PushLog, PushLogError> {
         let path = path.as_ref().to_path_buf();
         Self::finish_retain(&path)?;
@@ -347,7 +555,7 @@ impl PushLog {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let scan = scan_frames(&bytes);
+        let scan = scan_frames(&bytes).map_err(|e| e.in_file(&path))?;
         if scan.discarded_bytes > 0 {
             tracing::warn!(
                 path = %path.display(), kept = scan.good_bytes, discarded = scan.discarded_bytes,
@@ -374,7 +582,44 @@ impl PushLog {
             return Ok(());
         }
         let bytes = std::fs::read(&staged)?;
-        if let Some((Frame::Checkpoint(_, archive_len), _)) = decode_frame(&bytes) {
+        let corrupt = |why: String| PushLogError::Corrupt {
+            path: staged.clone(),
+            offset: 0,
+            why,
+        };
+        if bytes.starts_with(&UNFRAMED_START) {
+            return Err(PushLogError::Version {
+                path: staged.clone(),
+                offset: 0,
+                found: 1,
+            });
+        }
+        // A staged frame that does not check was cut before its fsync (the
+        // archive is untouched); one that checks must be a checkpoint.
+        let archive_len_before = match open_envelope(&bytes) {
+            Ok((ipc, len)) if len == bytes.len() => match decode_contents(ipc) {
+                Ok(Frame::Checkpoint(_, archive_len)) => Some(archive_len),
+                Ok(Frame::Push(_)) => {
+                    return Err(corrupt("a staged push, not a checkpoint".into()))
+                }
+                Err(why) => return Err(corrupt(format!("{why} (crc matches)"))),
+            },
+            Ok((_, len)) => {
+                return Err(corrupt(format!(
+                    "{} bytes after the staged checkpoint",
+                    bytes.len() - len
+                )))
+            }
+            Err(Fault::Version(found)) => {
+                return Err(PushLogError::Version {
+                    path: staged.clone(),
+                    offset: 0,
+                    found,
+                })
+            }
+            Err(_) => None,
+        };
+        if let Some(archive_len) = archive_len_before {
             let archive = Self::archive_path(path);
             if archive.exists() {
                 let f = OpenOptions::new().write(true).open(&archive)?;
@@ -384,8 +629,6 @@ impl PushLog {
                 }
             }
         }
-        // A staged file that does not parse was cut before its fsync, and
-        // the archive was not touched yet.
         std::fs::remove_file(&staged)?;
         sync_dir_of(path)?;
         tracing::warn!(path = %path.display(), "push log: rolled back an interrupted compaction");
@@ -486,7 +729,28 @@ impl PushLog {
     pub fn history(&self) -> Result<Vec<Push>, PushLogError> {
         let archive = Self::archive_path(&self.path);
         let mut all = match std::fs::read(&archive) {
-            Ok(bytes) => scan_frames(&bytes).pushes,
+            Ok(bytes) => {
+                let scan = scan_frames(&bytes).map_err(|e| e.in_file(&archive))?;
+                // The archive is appended only inside a compaction, and
+                // `open` rolls back one a crash interrupted, cutting the
+                // archive to its length before: it has no torn tail, so
+                // bytes that do not check there are damage.
+                let damage = if scan.checkpoint.is_some() {
+                    Some((0, "a checkpoint in the reflog archive"))
+                } else if scan.discarded_bytes > 0 {
+                    Some((scan.good_bytes, "a frame that does not check at its end"))
+                } else {
+                    None
+                };
+                if let Some((offset, why)) = damage {
+                    return Err(PushLogError::Corrupt {
+                        path: archive,
+                        offset,
+                        why: why.into(),
+                    });
+                }
+                scan.pushes
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),
         };
@@ -527,14 +791,18 @@ impl PushLog {
                 })
                 .collect(),
         };
-        let mut frame = Vec::new();
-        if !state.updates.is_empty() {
-            let batch = to_batch_with(&state, schema_with(KIND_CHECKPOINT, Some(archive_len)))?;
-            let mut w = StreamWriter::try_new(Vec::new(), &batch.schema())?;
-            w.write(&batch)?;
-            w.finish()?;
-            frame = w.into_inner()?;
-        }
+        // Written even when no ref is left: the staged frame is what tells
+        // `open` the archive's length before, and the checkpoint keeps the
+        // last seq (`last_seq`) once the pushes have moved out.
+        let meta = CheckpointMeta {
+            archive_len,
+            seq: state.seq,
+            at_ms: state.at_ms,
+        };
+        let frame = frame_of(&to_batch_with(
+            &state,
+            schema_with(KIND_CHECKPOINT, Some(meta)),
+        )?)?;
         let staged_path = Self::staged_path(&self.path);
         {
             let staged = File::create(&staged_path)?;
@@ -573,7 +841,7 @@ impl PushLog {
         sync_dir_of(&self.path)?;
         self.file = OpenOptions::new().read(true).write(true).open(&self.path)?;
         self.len = frame.len() as u64;
-        self.checkpoint = (!state.updates.is_empty()).then_some(state);
+        self.checkpoint = Some(state);
         self.pushes.clear();
         Ok(report)
     }
@@ -641,8 +909,9 @@ pub fn write_archive(path: &Path, sections: &[(&str, Vec<u8>)]) -> Result<(), Pu
     Ok(())
 }
 
-/// The byte range of section `name` in an archive, None when it has none.
-fn section<'a>(archive: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, PushLogError> {
+/// Where section `name` starts in an archive and its bytes, None when it
+/// has none.
+fn section<'a>(archive: &'a [u8], name: &str) -> Result<Option<(u64, &'a [u8])>, PushLogError> {
     let bad = |what: &str| PushLogError::Shape(format!("archive: {what}"));
     let n = archive.len();
     if n < 12 || archive[n - 8..] != ARCHIVE_MAGIC {
@@ -682,7 +951,7 @@ fn section<'a>(archive: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, PushLo
                 .checked_add(slen)
                 .filter(|&e| e <= mstart)
                 .ok_or_else(|| bad("section past the manifest"))?;
-            return Ok(Some(&archive[off..end]));
+            return Ok(Some((off as u64, &archive[off..end])));
         }
     }
     Ok(None)
@@ -692,13 +961,18 @@ fn section<'a>(archive: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, PushLo
 /// archive has no push-log section, distinct from a section with no pushes.
 pub fn read_sealed(archive: &Path) -> Result<Option<Vec<Push>>, PushLogError> {
     let bytes = std::fs::read(archive)?;
-    let Some(section) = section(&bytes, SEALED_SECTION)? else {
+    let Some((base, section)) = section(&bytes, SEALED_SECTION)? else {
         return Ok(None);
     };
-    let reader = arrow_ipc::reader::FileReader::try_new(Cursor::new(section), None)?;
+    let corrupt = |offset: u64, why: String| PushLogError::Corrupt {
+        path: archive.to_owned(),
+        offset: base + offset,
+        why,
+    };
+    let batches = ipc::decode_file(section).map_err(|(at, why)| corrupt(at, why))?;
     let mut pushes = Vec::new();
-    for batch in reader {
-        pushes.push(from_batch(&batch?)?);
+    for (at, batch) in &batches {
+        pushes.push(from_batch(batch).map_err(|e| corrupt(*at, e.to_string()))?);
     }
     Ok(Some(pushes))
 }

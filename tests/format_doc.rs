@@ -227,3 +227,60 @@ fn archive_record_table_matches_the_code() {
     assert!(d.contains("89 54 57 50 0D 0A 1A 0A"));
     assert_eq!(ARCHIVE_MAGIC, *b"\x89TWP\r\n\x1a\n");
 }
+
+#[test]
+fn push_log_envelope_table_matches_the_code() {
+    use twinlog::pushlog::{
+        encode_frame, Push, RefUpdate, ENVELOPE_LEN, ENV_CRC_OFFSET, ENV_HEADER_CRC_OFFSET,
+        ENV_LEN_OFFSET, ENV_MAGIC_OFFSET, ENV_VERSION_OFFSET, FRAME_MAGIC, PUSHLOG_VERSION,
+    };
+    let d = doc();
+    let rows = table(&d, "Push log frame envelope fields");
+    contiguous(&rows, ENVELOPE_LEN);
+    let want = [
+        ("magic", ENV_MAGIC_OFFSET),
+        ("version", ENV_VERSION_OFFSET),
+        ("len", ENV_LEN_OFFSET),
+        ("crc", ENV_CRC_OFFSET),
+        ("header_crc", ENV_HEADER_CRC_OFFSET),
+    ];
+    assert_eq!(
+        offsets(&rows),
+        want.map(|(f, o)| (f.to_string(), o)).to_vec()
+    );
+    assert!(d.contains("89 54 57 55 0D 0A 1A 0A"));
+    assert!(d.contains(r"\x89TWU\r\n\x1a\n"));
+    assert_eq!(FRAME_MAGIC, *b"\x89TWU\r\n\x1a\n");
+    assert!(d.contains(&format!("push log format version is **{PUSHLOG_VERSION}**")));
+
+    let frame = encode_frame(&Push {
+        seq: 5,
+        at_ms: 6,
+        updates: vec![RefUpdate {
+            name: "refs/heads/main".into(),
+            old: None,
+            new: Some([7; 20]),
+        }],
+    })
+    .expect("encode");
+    let u32_at = |at: usize| u32::from_le_bytes(frame[at..][..4].try_into().expect("4"));
+    assert_eq!(frame[ENV_MAGIC_OFFSET..][..8], FRAME_MAGIC);
+    assert_eq!(u32_at(ENV_VERSION_OFFSET), PUSHLOG_VERSION);
+    let ipc = &frame[ENVELOPE_LEN..];
+    assert_eq!(u32_at(ENV_LEN_OFFSET) as usize, ipc.len());
+    assert_eq!(
+        u32_at(ENV_CRC_OFFSET),
+        crc32fast::hash(ipc),
+        "the stream only"
+    );
+    assert_eq!(
+        u32_at(ENV_HEADER_CRC_OFFSET),
+        crc32fast::hash(&frame[..ENV_HEADER_CRC_OFFSET])
+    );
+    assert_eq!(
+        ipc[..4],
+        [0xff; 4],
+        "the Arrow IPC stream follows the envelope unchanged"
+    );
+    assert_eq!(ipc[ipc.len() - 8..], [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+}
