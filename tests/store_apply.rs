@@ -362,3 +362,60 @@ fn frames_refused_before_the_append_include_oversized_ref_updates() {
     assert!(matches!(err, StoreError::BadFrame { .. }), "{err}");
     assert_eq!(log.head_seq(), 1);
 }
+
+#[test]
+fn a_store_that_does_not_open_names_the_damage_and_the_box_still_serves_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Arc::new(Log::open(dir.path().join("log")).expect("log"));
+    let store_dir = dir.path().join("store");
+    let h = host(&store_dir, &log);
+    h.create_repo("r").expect("create");
+    let mut last = None;
+    for i in 0..3u8 {
+        let mut b = PackBuilder::new();
+        let oid = b.add(ObjType::Blob, &[i; 10]).expect("add");
+        let pack = b.frame("r").expect("frame").blob;
+        let update = RefUpdate {
+            name: "refs/heads/main".into(),
+            old: last,
+            new: Some(oid),
+        };
+        h.push("r", pack.len() as u64, &[update], 0, &mut one_piece(&pack))
+            .expect("push");
+        last = Some(oid);
+    }
+    drop(h);
+    // One bit flipped in the push log's first frame: a later frame follows,
+    // so it is damage, not a torn tail.
+    let repo_dir = store_dir.join("repos/r");
+    let pushlog = std::fs::read_dir(&repo_dir)
+        .expect("list")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.file_name().is_some_and(|n| n == "pushlog"))
+        .expect("a push log");
+    let good = std::fs::read(&pushlog).expect("read");
+    let mut bad = good.clone();
+    bad[60] ^= 0x10;
+    std::fs::write(&pushlog, &bad).expect("write");
+
+    let h = host(&store_dir, &log);
+    let stall = h.health().stalled.expect("stopped");
+    assert!(stall.error.contains("does not open"), "{}", stall.error);
+    assert!(
+        stall.error.contains("pushlog"),
+        "names the file: {}",
+        stall.error
+    );
+    assert!(matches!(h.lock(), Err(StoreError::Closed(_))));
+    assert!(matches!(h.create_repo("other"), Err(StoreError::Closed(_))));
+    assert_eq!(log.head_seq(), 7, "nothing appended");
+    assert_eq!(log.read(1).expect("the log serves").seq, 1);
+    // The file mended, a retry opens the store with the right refs.
+    std::fs::write(&pushlog, &good).expect("write");
+    h.retry().expect("retry");
+    assert!(h.health().stalled.is_none());
+    assert_eq!(
+        h.lock().expect("lock").refs("r").expect("refs")["refs/heads/main"],
+        last.expect("pushed")
+    );
+}

@@ -77,29 +77,23 @@ pub struct PushDone {
 }
 
 impl StoreHost {
-    /// Open the store in `dir` and apply what the log holds beyond it. A
-    /// frame that does not apply does not stop the box from starting: the
-    /// store stops there, visibly ([`StoreHost::health`]), and the log is
-    /// served as ever.
+    /// Open the store in `dir` and apply what the log holds beyond it.
+    /// Neither a store that does not open (a damaged file names itself)
+    /// nor a frame that does not apply stops the box from starting: the
+    /// store stops there, visibly ([`StoreHost::health`]), retries, and the
+    /// log is served as ever.
     pub fn open(
         log: Arc<Log>,
         dir: &std::path::Path,
         opts: StoreOptions,
     ) -> Result<Arc<StoreHost>, StoreError> {
-        let store = Store::open(dir, log.history(), opts)?;
-        let reported = tokio::sync::watch::channel(StoreHealth {
-            applied: store.applied(),
-            stalled: None,
-            skipped: store.skipped().len() as u64,
-        })
-        .0;
         let host = Arc::new(StoreHost {
             log,
             dir: dir.to_owned(),
             opts,
-            store: Mutex::new(Some(store)),
+            store: Mutex::new(None),
             health: Mutex::new(Health::default()),
-            reported,
+            reported: tokio::sync::watch::channel(StoreHealth::default()).0,
         });
         match host.catch_up() {
             Ok(done) if done.frames > 0 => tracing::info!(
@@ -231,8 +225,58 @@ impl StoreHost {
 
     /// Try a stalled store again now, whatever the last try's time.
     pub fn retry(&self) -> Result<Applied, StoreError> {
-        let mut store = self.lock()?;
+        let mut store = self.lock_or_open(true)?;
         self.caught_up(&mut store, true)
+    }
+
+    /// The store, locked, opened first if it is not open (it did not open
+    /// at start, or after an install): a failure is recorded as a stop.
+    fn lock_or_open(&self, force: bool) -> Result<StoreGuard<'_>, StoreError> {
+        let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            if !force {
+                let h = self.health_lock();
+                if let (Some(s), Some(at)) = (&h.stalled, h.last_try) {
+                    if at.elapsed() < STALL_RETRY {
+                        return Err(StoreError::Closed(s.error.clone()));
+                    }
+                }
+            }
+            match Store::open(&self.dir, self.log.history(), self.opts) {
+                Ok(store) => {
+                    if self.health_lock().stalled.take().is_some() {
+                        tracing::info!("the store opens again");
+                    }
+                    self.publish(&store, None);
+                    *g = Some(store);
+                }
+                Err(e) => {
+                    let why = format!("the store does not open: {e}");
+                    let mut h = self.health_lock();
+                    h.last_try = Some(std::time::Instant::now());
+                    match h.stalled.as_mut() {
+                        Some(s) if s.kind == 0 && s.seq == 0 => {
+                            s.attempts += 1;
+                            s.error = why.clone();
+                        }
+                        _ => {
+                            h.stalled = Some(StoreStall {
+                                seq: 0,
+                                kind: 0,
+                                error: why.clone(),
+                                since_ms: unix_ms(),
+                                attempts: 1,
+                            })
+                        }
+                    }
+                    let stalled = h.stalled.clone();
+                    drop(h);
+                    self.reported.send_modify(|r| r.stalled = stalled);
+                    return Err(StoreError::Closed(why));
+                }
+            }
+        }
+        Ok(StoreGuard(g))
     }
 
     /// Skip frame `seq` on every box: a StoreSkip frame naming it (by seq
@@ -260,9 +304,12 @@ impl StoreHost {
     pub fn lock(&self) -> Result<StoreGuard<'_>, StoreError> {
         let g = self.store.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
-            return Err(StoreError::Closed(
-                "a snapshot install failed to reopen it; restart the daemon".into(),
-            ));
+            let why = self
+                .health_lock()
+                .stalled
+                .as_ref()
+                .map_or_else(|| "it is not open".to_string(), |s| s.error.clone());
+            return Err(StoreError::Closed(why));
         }
         Ok(StoreGuard(g))
     }
@@ -306,7 +353,7 @@ impl StoreHost {
 
     /// Apply every durable frame not applied yet.
     pub fn catch_up(&self) -> Result<Applied, StoreError> {
-        let mut store = self.lock()?;
+        let mut store = self.lock_or_open(false)?;
         self.caught_up(&mut store, false)
     }
 
