@@ -46,12 +46,17 @@ struct Pair {
 }
 
 async fn start(dir: &Path) -> Pair {
+    let log = Arc::new(Log::open(dir.join("p/log")).expect("log"));
+    start_on(dir, log).await
+}
+
+/// `start` on a primary log the caller opened (and may have written).
+async fn start_on(dir: &Path, log: Arc<Log>) -> Pair {
     let (pid, tid, cid) = (
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),
     );
-    let log = Arc::new(Log::open(dir.join("p/log")).expect("log"));
     let primary_store =
         StoreHost::open(log.clone(), &dir.join("p/store"), StoreOptions::default()).expect("store");
     let pins = Arc::new(
@@ -284,14 +289,12 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_resolves_both() {
     let dir = tempfile::tempdir().expect("tempdir");
-    {
-        // A create whose blob is no RepoOp, written past the checks.
-        let log = Log::open(dir.path().join("p/log")).expect("log");
-        let meta = twinlog::log::Meta::repo("bad").encode().expect("meta");
-        log.append_raw(Kind::RepoStore.as_u16(), &meta, b"\xff\xff")
-            .expect("append");
-    }
-    let p = start(dir.path()).await;
+    // A create whose blob is no RepoOp, written past the checks.
+    let log = Arc::new(Log::open(dir.path().join("p/log")).expect("log"));
+    let meta = twinlog::log::Meta::repo("bad").encode().expect("meta");
+    log.append_raw(Kind::RepoStore.as_u16(), &meta, b"\xff\xff")
+        .expect("append");
+    let p = start_on(dir.path(), log).await;
     let c = &p.client;
     // The primary serves; its store says where it stopped and why.
     let st = c.status().await.expect("status");
@@ -337,6 +340,118 @@ async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_res
         .await
         .expect("create");
     converge(&p).await;
+}
+
+/// An erase is answered carried out on both boxes only once both stores
+/// applied it: its bytes, the erased objects' ids, its large objects and
+/// every snapshot taken before it are gone from both data directories by
+/// then; a twin whose store is stopped gets the erase named as not carried
+/// out there, and carries it out once its store goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    let marker = b"ERASE-ME-4d1c-snapshot-and-lfs-marker";
+    c.create_repo("secret", Durability::Twin)
+        .await
+        .expect("create");
+    let mut pack = PackBuilder::new();
+    let mut blob = marker.to_vec();
+    blob.extend_from_slice(&[9; 3000]);
+    let oid = pack.add(ObjType::Blob, &blob).expect("add");
+    c.push(
+        "secret",
+        &pack.into_bytes(),
+        moved("refs/heads/main", None, Some(oid)),
+        Durability::Twin,
+    )
+    .await
+    .expect("push");
+    let mut lfs = marker.to_vec();
+    lfs.extend_from_slice(b" in a large object");
+    let lfs_oid = twinlog::store::frames::lfs_oid(&lfs);
+    c.lfs_put(
+        "secret",
+        lfs_oid,
+        lfs.len() as u64,
+        &lfs[..],
+        Durability::Twin,
+    )
+    .await
+    .expect("lfs put");
+    converge(&p).await;
+    // Snapshots on both boxes, taken before the erase, holding the marker.
+    let psnap = SnapshotSource::new(
+        p.primary_store.clone(),
+        &dir.path().join("p/snapshots"),
+        None,
+    );
+    let tsnap = SnapshotSource::new(p.twin_store.clone(), &dir.path().join("t/snapshots"), None);
+    for s in [&psnap, &tsnap] {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || s.offer())
+            .await
+            .expect("join")
+            .expect("snapshot");
+    }
+    assert!(!files_containing(&dir.path().join("p/snapshots"), marker).is_empty());
+    assert!(!files_containing(&dir.path().join("t/snapshots"), marker).is_empty());
+
+    let head = p.primary.log().head_seq();
+    let erased = c
+        .erase(head + 1, &["secret".to_owned()], Durability::Twin)
+        .await
+        .expect("erase");
+    assert_eq!(erased.durability, Durability::Twin);
+    // No waiting: by the answer, both boxes hold nothing of it.
+    for needle in [&marker[..], &lfs_oid[..]] {
+        let found = files_containing(dir.path(), needle);
+        assert!(found.is_empty(), "erased bytes survive in {found:?}");
+    }
+    assert!(
+        p.twin_store.health().applied >= erased.seq,
+        "answered before the twin's store applied it"
+    );
+
+    // A twin whose store is stopped: the erase is named as not carried out
+    // there, and is carried out once the store goes on.
+    let blocked = dir.path().join("t/store/repos/blocked");
+    std::fs::write(&blocked, b"in the way").expect("write");
+    c.create_repo("blocked", Durability::Twin)
+        .await
+        .expect("create");
+    until("the twin's store stops", || {
+        p.primary
+            .status()
+            .twin_store
+            .is_some_and(|h| h.stalled.is_some())
+    })
+    .await;
+    let mut pack = PackBuilder::new();
+    let oid2 = pack.add(ObjType::Blob, &blob[..100]).expect("add");
+    c.push(
+        "secret",
+        &pack.into_bytes(),
+        moved("refs/heads/main", None, Some(oid2)),
+        Durability::Twin,
+    )
+    .await
+    .expect("push");
+    let head = p.primary.log().head_seq();
+    let err = c
+        .erase(head + 1, &["secret".to_owned()], Durability::Twin)
+        .await
+        .expect_err("not carried out on the twin");
+    assert!(
+        matches!(err, ClientError::Api(ApiError::NotCarriedOutOnTwin { .. })),
+        "{err}"
+    );
+    assert!(files_containing(&dir.path().join("p"), &blob[..100]).is_empty());
+    std::fs::remove_file(&blocked).expect("rm");
+    converge(&p).await;
+    let found = files_containing(dir.path(), &blob[..100]);
+    assert!(found.is_empty(), "erased bytes survive in {found:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -241,6 +241,11 @@ pub enum ApiError {
     /// store applied it (the boxes would differ).
     #[error("skip of frame {seq} refused: {why}")]
     SkipRefused { seq: u64, why: String },
+    /// The erase at `seq` is durable on both boxes and carried out on the
+    /// primary; the twin's store has not carried it out (yet): it will
+    /// when its store applies the frame.
+    #[error("the erase at {seq} is carried out on the primary, not yet on the twin: {why}")]
+    NotCarriedOutOnTwin { seq: u64, why: String },
 }
 
 impl From<crate::store::StoreError> for ApiError {

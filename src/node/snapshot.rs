@@ -21,6 +21,30 @@ use crate::store::install::{self, InstallPaths, SnapshotBase};
 use crate::store::snapshot::{self as store_snapshot, Manifest, MANIFEST_NAME};
 use crate::store::StoreError;
 
+/// Remove the snapshot directories under `dir` (named by their seq, or
+/// `taking`) whose seq `drop` picks, durably; answers how many went.
+fn remove_snapshots(dir: &Path, drop: impl Fn(u64) -> bool) -> std::io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for e in entries {
+        let e = e?;
+        let name = e.file_name();
+        let at = name.to_str().and_then(|n| n.parse::<u64>().ok());
+        if at.is_some_and(&drop) {
+            std::fs::remove_dir_all(e.path())?;
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(removed)
+}
+
 /// The largest manifest a receiver takes.
 pub const MAX_MANIFEST: u64 = 64 << 20;
 const PIECE: usize = 1 << 20;
@@ -70,6 +94,9 @@ pub struct SnapshotSource {
     /// its log restarted after a snapshot of its own.
     own_base: Option<PathBuf>,
     current: Mutex<Option<Offered>>,
+    /// Snapshots taken before this seq may hold data an erase removed:
+    /// they are dropped, and never offered again.
+    erased_through: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone)]
@@ -81,13 +108,44 @@ struct Offered {
 
 impl SnapshotSource {
     /// Snapshots live under `dir`; `own_base` is the box's SNAPSHOT_BASE.
+    /// What an earlier run left under `dir` is removed: nothing offers it
+    /// any more, and it may hold data erased since.
     pub fn new(host: Arc<StoreHost>, dir: &Path, own_base: Option<PathBuf>) -> Arc<SnapshotSource> {
-        Arc::new(SnapshotSource {
-            host,
+        if let Err(e) = remove_snapshots(dir, |_| true) {
+            tracing::error!(dir = %dir.display(), error = %e, "removing old snapshots");
+        }
+        let source = Arc::new(SnapshotSource {
+            host: host.clone(),
             dir: dir.to_owned(),
             own_base,
             current: Mutex::new(None),
-        })
+            erased_through: std::sync::atomic::AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&source);
+        host.on_erase(Arc::new(move |erase_seq| {
+            if let Some(source) = weak.upgrade() {
+                source.erased(erase_seq);
+            }
+        }));
+        source
+    }
+
+    /// An erase at `erase_seq` was applied: every snapshot taken before it
+    /// goes, now, before the erase is reported carried out. Runs under the
+    /// store's lock, so it takes no lock of its own that `ensure` holds
+    /// across a snapshot: `ensure` sees the mark and takes a new one.
+    fn erased(&self, erase_seq: u64) {
+        self.erased_through
+            .fetch_max(erase_seq, std::sync::atomic::Ordering::SeqCst);
+        match remove_snapshots(&self.dir, |at| at < erase_seq) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                erase_seq,
+                removed = n,
+                "dropped snapshots taken before an erase"
+            ),
+            Err(e) => tracing::error!(error = %e, "dropping snapshots taken before an erase"),
+        }
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Offered>> {
@@ -105,6 +163,13 @@ impl SnapshotSource {
             let _ = std::fs::remove_dir_all(self.dir.join(o.base.at.to_string()));
             tracing::info!(at = o.base.at, "dropped the offered snapshot");
         }
+    }
+
+    /// Take (or keep) the snapshot on offer, as a receiver's first request
+    /// does: its seq and manifest.
+    pub fn offer(&self) -> Result<(u64, Manifest), StoreError> {
+        let o = self.ensure()?;
+        Ok((o.base.at, o.manifest))
     }
 
     /// The payload crc of the frame at `at`, from the log or the base.
@@ -127,7 +192,11 @@ impl SnapshotSource {
         let log = self.host.log();
         let mut cur = self.current();
         if let Some(o) = cur.as_ref() {
-            if o.base.at + 1 >= log.first_seq() && self.crc_at(o.base.at).is_ok() {
+            let erased_since = o.base.at
+                < self
+                    .erased_through
+                    .load(std::sync::atomic::Ordering::SeqCst);
+            if !erased_since && o.base.at + 1 >= log.first_seq() && self.crc_at(o.base.at).is_ok() {
                 return Ok(o.clone());
             }
         }

@@ -22,7 +22,14 @@ pub struct StoreHost {
     health: Mutex<Health>,
     /// The health as it changes, for status and for the twin's reports.
     reported: tokio::sync::watch::Sender<StoreHealth>,
+    /// Called with an Erase frame's seq once the store applied it, before
+    /// the store says so: copies of the store taken before it (snapshots)
+    /// are dropped there.
+    erase_hooks: Mutex<Vec<EraseHook>>,
 }
+
+/// What [`StoreHost::on_erase`] calls.
+pub type EraseHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// Where the store stopped and when it was last tried.
 #[derive(Default)]
@@ -94,6 +101,7 @@ impl StoreHost {
             store: Mutex::new(None),
             health: Mutex::new(Health::default()),
             reported: tokio::sync::watch::channel(StoreHealth::default()).0,
+            erase_hooks: Mutex::new(Vec::new()),
         });
         match host.catch_up() {
             Ok(done) if done.frames > 0 => tracing::info!(
@@ -105,6 +113,17 @@ impl StoreHost {
             Err(e) => tracing::error!(error = %e, "the store stopped at a frame it cannot apply"),
         }
         Ok(host)
+    }
+
+    /// Call `hook` with each Erase frame's seq once the store applied it,
+    /// before the applied seq is published: what a snapshot copied before
+    /// it may hold erased data, and must go before anyone is told the
+    /// erase was carried out here.
+    pub fn on_erase(&self, hook: EraseHook) {
+        self.erase_hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(hook);
     }
 
     fn health_lock(&self) -> MutexGuard<'_, Health> {
@@ -199,7 +218,18 @@ impl StoreHost {
                 }
             }
         }
+        let erased_before = store.last_erase();
         let r = store.catch_up(&self.log);
+        if store.last_erase() > erased_before {
+            let hooks = self
+                .erase_hooks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for hook in hooks {
+                hook(store.last_erase());
+            }
+        }
         self.note(store, &r);
         r.map_err(|e| match e {
             StoreError::Apply { seq, source, .. } => StoreError::Stalled {

@@ -173,6 +173,8 @@ pub struct Store {
     skips: skips::Skips,
     repos: BTreeMap<String, Repo>,
     opts: StoreOptions,
+    /// The newest Erase frame this store applied since it was opened.
+    last_erase: u64,
 }
 
 /// fsync the directory holding `path`.
@@ -303,6 +305,7 @@ impl Store {
             history,
             marker,
             skips,
+            last_erase: 0,
             repos,
             opts,
         })
@@ -430,6 +433,13 @@ impl Store {
         Ok(found)
     }
 
+    /// The newest Erase frame applied since this store was opened (0: none):
+    /// what was copied out of the store before it (a snapshot) may hold
+    /// erased data.
+    pub fn last_erase(&self) -> u64 {
+        self.last_erase
+    }
+
     /// The frames this store skipped, oldest first.
     pub fn skipped(&self) -> Vec<SkipRecord> {
         self.skips.all().cloned().collect()
@@ -554,6 +564,7 @@ impl Store {
                         repo.erase_before(body.before)?;
                     }
                 }
+                self.last_erase = seq;
             }
             Some(Kind::StoreSkip) => {
                 let body: frames::SkipBody =

@@ -67,7 +67,7 @@ pub struct Primary {
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
     /// The twin's store as it last reported it.
-    twin_store: watch::Sender<Option<crate::repl::StoreHealth>>,
+    pub(super) twin_store: watch::Sender<Option<crate::repl::StoreHealth>>,
     status: Mutex<Status>,
     /// Client requests in progress, so a shutdown can let them finish.
     inflight: watch::Sender<usize>,

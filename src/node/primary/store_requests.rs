@@ -56,8 +56,67 @@ impl Primary {
                 head + 1
             )));
         }
-        self.store_write(move |host| host.erase(before, &repos), durability)
-            .await
+        let answer = self
+            .store_write(move |host| host.erase(before, &repos), durability)
+            .await;
+        match answer {
+            Response::Appended {
+                seq,
+                durability: Durability::Twin,
+                twin_wait_us,
+            } => self.carried_out_on_twin(seq, twin_wait_us).await,
+            other => other,
+        }
+    }
+
+    /// An erase is carried out on the twin once its store applied the
+    /// frame (its log and store erased, its snapshots dropped), not when
+    /// the frame is durable there: wait for the twin's report, as long as
+    /// the durability policy waits. A twin store stopped before the frame
+    /// is said by name at once.
+    async fn carried_out_on_twin(&self, seq: u64, twin_wait_us: u64) -> Response {
+        use super::TwinPolicy;
+        let started = std::time::Instant::now();
+        let mut reports = self.twin_store.subscribe();
+        let limit = match self.cfg.policy {
+            TwinPolicy::Wait => None,
+            TwinPolicy::Fail(d) | TwinPolicy::FallBack(d) => Some(d),
+        };
+        let deadline = limit.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            if let Some(h) = reports.borrow_and_update().as_ref() {
+                if h.applied >= seq {
+                    return Response::Appended {
+                        seq,
+                        durability: Durability::Twin,
+                        twin_wait_us: twin_wait_us + started.elapsed().as_micros() as u64,
+                    };
+                }
+                if let Some(st) = h.stalled.as_ref().filter(|st| st.seq <= seq) {
+                    return Response::Error(ApiError::NotCarriedOutOnTwin {
+                        seq,
+                        why: format!(
+                            "the twin's store is stopped at frame {}: {}",
+                            st.seq, st.error
+                        ),
+                    });
+                }
+            }
+            let changed = reports.changed();
+            let ended = match deadline {
+                None => changed.await.is_err(),
+                Some(at) => match tokio::time::timeout_at(at, changed).await {
+                    Ok(r) => r.is_err(),
+                    Err(_) => true,
+                },
+            };
+            if ended {
+                return Response::Error(ApiError::NotCarriedOutOnTwin {
+                    seq,
+                    why: "the twin's store did not report applying it in time".into(),
+                });
+            }
+        }
     }
 
     /// A push: the pack streams from the request into the store host's
