@@ -381,6 +381,10 @@ async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included
     .await
     .expect("lfs put");
     converge(&p).await;
+    // A snapshot an earlier run left behind is removed at start.
+    let orphan = dir.path().join("p/snapshots/2/repos/secret");
+    std::fs::create_dir_all(&orphan).expect("mkdir");
+    std::fs::write(orphan.join("pushlog"), marker).expect("write");
     // Snapshots on both boxes, taken before the erase, holding the marker.
     let psnap = SnapshotSource::new(
         p.primary_store.clone(),
@@ -395,6 +399,7 @@ async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included
             .expect("join")
             .expect("snapshot");
     }
+    assert!(!orphan.exists(), "an earlier run's snapshot is removed at start");
     assert!(!files_containing(&dir.path().join("p/snapshots"), marker).is_empty());
     assert!(!files_containing(&dir.path().join("t/snapshots"), marker).is_empty());
 
