@@ -199,6 +199,11 @@ async fn an_absent_twin_fails_or_falls_back_as_configured_and_never_silently() {
         .await
         .expect("local");
     assert_eq!((seq, d), (2, Durability::Local));
+    // The lag is what the twin has not acknowledged, connected or not.
+    let st = client.status().await.expect("status");
+    assert_eq!((st.head, st.twin_acked, st.lag_frames), (2, 0, 2), "{st:?}");
+    assert_eq!(st.policy, "fail 200ms");
+    assert_eq!(st.twin_waiting, 0);
     let _ = p.stop.send(true);
 
     let pdir = tempfile::tempdir().expect("tempdir");
@@ -242,6 +247,41 @@ async fn an_absent_twin_fails_or_falls_back_as_configured_and_never_silently() {
         cleared,
         "twin durability comes back once the twin caught up"
     );
+    let _ = p.stop.send(true);
+}
+
+/// Under `wait`, appends waiting for an absent twin show in the status,
+/// and so does the lag they make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_waiting_for_an_absent_twin_show_in_the_status() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let client = Arc::new(
+        Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+            .await
+            .expect("client"),
+    );
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let c = client.clone();
+            tokio::spawn(async move { c.append(2, b"", b"w", Durability::Twin).await })
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let st = loop {
+        let st = client.status().await.expect("status");
+        if st.twin_waiting == 3 {
+            break st;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{st:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(st.policy, "wait");
+    assert_eq!(st.lag_frames, 3, "{st:?}");
+    for w in waiting {
+        w.abort();
+    }
     let _ = p.stop.send(true);
 }
 

@@ -399,7 +399,10 @@ async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included
             .expect("join")
             .expect("snapshot");
     }
-    assert!(!orphan.exists(), "an earlier run's snapshot is removed at start");
+    assert!(
+        !orphan.exists(),
+        "an earlier run's snapshot is removed at start"
+    );
     assert!(!files_containing(&dir.path().join("p/snapshots"), marker).is_empty());
     assert!(!files_containing(&dir.path().join("t/snapshots"), marker).is_empty());
 

@@ -539,6 +539,12 @@ pub async fn serve_primary(
             );
             gauge(
                 out,
+                "twinlog_twin_waiting_appends",
+                "Twin appends waiting for the twin's acknowledgement now.",
+                s.twin_waiting,
+            );
+            gauge(
+                out,
                 "twinlog_durability_degraded",
                 "1 while twin appends fall back to local.",
                 u8::from(s.degraded),
@@ -728,11 +734,17 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
         s.lag_bytes,
         s.lag_ms as f64 / 1000.0
     ));
-    out.push_str(if s.degraded {
-        "durability: DEGRADED, twin appends are acknowledged as local until the twin catches up\n"
-    } else {
-        "durability: as configured\n"
-    });
+    out.push_str(&format!(
+        "durability: policy {}{}, {} append{} waiting on the twin\n",
+        s.policy,
+        if s.degraded {
+            ", DEGRADED: twin appends are acknowledged as local until the twin catches up"
+        } else {
+            ""
+        },
+        s.twin_waiting,
+        if s.twin_waiting == 1 { "" } else { "s" }
+    ));
     if let Some(e) = &s.twin_last_error {
         out.push_str(&format!("last twin disconnect: {e}\n"));
     }

@@ -311,4 +311,9 @@ pub struct Status {
     pub store: Option<crate::repl::StoreHealth>,
     /// The twin's store as it last reported it.
     pub twin_store: Option<crate::repl::StoreHealth>,
+    /// The durability policy for a twin that does not acknowledge: `wait`,
+    /// `fail 2s`, `fallback 2s`.
+    pub policy: String,
+    /// `twin` appends waiting for the twin's acknowledgement now.
+    pub twin_waiting: u64,
 }

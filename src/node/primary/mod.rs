@@ -84,6 +84,20 @@ pub struct Primary {
     /// The first frame the twin's log holds, as its last Hello said: a
     /// twin that installed a snapshot holds none before it.
     twin_first: std::sync::atomic::AtomicU64,
+    /// The lag when the last twin session ended, and when: the lag goes
+    /// on growing while no twin is connected.
+    lag_at_end: Mutex<Option<LagAtEnd>>,
+    /// `twin` appends waiting for the twin now.
+    twin_waiting: std::sync::atomic::AtomicU64,
+}
+
+/// The lag a twin session left, to grow from while the twin is away.
+#[derive(Clone, Copy)]
+struct LagAtEnd {
+    at: std::time::Instant,
+    bytes_appended: u64,
+    lag_bytes: u64,
+    lag_ms: u64,
 }
 
 /// Counts a request in progress for as long as it lives.
@@ -105,6 +119,17 @@ impl Drop for InFlight<'_> {
 /// How long a shutdown waits for requests in flight, then for the twin's
 /// final acknowledgement.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// A policy's timeout as a person writes it: `2s`, `1.5s`, `250ms`.
+fn humantime(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.as_secs() == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs_f64())
+    }
+}
 
 fn lock(m: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -140,6 +165,8 @@ impl Primary {
             slot_written: std::sync::atomic::AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
             twin_first: std::sync::atomic::AtomicU64::new(0),
+            lag_at_end: Mutex::new(None),
+            twin_waiting: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -159,6 +186,30 @@ impl Primary {
         s.twin_below_floor = self.twin_below_floor();
         s.store = self.store.as_ref().map(|h| h.health());
         s.twin_store = self.twin_store.borrow().clone();
+        s.policy = match self.cfg.policy {
+            TwinPolicy::Wait => "wait".into(),
+            TwinPolicy::Fail(d) => format!("fail {}", humantime(d)),
+            TwinPolicy::FallBack(d) => format!("fallback {}", humantime(d)),
+        };
+        s.twin_waiting = self.twin_waiting.load(std::sync::atomic::Ordering::SeqCst);
+        if !s.twin_connected {
+            // No session measures the lag: what is not acknowledged is
+            // behind, connected or not, and it grows while the twin is away.
+            s.lag_frames = s.head.saturating_sub(s.twin_acked);
+            let end = *self.lag_at_end.lock().unwrap_or_else(|e| e.into_inner());
+            match end {
+                Some(end) if s.lag_frames > 0 => {
+                    let appended = self.head.borrow().1;
+                    s.lag_bytes = end.lag_bytes + appended.saturating_sub(end.bytes_appended);
+                    s.lag_ms = end.lag_ms + end.at.elapsed().as_millis() as u64;
+                }
+                _ if s.lag_frames == 0 => {
+                    s.lag_bytes = 0;
+                    s.lag_ms = 0;
+                }
+                _ => {}
+            }
+        }
         s
     }
 
@@ -233,6 +284,12 @@ impl Primary {
                 let mut s = lock(&self.status);
                 s.twin_connected = false;
                 s.twin_last_error = Some(why);
+                *self.lag_at_end.lock().unwrap_or_else(|e| e.into_inner()) = Some(LagAtEnd {
+                    at: std::time::Instant::now(),
+                    bytes_appended: self.head.borrow().1,
+                    lag_bytes: s.lag_bytes,
+                    lag_ms: s.lag_ms,
+                });
             }
             Role::Client => self.client_session(conn).await,
             other => conn.close(
@@ -620,6 +677,15 @@ impl Primary {
     }
 
     async fn wait_for_twin(&self, seq: u64) -> Response {
+        self.twin_waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let answer = self.wait_for_twin_counted(seq).await;
+        self.twin_waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        answer
+    }
+
+    async fn wait_for_twin_counted(&self, seq: u64) -> Response {
         let twin = Response::Appended {
             seq,
             durability: Durability::Twin,
