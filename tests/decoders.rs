@@ -417,10 +417,10 @@ fn control_seeds() -> Vec<Vec<u8>> {
             blob_len: 7,
             durability: Durability::Local,
         }),
-        msg::encode(&Response::Status(Status {
+        msg::encode(&Response::Status(Box::new(Status {
             twin_last_error: Some("gone".into()),
             ..Status::default()
-        })),
+        }))),
         msg::encode(&Response::Have(vec![true, false, true])),
         msg::encode(&Response::Error(twinlog::node::api::ApiError::RefMoved {
             name: "refs/heads/x".into(),

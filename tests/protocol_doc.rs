@@ -289,7 +289,7 @@ fn documented_client_indices_are_the_encoder_s() {
                 payload_crc: 0,
             },
         ),
-        ("Status", Response::Status(Status::default())),
+        ("Status", Response::Status(Box::default())),
         ("Error", Response::Error(ApiError::BadRequest("x".into()))),
         (
             "Pushed",

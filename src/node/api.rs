@@ -154,7 +154,7 @@ pub enum Response {
         blob_len: u64,
         payload_crc: u32,
     },
-    Status(Status),
+    Status(Box<Status>),
     /// The request was refused or failed; nothing was changed unless the
     /// error says the frame is durable locally.
     Error(ApiError),

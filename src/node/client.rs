@@ -230,7 +230,7 @@ impl Client {
     /// The primary's status.
     pub async fn status(&self) -> Result<Status, ClientError> {
         match self.call(&Request::Status, &[]).await?.0 {
-            Response::Status(s) => Ok(s),
+            Response::Status(s) => Ok(*s),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

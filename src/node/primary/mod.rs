@@ -522,7 +522,7 @@ impl Primary {
             }
             Request::Read { seq } => return self.read(seq, send).await,
             Request::Tail { from } => return self.tail(from, send).await,
-            Request::Status => Response::Status(self.status()),
+            Request::Status => Response::Status(Box::new(self.status())),
             Request::CreateRepo { repo, durability } => self.create_repo(repo, durability).await,
             Request::Push {
                 repo,
