@@ -158,7 +158,7 @@ fn documented_indices_are_the_encoder_s() {
 
 #[test]
 fn documented_client_indices_are_the_encoder_s() {
-    use twinlog::node::{ApiError, Durability, Request, Response, Status};
+    use twinlog::node::{ApiError, Durability, Request, Response};
     let requests = [
         (
             "Append",
