@@ -458,7 +458,25 @@ fn log_metrics(log: &Log) -> String {
         "fdatasyncs that made frames durable.",
         log.frame_syncs(),
     );
+    gauge(
+        &mut out,
+        "twinlog_log_poisoned",
+        "1 once a failed write or fsync stopped the log taking writes, until a restart.",
+        u8::from(log.poisoned_by().is_some()),
+    );
     out
+}
+
+/// A poisoned log as `status` prints it: the cause and what to do.
+fn render_poisoned(why: &Option<String>) -> String {
+    match why {
+        None => String::new(),
+        Some(why) => format!(
+            "log: POISONED, every write is refused: {why}\n  \
+             nothing acknowledged is lost; fix the cause (free space on the log's \
+             file system, or replace the failing disk), then restart the daemon\n"
+        ),
+    }
 }
 
 /// Run a primary until `shutdown`.
@@ -722,6 +740,7 @@ pub fn fetch_status<T: serde::de::DeserializeOwned>(
 /// A primary's status as `primary status` prints it.
 pub fn render_primary_status(s: &crate::node::Status) -> String {
     let mut out = format!("head {}  first {}\n", s.head, s.first);
+    out.push_str(&render_poisoned(&s.log_poisoned));
     out.push_str(&format!(
         "twin: {}, acknowledged {}, lag {} frames, {} bytes, {:.3} s\n",
         if s.twin_connected {
@@ -781,6 +800,7 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
 /// A twin's status as `twin status` prints it.
 pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     let mut out = format!("head {}  first {}\n", s.head, s.first);
+    out.push_str(&render_poisoned(&s.log_poisoned));
     out.push_str(&format!(
         "primary: {}, its head {}, lag {} frames{}\n",
         if s.connected {

@@ -345,10 +345,15 @@ impl Log {
         if !w.open_has_frames() {
             let files = w.files()?.clone();
             let grow = w.end + len - w.capacity;
-            files
-                .log
-                .allocate(w.capacity, grow)
-                .map_err(|e| self.poison_io("allocate", e))?;
+            // A failed allocation changed nothing a reader or a restart
+            // sees: out of space, the append fails and the log goes on.
+            files.log.allocate(w.capacity, grow).map_err(|e| {
+                if is_out_of_space(&e) {
+                    Error::Io(e)
+                } else {
+                    self.poison_io("allocate", e)
+                }
+            })?;
             w.capacity += grow;
             self.set_open_bytes(w.capacity);
             return Ok(());
@@ -379,7 +384,23 @@ impl Log {
             .sync_all()
             .map_err(|e| self.poison_io("seal index", e))?;
         let first = w.next_seq;
-        let new_files = self.create_segment(first, capacity)?;
+        let new_files = match self.try_create_segment(first, capacity) {
+            Ok(f) => f,
+            Err(e) if is_out_of_space(&e) => {
+                // The old segment is sealed and durable, cut to its frames,
+                // and nothing names the new one: drop it and stay on the
+                // old, full, segment. Nothing was lost or half written, so
+                // the log is not poisoned: the next append tries again, and
+                // succeeds once there is space.
+                self.discard_segment(first);
+                w.capacity = w.end;
+                self.set_open_bytes(w.end);
+                self.publish(w, staged);
+                tracing::warn!(dir = %self.dir.display(), error = %e, "no space for a new segment: appends wait for space");
+                return Err(Error::Io(e));
+            }
+            Err(e) => return Err(self.poison_io("create segment", e)),
+        };
         let sealed_bytes = w.end;
         w.files = Some(new_files);
         w.open_first = first;
@@ -407,6 +428,24 @@ impl Log {
     /// Create a segment and its index, durably named, preallocated to
     /// `capacity`.
     pub(super) fn create_segment(&self, first: u64, capacity: u64) -> Result<OpenFiles> {
+        self.try_create_segment(first, capacity)
+            .map_err(|e| self.poison_io("create segment", e))
+    }
+
+    /// Remove a segment and index that [`Log::try_create_segment`] began
+    /// and did not finish: no frame is in them and nothing refers to them.
+    fn discard_segment(&self, first: u64) {
+        for path in [self.segment_file(first), self.index_file(first)] {
+            if let Err(e) = self.fs.remove(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %path.display(), error = %e, "removing an unfinished segment");
+                }
+            }
+        }
+        let _ = self.fs.sync_dir(&self.dir);
+    }
+
+    fn try_create_segment(&self, first: u64, capacity: u64) -> std::io::Result<OpenFiles> {
         let history = self.history().0;
         let created = (|| -> std::io::Result<OpenFiles> {
             let log = self
@@ -426,7 +465,7 @@ impl Log {
             self.fs.sync_dir(&self.dir)?;
             Ok(OpenFiles { log, idx })
         })();
-        created.map_err(|e| self.poison_io("create segment", e))
+        created
     }
 
     /// Write the index entries of staged frames through `target` (all in the
@@ -909,4 +948,9 @@ impl Drop for Pending<'_> {
             tracing::error!(seq = self.seq, error = %e, "abort of a dropped streaming append failed");
         }
     }
+}
+
+/// ENOSPC or EDQUOT: the file system has no room, which passes.
+fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }

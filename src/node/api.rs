@@ -316,4 +316,7 @@ pub struct Status {
     pub policy: String,
     /// `twin` appends waiting for the twin's acknowledgement now.
     pub twin_waiting: u64,
+    /// What poisoned the log, once a failed write or fsync did: every write
+    /// is refused until a restart.
+    pub log_poisoned: Option<String>,
 }

@@ -39,6 +39,8 @@ pub struct TwinStatus {
     pub snapshot_at: u64,
     /// This box's store: how far it applied, where it stopped.
     pub store: crate::repl::StoreHealth,
+    /// What poisoned the log, once a failed write or fsync did.
+    pub log_poisoned: Option<String>,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -217,6 +219,7 @@ impl Twin {
             .clone();
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
+        s.log_poisoned = self.log.poisoned_by();
         if let Some(store) = self.store() {
             s.store = store.health();
         }

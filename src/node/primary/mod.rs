@@ -192,6 +192,7 @@ impl Primary {
             TwinPolicy::FallBack(d) => format!("fallback {}", humantime(d)),
         };
         s.twin_waiting = self.twin_waiting.load(std::sync::atomic::Ordering::SeqCst);
+        s.log_poisoned = self.log.poisoned_by();
         if !s.twin_connected {
             // No session measures the lag: what is not acknowledged is
             // behind, connected or not, and it grows while the twin is away.
