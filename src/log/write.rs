@@ -446,26 +446,22 @@ impl Log {
     }
 
     fn try_create_segment(&self, first: u64, capacity: u64) -> std::io::Result<OpenFiles> {
-        let history = self.history().0;
-        let created = (|| -> std::io::Result<OpenFiles> {
-            let log = self
-                .fs
-                .open(&self.segment_file(first), OpenMode::CreateNew)?;
-            let header = format::SegmentHeader {
-                first_seq: first,
-                history,
-                capacity,
-            };
-            log.write_all_at(&header.encode(), 0)?;
-            log.allocate(0, capacity)?;
-            log.sync_all()?;
-            let idx = self.fs.open(&self.index_file(first), OpenMode::CreateNew)?;
-            idx.write_all_at(&format::encode_index_header(first), 0)?;
-            idx.sync_all()?;
-            self.fs.sync_dir(&self.dir)?;
-            Ok(OpenFiles { log, idx })
-        })();
-        created
+        let log = self
+            .fs
+            .open(&self.segment_file(first), OpenMode::CreateNew)?;
+        let header = format::SegmentHeader {
+            first_seq: first,
+            history: self.history().0,
+            capacity,
+        };
+        log.write_all_at(&header.encode(), 0)?;
+        log.allocate(0, capacity)?;
+        log.sync_all()?;
+        let idx = self.fs.open(&self.index_file(first), OpenMode::CreateNew)?;
+        idx.write_all_at(&format::encode_index_header(first), 0)?;
+        idx.sync_all()?;
+        self.fs.sync_dir(&self.dir)?;
+        Ok(OpenFiles { log, idx })
     }
 
     /// Write the index entries of staged frames through `target` (all in the
