@@ -68,6 +68,8 @@ fn workload(log: &Log) -> u64 {
             (ObjType::Blob, b"MARKER-early blob"),
             (ObjType::Tree, b""),
             (ObjType::Commit, b"tree 4b825dc\n\nfirst"),
+            // Its data starts where the pack ends.
+            (ObjType::Blob, b""),
         ],
     );
     append(log, &p1);
@@ -140,7 +142,7 @@ struct View {
 #[derive(Debug, PartialEq, Eq)]
 struct RepoView {
     refs: BTreeMap<String, [u8; 20]>,
-    history: Vec<(u64, usize)>,
+    history: Vec<(u64, Vec<RefUpdate>)>,
     objects: Vec<(Vec<u8>, ObjType, Vec<u8>)>,
     lfs: Vec<([u8; 32], Vec<u8>)>,
 }
@@ -175,8 +177,8 @@ fn view(store: &Store) -> View {
                 history: repo
                     .history()
                     .expect("history")
-                    .iter()
-                    .map(|p| (p.seq, p.updates.len()))
+                    .into_iter()
+                    .map(|p| (p.seq, p.updates))
                     .collect(),
                 objects,
                 lfs,
