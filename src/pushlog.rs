@@ -651,12 +651,26 @@ impl PushLog {
     /// removed and `.erased` renamed over the live log. A crash before the
     /// first rename keeps the old log; after it, `open` finishes the job.
     /// The result is an uncompacted log, as if the dropped pushes had never
-    /// been appended. Returns how many pushes went.
+    /// been appended: an update's `old` is where the kept pushes left its
+    /// ref, so none names an object only a dropped push set (a log whose
+    /// `old`s already agree and which drops nothing is left as it is).
+    /// Returns how many pushes went.
     pub fn retain_from(&mut self, before: u64) -> Result<usize, PushLogError> {
         let history = self.history()?;
-        let (kept, dropped): (Vec<Push>, Vec<Push>) =
+        let (mut kept, dropped): (Vec<Push>, Vec<Push>) =
             history.into_iter().partition(|p| p.seq >= before);
-        if dropped.is_empty() {
+        let mut refs = std::collections::BTreeMap::new();
+        let mut rebased = false;
+        for u in kept.iter_mut().flat_map(|p| p.updates.iter_mut()) {
+            let was = refs.get(&u.name).copied();
+            rebased |= u.old != was;
+            u.old = was;
+            match u.new {
+                Some(oid) => refs.insert(u.name.clone(), oid),
+                None => refs.remove(&u.name),
+            };
+        }
+        if dropped.is_empty() && !rebased {
             return Ok(0);
         }
         let erasing = Self::beside(&self.path, ".erasing");

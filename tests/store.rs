@@ -68,6 +68,8 @@ fn workload(log: &Log) -> u64 {
             (ObjType::Blob, b"MARKER-early blob"),
             (ObjType::Tree, b""),
             (ObjType::Commit, b"tree 4b825dc\n\nfirst"),
+            // Its data starts where the pack ends.
+            (ObjType::Blob, b""),
         ],
     );
     append(log, &p1);
@@ -140,7 +142,7 @@ struct View {
 #[derive(Debug, PartialEq, Eq)]
 struct RepoView {
     refs: BTreeMap<String, [u8; 20]>,
-    history: Vec<(u64, usize)>,
+    history: Vec<(u64, Vec<RefUpdate>)>,
     objects: Vec<(Vec<u8>, ObjType, Vec<u8>)>,
     lfs: Vec<([u8; 32], Vec<u8>)>,
 }
@@ -175,8 +177,8 @@ fn view(store: &Store) -> View {
                 history: repo
                     .history()
                     .expect("history")
-                    .iter()
-                    .map(|p| (p.seq, p.updates.len()))
+                    .into_iter()
+                    .map(|p| (p.seq, p.updates))
                     .collect(),
                 objects,
                 lfs,
@@ -455,4 +457,225 @@ fn frames_that_do_not_apply_are_refused_by_name() {
         ),
         Err(StoreError::OtherHistory { .. })
     ));
+}
+
+/// What every erased datum carries, so a raw byte search finds any copy.
+const SECRET: &[u8] = b"SECRET-7f3a";
+
+/// The repository an erase empties in [`secret_workload`].
+const ERASED: &str = "s";
+
+/// Secret blobs in the erased repository's first pack.
+const ERASED_BLOBS: usize = 2000;
+
+/// Every file under `dir` holding one of `needles` (all of one length),
+/// with the needle found: one read of each file.
+fn files_holding(dir: &Path, needles: &[&[u8]]) -> Vec<(String, Vec<u8>)> {
+    let Some(len) = needles.first().map(|n| n.len()) else {
+        return Vec::new();
+    };
+    let set: std::collections::HashSet<&[u8]> = needles.iter().copied().collect();
+    let mut out = Vec::new();
+    for (path, bytes) in common::files_of(dir) {
+        if let Some(w) = bytes.windows(len).find(|w| set.contains(w)) {
+            out.push((path, w.to_vec()));
+        }
+    }
+    out
+}
+
+/// What an erase must leave no trace of: the ids of the objects and large
+/// objects only frames before `before` brought.
+struct Secrets {
+    before: u64,
+    erase_seq: u64,
+    oids: Vec<[u8; 20]>,
+    lfs: Vec<[u8; 32]>,
+    /// Brought before `before` and again after it: it stays.
+    brought_again: [u8; 20],
+}
+
+/// Before `before`, into [`ERASED`]: objects holding [`SECRET`], an empty
+/// tree and an empty blob each closing its pack (a zero-length object's
+/// data starts where its pack ends), a commit `main` points at, a ref
+/// named with the secret, enough pushes for a compaction (checkpoint and
+/// reflog archive), a zero-length and a secret large object. After it: an
+/// object brought again, a push moving `main` off the erased commit, a
+/// delete of the erased large object, the erase, and frames after it.
+/// Another repository keeps its own data throughout.
+fn secret_workload(log: &Log) -> Secrets {
+    let secret = |s: &str| [SECRET, s.as_bytes()].concat();
+    append(log, &frames::repo_frame(ERASED, RepoOp::Create).expect("f"));
+    append(
+        log,
+        &frames::repo_frame("other", RepoOp::Create).expect("f"),
+    );
+    let blob = secret(" blob");
+    let commit = secret(" commit");
+    // Enough rows that their removal frees whole pages of the index.
+    let many: Vec<Vec<u8>> = (0..ERASED_BLOBS)
+        .map(|i| secret(&format!(" {i}")))
+        .collect();
+    let mut objs = vec![(ObjType::Blob, &blob[..]), (ObjType::Commit, &commit[..])];
+    objs.extend(many.iter().map(|b| (ObjType::Blob, &b[..])));
+    objs.push((ObjType::Tree, &b""[..]));
+    let (p1, o1) = pack(ERASED, &objs);
+    append(log, &p1);
+    let (p2, o2) = pack(ERASED, &[(ObjType::Blob, b"")]);
+    append(log, &p2);
+    let (p3, o3) = pack(ERASED, &[(ObjType::Blob, b"brought again")]);
+    append(log, &p3);
+    append(log, &push(ERASED, "refs/heads/main", None, Some(o1[1])));
+    let secret_ref = format!("refs/heads/{}", String::from_utf8_lossy(SECRET));
+    append(log, &push(ERASED, &secret_ref, None, Some(o1[0])));
+    append(log, &push(ERASED, "refs/tags/empty", None, Some(o2[0])));
+    let empty_large = lfs_put(log, ERASED, b"");
+    let secret_large = lfs_put(log, ERASED, &secret(" large object"));
+    let (po, oo) = pack("other", &[(ObjType::Blob, b"other's own")]);
+    append(log, &po);
+    append(log, &push("other", "refs/heads/main", None, Some(oo[0])));
+    let before = log.head_seq() + 1;
+    let (p4, o4) = pack(
+        ERASED,
+        &[(ObjType::Blob, b"brought again"), (ObjType::Blob, b"kept")],
+    );
+    append(log, &p4);
+    append(
+        log,
+        &push(ERASED, "refs/heads/main", Some(o1[1]), Some(o4[1])),
+    );
+    log.append_raw(
+        Kind::LfsDelete.as_u16(),
+        &lfs_meta(ERASED, &secret_large).expect("meta"),
+        &[],
+    )
+    .expect("append");
+    lfs_put(log, ERASED, b"a kept large object");
+    let erase_seq = append(
+        log,
+        &frames::erase_frame(before, &[ERASED.to_owned()]).expect("f"),
+    );
+    let (p5, o5) = pack(ERASED, &[(ObjType::Blob, b"after the erase")]);
+    append(log, &p5);
+    append(log, &push(ERASED, "refs/tags/after", None, Some(o5[0])));
+    Secrets {
+        before,
+        erase_seq,
+        oids: o1.iter().chain(&o2).copied().collect(),
+        lfs: vec![empty_large, secret_large],
+        brought_again: o3[0],
+    }
+}
+
+/// No file of the store holds the secret, an erased object's id or an
+/// erased large object's id; what the erase must take is gone from the
+/// repository, and what a later frame brought again is there.
+fn assert_no_trace(store: &Store, s: &Secrets) {
+    let dir = store.dir();
+    let found = files_containing(dir, SECRET);
+    assert!(found.is_empty(), "the secret is in {found:?}");
+    let oids: Vec<&[u8]> = s.oids.iter().map(|o| &o[..]).collect();
+    let found = files_holding(dir, &oids);
+    assert!(found.is_empty(), "erased object ids in {found:02x?}");
+    let lfs: Vec<&[u8]> = s.lfs.iter().map(|o| &o[..]).collect();
+    let found = files_holding(dir, &lfs);
+    assert!(found.is_empty(), "erased large object ids in {found:02x?}");
+    let repo = store.repo(ERASED).expect("repo");
+    for oid in &s.oids {
+        assert_eq!(repo.read_object(oid).expect("read"), None);
+    }
+    assert!(repo.have(&oids).expect("have").iter().all(|h| !h));
+    for oid in &s.lfs {
+        assert!(!repo.lfs().contains(oid));
+    }
+    assert!(repo.read_object(&s.brought_again).expect("read").is_some());
+}
+
+#[test]
+fn an_erase_leaves_no_erased_byte_nor_id_in_any_file_of_the_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    let s = secret_workload(&log);
+    let mut in_place = fresh_store(&dir.path().join("a"), &log);
+    in_place.catch_up(&log).expect("catch up");
+    // The log is erased now: a store fed from it never sees the data.
+    let mut replayed = fresh_store(&dir.path().join("b"), &log);
+    replayed.catch_up(&log).expect("replay");
+    let v = view(&in_place);
+    assert_eq!(v, view(&replayed));
+    let a = &v.repos[ERASED];
+    assert_eq!(a.refs.len(), 2, "main and the tag after the erase: {a:?}");
+    assert_eq!(a.lfs.len(), 1, "{a:?}");
+    assert!(v.repos["other"].objects.len() == 1);
+    for store in [&in_place, &replayed] {
+        assert_no_trace(store, &s);
+    }
+    // And so after a reopen.
+    drop(in_place);
+    let in_place = fresh_store(&dir.path().join("a"), &log);
+    assert_eq!(view(&in_place), v);
+    assert_no_trace(&in_place, &s);
+}
+
+#[test]
+fn an_erase_stopped_after_any_of_its_durable_steps_is_finished_by_the_replay_with_no_trace() {
+    use twinlog::store::repo::{EraseStep, Repo};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    let s = secret_workload(&log);
+    // The store up to the frame before the erase, recorded.
+    let live = dir.path().join("live");
+    {
+        let mut store = fresh_store(&live, &log);
+        for seq in 1..s.erase_seq {
+            store.apply(&log, seq).expect("apply");
+        }
+        store.checkpoint().expect("checkpoint");
+    }
+    // An uninterrupted run; it erases the log first, as every apply of
+    // the Erase frame does.
+    let whole = {
+        let mut store = fresh_store(&dir.path().join("whole"), &log);
+        store.catch_up(&log).expect("catch up");
+        assert_no_trace(&store, &s);
+        view(&store)
+    };
+    // The store's part of the erase, the store copied after each durable
+    // step as a crash there leaves it: the applied seq has not moved.
+    let mut crashes = Vec::new();
+    {
+        let repo_dir = live
+            .join("repos")
+            .join(twinlog::store::repo_dir_name(ERASED));
+        let tmp = live.join(twinlog::store::TMP_DIR);
+        let mut repo = Repo::open(&repo_dir, &tmp, 1 << 20).expect("repo");
+        repo.erase_before_with(s.before, &mut |step| {
+            let to = dir.path().join(format!("crash-{step:?}"));
+            copy_dir(&live, &to);
+            crashes.push((step, to));
+        })
+        .expect("erase");
+    }
+    let steps: Vec<EraseStep> = crashes.iter().map(|(step, _)| *step).collect();
+    assert_eq!(
+        steps,
+        [
+            EraseStep::Archive,
+            EraseStep::IndexStaged,
+            EraseStep::IndexSwapped,
+            EraseStep::Reindexed,
+            EraseStep::Pushes,
+            EraseStep::LfsFiles,
+            EraseStep::LfsJournal,
+        ]
+    );
+    for (step, path) in crashes {
+        let mut store = fresh_store(&path, &log);
+        assert_eq!(store.applied(), s.erase_seq - 1, "after {step:?}");
+        store.catch_up(&log).expect("replay");
+        assert_eq!(view(&store), whole, "after {step:?}");
+        assert_no_trace(&store, &s);
+        drop(store);
+        std::fs::remove_dir_all(&path).expect("rm");
+    }
 }

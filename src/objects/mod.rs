@@ -14,8 +14,9 @@
 //! A lookup asks the projection first and the tail for what the projection
 //! does not hold. The archive is append-only (enforced by
 //! [`ObjectReadStack::append`]), so the projection can be incomplete but
-//! never wrong; [`ObjectReadStack::retain`] is the one exception and rebuilds
-//! the projection before it returns.
+//! never wrong; [`ObjectReadStack::retain`] and the pair
+//! [`ObjectReadStack::stage_retained`] / [`ObjectReadStack::swap_in`] are
+//! the exceptions, and rebuild the projection before they return.
 
 mod columns;
 mod entry;
@@ -54,6 +55,9 @@ pub enum Error {
     Arrow(#[from] ArrowError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// A file operation asked of a tail that has no file.
+    #[error("the tail is in memory: it has no file to replace")]
+    InMemory,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

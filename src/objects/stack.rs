@@ -14,7 +14,7 @@
 //! Readers never take `writer` or `rebuilding`: a lookup is a read lock
 //! held for an `Arc` clone and one atomic load.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -140,6 +140,15 @@ fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// fsync the directory holding `path`.
+fn fsync_parent(path: &Path) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
 /// The ordinal of a tail-served row: the tail bit and the arrival number.
 fn tail_ordinal(arrival: u64) -> u32 {
     TAIL_ORDINAL_BIT | (arrival & u64::from(!TAIL_ORDINAL_BIT)) as u32
@@ -151,6 +160,9 @@ fn tail_ordinal(arrival: u64) -> u32 {
 /// [`ObjectIndex`] too, so it drops into any benchmark of the layouts.
 pub struct ObjectReadStack<S: ObjectIndex = OneTableFourColumns> {
     db: Database,
+    /// The tail's file and page cache, `None` in memory: what
+    /// [`swap_in`](Self::swap_in) replaces and reopens.
+    file: Option<(PathBuf, usize)>,
     triggers: RebuildTriggers,
     projection: RwLock<Arc<Projection<S>>>,
     writer: Mutex<()>,
@@ -168,17 +180,22 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
     /// parameter so the caller reads its configuration once; redb's stock
     /// `Database::create` would take its 1 GiB default per repository.
     pub fn open(tail_path: &Path, triggers: RebuildTriggers, cache_bytes: usize) -> Result<Self> {
-        Self::over(tail::open_file(tail_path, cache_bytes)?, triggers)
+        let db = tail::open_file(tail_path, cache_bytes)?;
+        Self::over(db, triggers, Some((tail_path.to_owned(), cache_bytes)))
     }
 
     /// A stack whose tail has no file behind it. The redb code path is the
     /// same, only the backend differs, so a test of this stack is a test of
     /// the durable one.
     pub fn in_memory(triggers: RebuildTriggers) -> Result<Self> {
-        Self::over(tail::open_memory()?, triggers)
+        Self::over(tail::open_memory()?, triggers, None)
     }
 
-    fn over(db: Database, triggers: RebuildTriggers) -> Result<Self> {
+    fn over(
+        db: Database,
+        triggers: RebuildTriggers,
+        file: Option<(PathBuf, usize)>,
+    ) -> Result<Self> {
         let (entries, totals) = {
             let txn = db.begin_read()?;
             let table = txn.open_table(ROWS)?;
@@ -187,6 +204,7 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
         let index = S::build(&entries)?;
         let stack = ObjectReadStack {
             db,
+            file,
             triggers,
             projection: RwLock::new(Arc::new(Projection {
                 index,
@@ -217,7 +235,8 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
     /// subset of the tail's, and the tail only grows outside `retain`
     /// (which holds the write lock across its commit and swap, so the count
     /// read here under the read lock belongs to the same state as the
-    /// pointer): equal counts mean equal sets. An append between this check
+    /// pointer) and `swap_in` (which no reader can overlap: `&mut self`):
+    /// equal counts mean equal sets. An append between this check
     /// and the lookup only makes the lookup answer as of an instant earlier.
     fn view(&self) -> (Arc<Projection<S>>, bool) {
         let guard = self
@@ -400,10 +419,13 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
 
     /// Drop every row `live` rejects; answers how many went.
     ///
-    /// The one operation that is not append-only, for a GC that has
-    /// computed reachability. The projection is rebuilt in the same call,
-    /// and swapped under the write lock held across the commit: a tree that
-    /// still answered for a deleted oid would be wrong, not incomplete.
+    /// Not append-only, for a GC that has computed reachability. The
+    /// projection is rebuilt in the same call, and swapped under the write
+    /// lock held across the commit: a tree that still answered for a
+    /// deleted oid would be wrong, not incomplete. redb keeps the bytes of
+    /// a removed row in free pages until they are reused, so the file still
+    /// holds them; [`stage_retained`](Self::stage_retained) and
+    /// [`swap_in`](Self::swap_in) leave none.
     pub fn retain(&self, live: &dyn Fn(&[u8]) -> bool) -> Result<u64> {
         let _r = lock(&self.rebuilding);
         let _w = lock(&self.writer);
@@ -441,6 +463,64 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
         drop(guard);
         bump(&self.counters.rebuilds, 1);
         Ok(removed)
+    }
+
+    /// Write every row `keep` accepts, with its arrival number, into a new
+    /// tail file at `staged` (one that was there goes first), durable, for
+    /// [`swap_in`](Self::swap_in). Answers how many rows were left out.
+    ///
+    /// For a removal that must leave no byte of a row in the file: redb
+    /// keeps freed pages' bytes until they are reused, and its
+    /// `Database::compact` too leaves copies of removed keys, so the rows
+    /// kept go into a file that never held the others. An append between
+    /// this and the swap would be lost with the old file: `&mut self`.
+    pub fn stage_retained(
+        &mut self,
+        keep: &dyn Fn(&IndexEntry) -> bool,
+        staged: &Path,
+    ) -> Result<u64> {
+        let Some((_, cache_bytes)) = self.file else {
+            return Err(super::Error::InMemory);
+        };
+        match std::fs::remove_file(staged) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let fresh = tail::open_file(staged, cache_bytes)?;
+        let left_out = tail::copy_retained(&self.db, &fresh, keep)?;
+        // Closed before it is synced: redb writes its clean-shutdown state
+        // as it closes.
+        drop(fresh);
+        std::fs::File::open(staged)?.sync_all()?;
+        Ok(left_out)
+    }
+
+    /// Publish a tail [`stage_retained`](Self::stage_retained) wrote: rename
+    /// it over the tail's file, fsync both directories, open it and rebuild
+    /// the projection from it. A crash leaves the old file or the new one.
+    /// If the open fails, this stack still reads the old file's rows
+    /// (unlinked), so a retry of the whole removal finds them and repeats
+    /// it.
+    pub fn swap_in(&mut self, staged: &Path) -> Result<()> {
+        let Some((path, cache_bytes)) = self.file.clone() else {
+            return Err(super::Error::InMemory);
+        };
+        std::fs::rename(staged, &path)?;
+        fsync_parent(&path)?;
+        fsync_parent(staged)?;
+        let db = tail::open_file(&path, cache_bytes)?;
+        let (entries, totals) = {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(ROWS)?;
+            tail::scan(&table)?
+        };
+        let index = S::build(&entries)?;
+        drop(entries);
+        self.db = db;
+        self.totals.store(&totals);
+        self.swap(index, totals.rows);
+        Ok(())
     }
 
     /// Fill the slots of `out` the projection left empty from the tail, in
@@ -654,6 +734,70 @@ mod tests {
             Some(RebuildReason::UnabsorbedRows { rows: 3, limit: 3 })
         );
         assert_eq!(s.projection_len(), 3);
+    }
+
+    #[test]
+    fn a_swapped_in_tail_keeps_the_rows_and_arrivals_and_no_byte_of_the_others() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tail.redb");
+        let staged = dir.path().join("staged.redb");
+        let mut s: ObjectReadStack =
+            ObjectReadStack::open(&path, RebuildTriggers::never(), 1 << 20).expect("open");
+        // Enough rows that the ones dropped fill pages of their own.
+        let all: Vec<IndexEntry> = (0..3000).map(|i| entry(i, u64::from(i) * 10)).collect();
+        for batch in all.chunks(300) {
+            s.append(batch).expect("append");
+        }
+        let gone = |e: &IndexEntry| e.offset < 15_000;
+        let before: Vec<_> = all
+            .iter()
+            .map(|e| s.try_lookup(&e.oid).expect("lookup"))
+            .collect();
+        assert_eq!(
+            s.stage_retained(&|e| !gone(e), &staged).expect("stage"),
+            1500
+        );
+        assert_eq!(s.len(), 3000, "nothing changes before the swap");
+        s.swap_in(&staged).expect("swap");
+        assert!(!staged.exists());
+        assert_eq!(s.len(), 1500);
+        assert!(s.projection_is_complete());
+        let raw = std::fs::read(&path).expect("read");
+        let oids: std::collections::HashSet<&[u8]> = all.iter().map(|e| &e.oid[..]).collect();
+        let held: std::collections::HashSet<&[u8]> =
+            raw.windows(OID_LEN).filter(|w| oids.contains(w)).collect();
+        for (e, row) in all.iter().zip(&before) {
+            assert_eq!(held.contains(&e.oid[..]), !gone(e), "row at {}", e.offset);
+            let now = s.try_lookup(&e.oid).expect("lookup");
+            if gone(e) {
+                assert!(now.is_none());
+            } else {
+                let (now, row) = (now.expect("kept"), row.expect("was there"));
+                assert_eq!((now.offset, now.len), (row.offset, row.len));
+            }
+        }
+        // The next arrival number moved with the rows: a row appended now
+        // is served by the tail under the number after the 3000 first.
+        let late = entry(9999, 1);
+        s.append(&[late]).expect("append");
+        let row = s.try_lookup(&late.oid).expect("lookup").expect("present");
+        assert_eq!(row.ordinal, TAIL_ORDINAL_BIT | 3000);
+        drop(s);
+        let s: ObjectReadStack =
+            ObjectReadStack::open(&path, RebuildTriggers::never(), 1 << 20).expect("reopen");
+        assert_eq!(s.len(), 1501);
+    }
+
+    #[test]
+    fn an_in_memory_tail_has_no_file_to_swap() {
+        let mut s: ObjectReadStack =
+            ObjectReadStack::in_memory(RebuildTriggers::never()).expect("open");
+        let staged = std::env::temp_dir().join("never-written.redb");
+        assert!(matches!(
+            s.stage_retained(&|_| true, &staged),
+            Err(Error::InMemory)
+        ));
+        assert!(matches!(s.swap_in(&staged), Err(Error::InMemory)));
     }
 
     #[test]

@@ -175,6 +175,38 @@ pub(crate) fn append(db: &Database, entries: &[IndexEntry]) -> Result<Totals> {
     Ok(added)
 }
 
+/// Copy every row of `from` that `keep` accepts, arrival number and all,
+/// and the next arrival number into `to` (a tail just created), in one
+/// durable commit. Answers how many rows were left out.
+pub(crate) fn copy_retained(
+    from: &Database,
+    to: &Database,
+    keep: &dyn Fn(&IndexEntry) -> bool,
+) -> Result<u64> {
+    let read = from.begin_read()?;
+    let src = read.open_table(ROWS)?;
+    let next = read.open_table(META)?.get(NEXT_ARRIVAL)?.map(|g| g.value());
+    let mut txn = to.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    let mut left_out = 0;
+    {
+        let mut rows = txn.open_table(ROWS)?;
+        for row in src.iter()? {
+            let (k, v) = row?;
+            if keep(&decode(k.value(), v.value())?.entry) {
+                rows.insert(k.value(), v.value())?;
+            } else {
+                left_out += 1;
+            }
+        }
+        if let Some(next) = next {
+            txn.open_table(META)?.insert(NEXT_ARRIVAL, next)?;
+        }
+    }
+    txn.commit()?;
+    Ok(left_out)
+}
+
 /// The rows of `oids[i]` for every `i` in `which`, in one read transaction.
 pub(crate) fn get_many(
     db: &Database,

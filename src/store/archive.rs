@@ -51,9 +51,15 @@ pub struct PackRecord {
 }
 
 impl PackRecord {
-    /// The extent its objects' data lies in, as the index's rows name it.
+    /// The extent, `(at, len)` as half-open `[at, at + len)`, holding the
+    /// offset of every index row of its objects. A row names where its
+    /// object's data starts, after the object's header: a zero-length
+    /// object closing the pack starts at the body's end, and nothing
+    /// starts at its first byte. So the body's range moved up one byte,
+    /// which no other pack's row can fall in (a record header lies
+    /// between two bodies).
     pub fn extent(&self) -> (u64, u64) {
-        (self.body_at, self.body_len)
+        (self.body_at + 1, self.body_len)
     }
 }
 

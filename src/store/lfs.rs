@@ -195,10 +195,19 @@ impl Lfs {
         Ok(())
     }
 
-    /// Drop what frames before `before` put: objects whose last operation
-    /// is such a put are deleted, and the journal keeps only the records
-    /// of `before` on (a staged file, renamed over). Idempotent.
+    /// Drop what frames before `before` put: the objects
+    /// ([`erase_files_before`](Self::erase_files_before)), then their
+    /// journal records ([`erase_journal_before`](Self::erase_journal_before)).
+    /// Idempotent.
     pub fn erase_before(&mut self, before: u64) -> Result<u64> {
+        let dropped = self.erase_files_before(before)?;
+        self.erase_journal_before(before)?;
+        Ok(dropped)
+    }
+
+    /// Delete the objects whose last operation is a put before `before`;
+    /// answers how many were there. Idempotent: a repeat finds them gone.
+    pub fn erase_files_before(&mut self, before: u64) -> Result<u64> {
         let mut last: BTreeMap<[u8; LFS_OID_LEN], LfsOp> = BTreeMap::new();
         for op in &self.ops {
             last.insert(op.oid, *op);
@@ -212,31 +221,49 @@ impl Lfs {
             }
         }
         sync_dir(&self.dir.join("x"))?;
-        if self.ops.iter().any(|o| o.seq < before) {
-            let kept: Vec<LfsOp> = self
-                .ops
-                .iter()
-                .copied()
-                .filter(|o| o.seq >= before)
-                .collect();
-            // The repositories of one erase are rewritten one after the
-            // other, each renamed away before the next is staged.
-            let staged = self.staging.join(format!("lfs-journal-{before}"));
-            let mut f = File::create(&staged)?;
-            for op in &kept {
-                f.write_all(&encode(op))?;
-            }
-            f.sync_all()?;
-            std::fs::rename(&staged, &self.journal_path)?;
-            sync_dir(&self.journal_path)?;
-            fsync_dir(&self.staging)?;
-            self.journal = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&self.journal_path)?;
-            self.ops = kept;
-        }
         Ok(dropped)
+    }
+
+    /// Rewrite the journal (a staged file, renamed over) with the records
+    /// of `before` on, less the deletes of an object no put kept brought
+    /// first: such a delete removed what the erase removes, or nothing, and
+    /// keeping it would keep the erased object's id. Idempotent, and a
+    /// store replaying the erased log, whose erased puts never came,
+    /// rewrites its journal to the same records.
+    pub fn erase_journal_before(&mut self, before: u64) -> Result<()> {
+        let mut put = std::collections::HashSet::new();
+        let kept: Vec<LfsOp> = self
+            .ops
+            .iter()
+            .copied()
+            .filter(|o| o.seq >= before)
+            .filter(|o| {
+                if o.put {
+                    put.insert(o.oid);
+                }
+                o.put || put.contains(&o.oid)
+            })
+            .collect();
+        if kept.len() == self.ops.len() {
+            return Ok(());
+        }
+        // The repositories of one erase are rewritten one after the
+        // other, each renamed away before the next is staged.
+        let staged = self.staging.join(format!("lfs-journal-{before}"));
+        let mut f = File::create(&staged)?;
+        for op in &kept {
+            f.write_all(&encode(op))?;
+        }
+        f.sync_all()?;
+        std::fs::rename(&staged, &self.journal_path)?;
+        sync_dir(&self.journal_path)?;
+        fsync_dir(&self.staging)?;
+        self.journal = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.journal_path)?;
+        self.ops = kept;
+        Ok(())
     }
 
     /// An object's bytes in pieces of at most `piece`, its SHA-256 checked
@@ -341,6 +368,30 @@ mod tests {
         assert_eq!(l.last_seq(), 6);
         assert_eq!(l.list().expect("list"), vec![b]);
         assert!(l.ops.iter().all(|o| o.seq >= 3));
+    }
+
+    #[test]
+    fn an_erase_keeps_no_record_naming_an_object_only_erased_frames_put() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut l = Lfs::open(dir.path(), dir.path()).expect("open");
+        let empty = put(&mut l, 1, b"");
+        let erased = put(&mut l, 2, b"erased object");
+        let again = put(&mut l, 3, b"put again later");
+        l.delete(5, erased).expect("delete");
+        put(&mut l, 6, b"put again later");
+        l.delete(7, again).expect("delete");
+        let kept = put(&mut l, 8, b"kept");
+        l.delete(9, [9u8; 32]).expect("a delete of nothing");
+        l.erase_before(4).expect("erase");
+        assert_eq!(l.list().expect("list"), vec![kept]);
+        let journal = std::fs::read(&l.journal_path).expect("read");
+        for oid in [empty, erased, [9u8; 32]] {
+            assert!(!journal.windows(32).any(|w| w == oid), "{}", hex(&oid));
+        }
+        let seqs: Vec<u64> = l.ops.iter().map(|o| o.seq).collect();
+        assert_eq!(seqs, vec![6, 7, 8], "a delete after a kept put stays");
+        l.erase_before(4).expect("a repeat");
+        assert_eq!(std::fs::read(&l.journal_path).expect("read"), journal);
     }
 
     #[test]

@@ -16,9 +16,40 @@ use crate::pushlog::{Push, PushLog};
 /// The piece size packs are read back from the archive in.
 const ARCHIVE_PIECE: usize = 1 << 20;
 
+/// The object index staged without the rows of erased packs, in the
+/// store's tmp directory. One name serves every repository: they are
+/// erased (and opened) one after the other, and each staged index is
+/// renamed away before the next is written.
+const STAGED_INDEX: &str = "objects-erase.redb";
+
+/// A durable step of an erase ([`Repo::erase_before_with`]): what a crash
+/// right after it leaves, and a replay of the Erase frame finishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EraseStep {
+    /// The archive's erase record is durable and the erased packs' bodies
+    /// are punched out.
+    Archive,
+    /// An object index without the erased packs' rows is staged, durable,
+    /// in the store's tmp directory (only when the index held such rows).
+    IndexStaged,
+    /// It replaced the repository's index.
+    IndexSwapped,
+    /// The objects of live packs the erased packs had indexed first are
+    /// indexed again.
+    Reindexed,
+    /// The push log holds only the pushes of `before` on.
+    Pushes,
+    /// The large objects only erased frames put are deleted.
+    LfsFiles,
+    /// The LFS journal holds only the operations of `before` on.
+    LfsJournal,
+}
+
 /// One repository, open.
 pub struct Repo {
     dir: PathBuf,
+    /// The store's tmp directory.
+    staging: PathBuf,
     archive: Archive,
     index: ObjectReadStack,
     pushes: PushLog,
@@ -68,6 +99,7 @@ impl Repo {
         let lfs = Lfs::open(dir, staging)?;
         let mut repo = Repo {
             dir: dir.to_owned(),
+            staging: staging.to_owned(),
             archive,
             index,
             pushes,
@@ -95,9 +127,7 @@ impl Repo {
             .filter(|p| p.erased)
             .map(PackRecord::extent)
             .collect();
-        if !erased.is_empty() && self.index.extents_with_rows(&erased)?.contains(&true) {
-            self.drop_rows_in(&erased)?;
-        }
+        self.drop_rows_in(&erased, &mut |_| {})?;
         // A pack every object of which came earlier has no rows by design,
         // unless an erase since moved rows into it (the packs that held
         // them first are gone): only then is it part of the diff.
@@ -170,26 +200,29 @@ impl Repo {
             .collect())
     }
 
-    /// Drop the index rows whose data lies in one of `extents`.
-    fn drop_rows_in(&mut self, extents: &[(u64, u64)]) -> Result<u64> {
-        let oids = self.index.oids_in_order()?;
-        let refs: Vec<&[u8]> = oids.iter().map(Vec::as_slice).collect();
-        let rows = self.index.try_lookup_batch(&refs)?;
-        let inside = |offset: u64| {
-            extents
-                .iter()
-                .any(|(at, len)| offset >= *at && offset < at + len)
-        };
-        let doomed: std::collections::HashSet<Vec<u8>> = oids
-            .iter()
-            .zip(rows)
-            .filter(|(_, r)| r.as_ref().is_some_and(|r| inside(r.offset)))
-            .map(|(o, _)| o.clone())
-            .collect();
-        if doomed.is_empty() {
+    /// Drop the index rows whose data lies in one of `extents`: the rows
+    /// kept are written to a new index file that replaces the old one, so
+    /// no byte of a dropped row stays in a free page. Nothing is written
+    /// when no row lies there, which is what a repeat after the swap finds.
+    fn drop_rows_in(
+        &mut self,
+        extents: &[(u64, u64)],
+        step: &mut dyn FnMut(EraseStep),
+    ) -> Result<u64> {
+        if extents.is_empty() || !self.index.extents_with_rows(extents)?.contains(&true) {
             return Ok(0);
         }
-        Ok(self.index.retain(&|oid| !doomed.contains(oid))?)
+        let inside = |e: &IndexEntry| {
+            extents
+                .iter()
+                .any(|&(at, len)| e.offset >= at && e.offset - at < len)
+        };
+        let staged = self.staging.join(STAGED_INDEX);
+        let dropped = self.index.stage_retained(&|e| !inside(e), &staged)?;
+        step(EraseStep::IndexStaged);
+        self.index.swap_in(&staged)?;
+        step(EraseStep::IndexSwapped);
+        Ok(dropped)
     }
 
     /// The seq of the last pack in the archive.
@@ -261,13 +294,29 @@ impl Repo {
     /// too are indexed again where that pack holds them, so the state is the
     /// one a replay of the erased log gives. Idempotent.
     pub fn erase_before(&mut self, before: u64) -> Result<()> {
+        self.erase_before_with(before, &mut |_| {})
+    }
+
+    /// [`erase_before`](Self::erase_before), calling `step` after each of
+    /// its durable steps: a crash test copies the store there.
+    pub fn erase_before_with(
+        &mut self,
+        before: u64,
+        step: &mut dyn FnMut(EraseStep),
+    ) -> Result<()> {
         let extents = self.archive.erase_before(before)?;
-        self.drop_rows_in(&extents)?;
+        step(EraseStep::Archive);
+        self.drop_rows_in(&extents, step)?;
         for rec in &self.live_packs() {
             self.reindex(rec)?;
         }
+        step(EraseStep::Reindexed);
         self.pushes.retain_from(before)?;
-        self.lfs.erase_before(before)?;
+        step(EraseStep::Pushes);
+        self.lfs.erase_files_before(before)?;
+        step(EraseStep::LfsFiles);
+        self.lfs.erase_journal_before(before)?;
+        step(EraseStep::LfsJournal);
         Ok(())
     }
 
