@@ -413,7 +413,7 @@ async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included
         .expect("erase");
     assert_eq!(erased.durability, Durability::Twin);
     // No waiting: by the answer, both boxes hold nothing of it.
-    for needle in [&marker[..], &lfs_oid[..]] {
+    for needle in [&marker[..], &oid[..], &lfs_oid[..]] {
         let found = files_containing(dir.path(), needle);
         assert!(found.is_empty(), "erased bytes survive in {found:?}");
     }
