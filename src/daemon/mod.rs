@@ -404,25 +404,50 @@ pub fn utc(unix_ms: u64) -> String {
 
 /// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
 /// then what `more` adds from the same status) on `addr` until `shutdown`.
+///
+/// `/healthz` answers 200 while the daemon serves; `/readyz` answers 200
+/// when `ready` says the box does its job, 503 with the reason otherwise,
+/// for load balancers and orchestrators.
 async fn serve_status<S: serde::Serialize + 'static>(
     addr: SocketAddr,
     shutdown: watch::Receiver<bool>,
     log: Arc<Log>,
+    role: &'static str,
     status: impl Fn() -> S + Send + Sync + 'static,
+    ready: impl Fn(&S) -> Result<(), String> + Send + Sync + 'static,
     more: impl Fn(&S, &mut String) + Send + Sync + 'static,
 ) -> Result<(), DaemonError> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| DaemonError::Setup(format!("the metrics address {addr}: {e}")))?;
     let handler: http::Handler = Arc::new(move |path| {
+        match path {
+            "/healthz" => return Some((200, "text/plain", "ok\n".into())),
+            "/readyz" => {
+                return Some(match ready(&status()) {
+                    Ok(()) => (200, "text/plain", "ready\n".into()),
+                    Err(why) => (503, "text/plain", format!("not ready: {why}\n")),
+                })
+            }
+            _ => {}
+        }
         let s = status();
         match path {
             "/status" => Some((
+                200,
                 "application/json",
                 serde_json::to_string(&s).unwrap_or_default(),
             )),
             "/metrics" => {
                 let mut out = log_metrics(&log);
+                out.push_str(&format!(
+                    "# HELP twinlog_build_info The build and the role this daemon serves.\n\
+                     # TYPE twinlog_build_info gauge\n\
+                     twinlog_build_info{{version=\"{}\",role=\"{role}\"}} 1\n",
+                    env!("CARGO_PKG_VERSION")
+                ));
                 more(&s, &mut out);
-                Some(("text/plain; version=0.0.4", out))
+                Some((200, "text/plain; version=0.0.4", out))
             }
             _ => None,
         }
@@ -517,8 +542,27 @@ pub async fn serve_primary(
         cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
+        "primary",
         move || status_node.status(),
+        |s: &crate::node::Status| {
+            if let Some(why) = &s.log_poisoned {
+                return Err(format!("the log is poisoned: {why}"));
+            }
+            if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
+                return Err(format!(
+                    "the store is stopped at frame {}: {}",
+                    st.seq, st.error
+                ));
+            }
+            Ok(())
+        },
         |s: &crate::node::Status, out: &mut String| {
+            gauge(
+                out,
+                "twinlog_epoch",
+                "The primary epoch this box serves under.",
+                s.epoch,
+            );
             gauge(
                 out,
                 "twinlog_twin_connected",
@@ -669,8 +713,27 @@ pub async fn serve_twin(
         cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
+        "twin",
         move || status_node.status(),
+        |s: &crate::node::TwinStatus| {
+            if let Some(why) = &s.log_poisoned {
+                return Err(format!("the log is poisoned: {why}"));
+            }
+            if !s.connected {
+                return Err(format!(
+                    "not following the primary: {}",
+                    s.last_error.as_deref().unwrap_or("not connected yet")
+                ));
+            }
+            Ok(())
+        },
         |s: &crate::node::TwinStatus, out: &mut String| {
+            gauge(
+                out,
+                "twinlog_epoch",
+                "The newest primary epoch this box followed.",
+                s.epoch,
+            );
             gauge(
                 out,
                 "twinlog_primary_connected",
@@ -739,7 +802,10 @@ pub fn fetch_status<T: serde::de::DeserializeOwned>(
 
 /// A primary's status as `primary status` prints it.
 pub fn render_primary_status(s: &crate::node::Status) -> String {
-    let mut out = format!("head {}  first {}\n", s.head, s.first);
+    let mut out = format!(
+        "primary, epoch {}, twinlog {}\nhead {}  first {}\n",
+        s.epoch, s.build, s.head, s.first
+    );
     out.push_str(&render_poisoned(&s.log_poisoned));
     out.push_str(&format!(
         "twin: {}, acknowledged {}, lag {} frames, {} bytes, {:.3} s\n",
@@ -799,7 +865,10 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
 
 /// A twin's status as `twin status` prints it.
 pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
-    let mut out = format!("head {}  first {}\n", s.head, s.first);
+    let mut out = format!(
+        "twin, epoch {}, twinlog {}\nhead {}  first {}\n",
+        s.epoch, s.build, s.head, s.first
+    );
     out.push_str(&render_poisoned(&s.log_poisoned));
     out.push_str(&format!(
         "primary: {}, its head {}, lag {} frames{}\n",

@@ -319,4 +319,10 @@ pub struct Status {
     /// What poisoned the log, once a failed write or fsync did: every write
     /// is refused until a restart.
     pub log_poisoned: Option<String>,
+    /// `primary`.
+    pub role: String,
+    /// The epoch this primary serves under.
+    pub epoch: u64,
+    /// The twinlog version serving.
+    pub build: String,
 }

@@ -41,6 +41,12 @@ pub struct TwinStatus {
     pub store: crate::repl::StoreHealth,
     /// What poisoned the log, once a failed write or fsync did.
     pub log_poisoned: Option<String>,
+    /// `twin`.
+    pub role: String,
+    /// The newest primary epoch this box followed.
+    pub epoch: u64,
+    /// The twinlog version serving.
+    pub build: String,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -220,6 +226,9 @@ impl Twin {
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.log_poisoned = self.log.poisoned_by();
+        s.role = "twin".into();
+        s.epoch = self.epoch.get();
+        s.build = env!("CARGO_PKG_VERSION").into();
         if let Some(store) = self.store() {
             s.store = store.health();
         }

@@ -193,6 +193,9 @@ impl Primary {
         };
         s.twin_waiting = self.twin_waiting.load(std::sync::atomic::Ordering::SeqCst);
         s.log_poisoned = self.log.poisoned_by();
+        s.role = "primary".into();
+        s.epoch = self.cfg.epoch;
+        s.build = env!("CARGO_PKG_VERSION").into();
         if !s.twin_connected {
             // No session measures the lag: what is not acknowledged is
             // behind, connected or not, and it grows while the twin is away.
