@@ -9,6 +9,7 @@
 pub mod config;
 pub mod http;
 pub mod load;
+pub mod notify;
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -278,6 +279,9 @@ pub fn shutdown_on_signals() -> Result<watch::Receiver<bool>, DaemonError> {
             _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
             _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
+        // Before the stop begins, so a supervisor never takes the stop
+        // for a crash.
+        notify::notify("STOPPING=1");
         let _ = tx.send(true);
     });
     Ok(rx)
@@ -642,6 +646,11 @@ pub async fn serve_primary(
         listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "primary serving"
     );
+    notify::notify(&format!(
+        "READY=1\nSTATUS=primary serving on {}, head {}",
+        cfg.listen,
+        log.head_seq()
+    ));
     node.serve(endpoint, shutdown).await;
     log.sync()?;
     tracing::info!(head = log.head_seq(), "primary stopped");
@@ -778,6 +787,11 @@ pub async fn serve_twin(
         primary = %cfg.primary, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "twin following"
     );
+    notify::notify(&format!(
+        "READY=1\nSTATUS=twin following {}, head {}",
+        cfg.primary,
+        log.head_seq()
+    ));
     node.run(endpoint, shutdown).await;
     log.sync()?;
     follow.abort();
