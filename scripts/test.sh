@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command: install what the tests need on a fresh machine, then
+# run every test. CI runs exactly this (.ci/run).
+#
+# - pyarrow: tests/pushlog.rs reads a sealed push log with it, as an
+#   outside Arrow reader;
+# - git: the import tests build real repositories;
+# - systemd-analyze: primary/tests/systemd.rs verifies the shipped units.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+missing=()
+command -v git >/dev/null || missing+=(git)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! python3 -c 'import pyarrow' 2>/dev/null; then
+  echo "installing pyarrow" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pyarrow
+fi
+
+exec cargo test -j2 "$@"
