@@ -62,12 +62,8 @@ async fn a_pinned_twin_connects_and_is_known_by_its_role() {
 async fn an_unknown_certificate_is_refused_in_the_handshake() {
     let b = boxes();
     let stranger = Identity::mint().expect("mint");
-    let server = net::server(
-        loopback(),
-        &b.primary,
-        Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin)),
-    )
-    .expect("server");
+    let primary_pins = Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin));
+    let server = net::server(loopback(), &b.primary, primary_pins.clone()).expect("server");
     let addr = server.local_addr().expect("addr");
     let accept = tokio::spawn(async move {
         match server.accept().await {
@@ -92,13 +88,22 @@ async fn an_unknown_certificate_is_refused_in_the_handshake() {
     );
     // With TLS 1.3 the client may finish its half before the server's
     // refusal arrives; any stream it opens then fails.
-    if let Ok(Ok(conn)) = dialed {
-        let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
-        assert!(
-            closed.is_ok(),
-            "the stranger's connection is closed by the refusal"
-        );
-    }
+    let refusal = match dialed.expect("the dial ends") {
+        Ok(conn) => net::NetError::Connection(
+            tokio::time::timeout(Duration::from_secs(5), conn.closed())
+                .await
+                .expect("the stranger's connection is closed by the refusal"),
+        ),
+        Err(e) => e,
+    };
+    assert!(
+        net::refused_by_peer(&refusal),
+        "the stranger can tell its certificate was refused: {refusal}"
+    );
+    // The primary remembers who knocked, for its status.
+    let refused = primary_pins.refused();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].fingerprint, stranger.fingerprint().to_string());
 
     // And a twin that does not pin the server refuses it.
     let server = net::server(

@@ -681,6 +681,7 @@ pub async fn serve_twin(
             ..NodeTwinConfig::default()
         },
     );
+    node.set_fingerprint(&identity.fingerprint());
     node.set_snapshots(crate::node::twin::TwinSnapshots {
         paths,
         store: store.clone(),
@@ -846,6 +847,13 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     ));
     if let Some(e) = &s.twin_last_error {
         out.push_str(&format!("last twin disconnect: {e}\n"));
+    }
+    for r in &s.refused_peers {
+        out.push_str(&format!(
+            "refused a certificate that is not pinned: {} at {} (pin it with `primary pin-twin` or `pin-client` if it is yours)\n",
+            r.fingerprint,
+            utc(r.at_ms)
+        ));
     }
     out.push_str(&format!(
         "retention: {:.1} MiB of log{}, holding from the twin's position {}\n",

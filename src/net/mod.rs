@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::repl::msg::{self, DecodeError, MAX_CONTROL_LEN};
-pub use tls::{Fingerprint, Identity, Pins, Role, TlsError};
+pub use tls::{Fingerprint, Identity, Pins, Refused, Role, TlsError};
 
 /// UDP socket buffers: the default 208 KiB overflows at full speed and
 /// loses packets. Measured on loopback with 1 GiB transfers: 2 MiB still
@@ -47,6 +47,24 @@ pub enum NetError {
     Message(#[from] DecodeError),
     #[error("the peer is not pinned")]
     Unpinned,
+}
+
+/// Whether `e` says the peer refused this box's certificate in the TLS
+/// handshake (a TLS alert closing the connection): it is not pinned there.
+pub fn refused_by_peer(e: &NetError) -> bool {
+    let conn = match e {
+        NetError::Connection(c) => c,
+        NetError::Read(quinn::ReadExactError::ReadError(quinn::ReadError::ConnectionLost(c))) => c,
+        NetError::Write(quinn::WriteError::ConnectionLost(c)) => c,
+        _ => return false,
+    };
+    match conn {
+        // A TLS alert travels as a QUIC crypto error, 0x100 plus the alert.
+        quinn::ConnectionError::ConnectionClosed(close) => {
+            (0x100..0x200).contains(&u64::from(close.error_code))
+        }
+        _ => false,
+    }
 }
 
 fn transport() -> quinn::TransportConfig {

@@ -99,11 +99,45 @@ pub enum Role {
     Restore,
 }
 
-/// The peers a box accepts, by fingerprint, each with its role.
+/// The peers a box accepts, by fingerprint, each with its role; and the
+/// last certificates it refused, so a status can say who knocked.
 #[derive(Clone, Debug, Default)]
-pub struct Pins(HashMap<Fingerprint, Role>);
+pub struct Pins(
+    HashMap<Fingerprint, Role>,
+    Arc<std::sync::Mutex<Vec<Refused>>>,
+);
+
+/// A certificate refused because it is not pinned.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refused {
+    /// Its fingerprint, as `pin` takes it.
+    pub fingerprint: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// How many refusals [`Pins::refused`] remembers.
+const REFUSALS_KEPT: usize = 8;
 
 impl Pins {
+    /// The last certificates refused, oldest first, each once.
+    pub fn refused(&self) -> Vec<Refused> {
+        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn note_refused(&self, fp: &Fingerprint) {
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut r = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        let fingerprint = fp.to_string();
+        r.retain(|x| x.fingerprint != fingerprint);
+        r.push(Refused { fingerprint, at_ms });
+        if r.len() > REFUSALS_KEPT {
+            r.remove(0);
+        }
+    }
+
     pub fn new() -> Pins {
         Pins::default()
     }
@@ -202,6 +236,7 @@ impl PinnedVerifier {
             Ok(())
         } else {
             tracing::warn!(fingerprint = %fp, "refused a certificate that is not pinned");
+            self.pins.note_refused(&fp);
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::ApplicationVerificationFailure,
             ))

@@ -325,4 +325,6 @@ pub struct Status {
     pub epoch: u64,
     /// The twinlog version serving.
     pub build: String,
+    /// The last certificates refused because they are not pinned here.
+    pub refused_peers: Vec<crate::net::Refused>,
 }

@@ -87,6 +87,9 @@ pub struct Twin {
     store: Mutex<Option<Arc<StoreHost>>>,
     /// The position the log restarted after, when it holds no frame there.
     base: Mutex<Option<SnapshotBase>>,
+    /// This box's certificate fingerprint, to name when the primary
+    /// refuses it.
+    fingerprint: Mutex<Option<String>>,
 }
 
 /// What the writer thread is told.
@@ -123,6 +126,7 @@ impl Twin {
             snapshots: Mutex::new(None),
             store: Mutex::new(None),
             base: Mutex::new(None),
+            fingerprint: Mutex::new(None),
         })
     }
 
@@ -133,6 +137,12 @@ impl Twin {
         self.set_store(s.store.clone());
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));
         Ok(())
+    }
+
+    /// This box's certificate fingerprint: named in the status when the
+    /// primary refuses it.
+    pub fn set_fingerprint(&self, fp: &crate::net::Fingerprint) {
+        *self.fingerprint.lock().unwrap_or_else(|e| e.into_inner()) = Some(fp.to_string());
     }
 
     /// The store this twin's log feeds: its health shows in the status and
@@ -254,6 +264,19 @@ impl Twin {
             let ended = self.session(&endpoint, &mut backoff, &mut shutdown).await;
             let why = match ended {
                 Ok(why) => why,
+                Err(e) if net::refused_by_peer(&e) => {
+                    let fp = self
+                        .fingerprint
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone()
+                        .unwrap_or_else(|| "(see `twin init`)".into());
+                    format!(
+                        "the primary refused this box's certificate: it is not pinned there. \
+                         On the primary: primary pin-twin --config <primary.toml> {fp}, \
+                         then restart it ({e})"
+                    )
+                }
                 Err(e) => e.to_string(),
             };
             tracing::warn!(reason = %why, "connection to the primary ended");

@@ -194,6 +194,7 @@ impl Primary {
         s.twin_waiting = self.twin_waiting.load(std::sync::atomic::Ordering::SeqCst);
         s.log_poisoned = self.log.poisoned_by();
         s.role = "primary".into();
+        s.refused_peers = self.pins.refused();
         s.epoch = self.cfg.epoch;
         s.build = env!("CARGO_PKG_VERSION").into();
         if !s.twin_connected {
