@@ -378,13 +378,20 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 .tail(from)
                 .await
                 .map_err(DaemonError::request(format!("tail from {from}")))?;
+            let mut last = None;
             while let Some(e) = tail
                 .next()
                 .await
                 .map_err(DaemonError::request(format!("tail from {from}")))?
             {
                 println!("{} {} {}", e.seq, e.kind, e.blob.len());
+                last = Some(e.seq);
             }
+            // A tail follows for ever: the primary ends it only as it stops.
+            let after = last.map_or_else(|| "before any frame".into(), |s| format!("after {s}"));
+            return Err(DaemonError::Failed(format!(
+                "tail from {from}: the primary ended it {after} (stopping?)"
+            )));
         }
         Cmd::Repo { config, cmd } => {
             let client = admin(&config).await?;

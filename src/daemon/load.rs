@@ -252,7 +252,9 @@ pub async fn run(
 /// Every acknowledged frame, read back from the twin's log directory (no
 /// lock taken: the twin keeps running): same crc, same length.
 fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, DaemonError> {
-    let mut tail = Tail::open(dir, 0)?;
+    let mut tail = Tail::open(dir, 0).map_err(|e| {
+        DaemonError::Failed(format!("reading the twin's log {}: {e}", dir.display()))
+    })?;
     let mut verified = 0;
     // Every frame's crc is checked on the way, a piece at a time: the
     // header's crc being the acknowledged one is then the frame's.
