@@ -17,7 +17,14 @@ pub const CONFIG_ENV: &str = "TWINLOG_CONFIG";
 #[derive(Args, Clone, Debug)]
 pub struct ConfigArg {
     /// The primary's configuration file (primary.toml, as `init` wrote it)
-    #[arg(long, short, global = true, env = CONFIG_ENV, value_name = "FILE")]
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = CONFIG_ENV,
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
     config: Option<PathBuf>,
 }
 

@@ -87,8 +87,9 @@ enum Cmd {
         #[arg(long)]
         log_json: bool,
     },
-    /// Read every durable frame of this box's log and check its crc,
-    /// without writing anything (safe while the daemon runs).
+    /// Check the crc of every durable frame of this box's log.
+    ///
+    /// Reads without writing anything: safe while the daemon runs.
     CheckLog {
         #[command(flatten)]
         config: ConfigArg,
@@ -102,7 +103,9 @@ enum Cmd {
         json: bool,
     },
     /// Append a frame through the running daemon (as the admin client).
-    /// The blob is --text, --file, or stdin when it is not a terminal.
+    ///
+    /// The blob is --text, --file, or stdin when it is not a terminal; an
+    /// empty blob only with --empty.
     Append {
         #[command(flatten)]
         config: ConfigArg,
@@ -122,9 +125,11 @@ enum Cmd {
         #[arg(long)]
         empty: bool,
     },
-    /// Drive a mixed workload (small frames from 8 clients, then one large
-    /// blob) with twin durability and live progress; then check every
-    /// acknowledged frame on the twin's log directory, if given.
+    /// Drive a test workload through the running daemon.
+    ///
+    /// Small frames from 8 clients, then one large blob, with twin
+    /// durability and live progress; then every acknowledged frame is
+    /// checked on the twin's log directory, if given.
     Load {
         #[command(flatten)]
         config: ConfigArg,
@@ -139,8 +144,10 @@ enum Cmd {
         #[arg(long, value_name = "DIR")]
         verify_twin_log: Option<PathBuf>,
     },
-    /// Follow the log from a sequence: one line per frame (sequence, kind,
-    /// blob length) as each becomes durable.
+    /// Follow the log from a sequence.
+    ///
+    /// One line per frame (sequence, kind, blob length) as each becomes
+    /// durable, until the daemon stops.
     Tail {
         #[command(flatten)]
         config: ConfigArg,
@@ -148,8 +155,7 @@ enum Cmd {
         #[arg(long, default_value_t = 1, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
     },
-    /// The store's repositories: create, import from git, push, refs,
-    /// history, objects, large objects, erase.
+    /// The store's repositories: create, import, push, read, erase.
     Repo {
         #[command(flatten)]
         config: ConfigArg,
@@ -163,9 +169,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: repo::DocCmd,
     },
-    /// Fill this fresh box (after `primary init`) from a twin: its snapshot
-    /// when its log does not reach back to 1, then every frame. Run again
-    /// after an interruption, it resumes where it stopped.
+    /// Fill this fresh box (after `primary init`) from a twin.
+    ///
+    /// The twin's snapshot when its log does not reach back to 1, then
+    /// every frame. Run again after an interruption, it resumes where it
+    /// stopped.
     Restore {
         #[command(flatten)]
         config: ConfigArg,
@@ -180,8 +188,10 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Drop the log's whole segments below a sequence by hand (the open
-    /// segment is closed first). Past the twin's position only with --force.
+    /// Drop the log's whole segments below a sequence by hand.
+    ///
+    /// The open segment is closed first. Past the twin's position only
+    /// with --force.
     Retain {
         #[command(flatten)]
         config: ConfigArg,
@@ -193,8 +203,9 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// The store when a frame does not apply: try again, or skip the frame
-    /// on both boxes. `status` shows where the store stopped and why.
+    /// The store when a frame does not apply: retry, or skip it.
+    ///
+    /// `status` shows where the store stopped and why.
     Store {
         #[command(flatten)]
         config: ConfigArg,
@@ -217,13 +228,16 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum StoreCmd {
-    /// Apply again now, after fixing what stopped the store (space, file
-    /// descriptors, permissions). The store also retries by itself.
+    /// Apply again now, after fixing what stopped the store.
+    ///
+    /// Space, file descriptors, permissions... The store also retries by
+    /// itself.
     Retry,
-    /// Skip the frame the store stopped at, on both boxes: a StoreSkip
-    /// frame is appended, and each box's store records the skip in
-    /// `store/SKIPPED` instead of the frame's effect. Refused unless the
-    /// twin's store stopped at the same frame.
+    /// Skip the frame the store stopped at, on both boxes.
+    ///
+    /// A StoreSkip frame is appended, and each box's store records the
+    /// skip in `store/SKIPPED` instead of the frame's effect. Refused
+    /// unless the twin's store stopped at the same frame.
     Skip {
         /// The frame the store stopped at, as `status` shows it
         #[arg(long, value_parser = args::seq)]

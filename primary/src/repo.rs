@@ -22,6 +22,7 @@ pub enum RepoCmd {
         name: String,
     },
     /// Import a git repository's objects and refs (git must be installed).
+    ///
     /// A repository the store holds already is brought up to date: only
     /// the objects it lacks are sent, and each ref moves from where it is
     /// now, as a push would (refs git does not have are left alone).
@@ -36,9 +37,11 @@ pub enum RepoCmd {
         #[arg(long, default_value_t = 8)]
         pack_mib: usize,
     },
-    /// Push a pack file and ref updates, checked before anything is
-    /// written: every object against its id, every ref against where it
-    /// is. Either part may be left out, not both.
+    /// Push a pack file and ref updates.
+    ///
+    /// Checked before anything is written: every object against its id,
+    /// every ref against where it is. Either part may be left out, not
+    /// both.
     Push {
         /// The repository's name
         #[arg(value_parser = args::repo_name)]
@@ -116,8 +119,10 @@ pub enum RepoCmd {
         #[arg(value_parser = args::lfs_oid)]
         oid: [u8; 32],
     },
-    /// Erase every data frame of these repositories before a sequence, in
-    /// place, on this box and on the twin (their stores drop the data too).
+    /// Erase these repositories' data frames before a sequence.
+    ///
+    /// In place, on this box and on the twin; their stores drop the data
+    /// too.
     Erase {
         /// Frames before this sequence (`head + 1`: everything so far)
         #[arg(long, value_parser = args::seq, value_name = "SEQ")]

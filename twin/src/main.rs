@@ -27,7 +27,14 @@ struct Cli {
 #[derive(Args, Clone, Debug)]
 struct ConfigArg {
     /// The twin's configuration file (twin.toml, as `init` wrote it)
-    #[arg(long, short, global = true, env = CONFIG_ENV, value_name = "FILE")]
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = CONFIG_ENV,
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
     config: Option<PathBuf>,
 }
 
@@ -72,8 +79,10 @@ enum Cmd {
         /// The primary's fingerprint, as `primary init` printed it
         fingerprint: Fingerprint,
     },
-    /// Allow a box to restore from this twin (its primary fingerprint, as
-    /// `primary init` printed it), serving restores on --listen.
+    /// Allow a box to restore from this twin.
+    ///
+    /// The box is named by its fingerprint, as `primary init` printed it;
+    /// restores are served on --listen (restore_listen in twin.toml).
     PinRestore {
         #[command(flatten)]
         config: ConfigArg,
@@ -92,9 +101,10 @@ enum Cmd {
         #[arg(long)]
         log_json: bool,
     },
-    /// Make this stopped twin a primary under a new epoch, once its primary
-    /// is gone: writes primary.toml beside twin.toml. The old primary is
-    /// refused from then on.
+    /// Make this stopped twin a primary under a new epoch.
+    ///
+    /// Once its primary is gone: writes primary.toml beside twin.toml. The
+    /// old primary is refused from then on.
     Promote {
         #[command(flatten)]
         config: ConfigArg,
@@ -106,8 +116,9 @@ enum Cmd {
         #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDRESS")]
         metrics: Address,
     },
-    /// Read every durable frame of this box's log and check its crc,
-    /// without writing anything (safe while the daemon runs).
+    /// Check the crc of every durable frame of this box's log.
+    ///
+    /// Reads without writing anything: safe while the daemon runs.
     CheckLog {
         #[command(flatten)]
         config: ConfigArg,
