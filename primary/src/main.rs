@@ -486,7 +486,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let e = client
                 .read(seq)
                 .await
-                .map_err(DaemonError::request(format!("read {seq}")))?;
+                .map_err(DaemonError::request(format!("frame {seq}")))?;
             match out {
                 Some(path) => {
                     let len = out::write(&path, &e.blob)?;

@@ -63,6 +63,58 @@ fn exit_codes_scripts_can_rely_on() {
 
     let usage = primary(&["no-such-command"]);
     exits(&usage, 2, "an unknown command");
+
+    let no_daemon = primary(&["status", "--config", config_s]);
+    exits(&no_daemon, 1, "a runtime failure: no daemon answers");
+
+    // What init left is refused by name, never "File exists".
+    std::fs::remove_file(&config).expect("rm config");
+    std::fs::remove_file(data.join("key.pem")).expect("rm key");
+    let leftovers = primary(&["init", "--data", data_s]);
+    exits(&leftovers, 3, "an admin key left by an earlier init");
+    assert!(
+        stderr(&leftovers).contains("already initialized"),
+        "{}",
+        stderr(&leftovers)
+    );
+}
+
+#[test]
+fn append_refuses_a_terminal_for_stdin_without_a_blob() {
+    let p = Primary::init();
+    let (mut leader, mut follower) = (-1, -1);
+    // SAFETY: openpty writes two descriptors into the given ints; the other
+    // pointers may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut leader,
+            &mut follower,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty answered two open descriptors that nothing else owns.
+    let (leader, follower) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(leader),
+            std::os::fd::OwnedFd::from_raw_fd(follower),
+        )
+    };
+    let o = support::command()
+        .args(["append", "--config", p.config_s()])
+        .stdin(std::process::Stdio::from(follower))
+        .output()
+        .expect("run");
+    drop(leader);
+    exits(&o, 2, "append with a terminal for stdin");
+    assert!(
+        stderr(&o).contains("stdin is a terminal") && stderr(&o).contains("--text"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
