@@ -74,7 +74,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     let (stop_t, stopped) = watch::channel(false);
     let twin = tokio::spawn(daemon::serve_twin(tc.clone(), stopped));
     let status: TwinStatus = wait_for(|| {
-        daemon::fetch_status::<TwinStatus>(tc.metrics)
+        daemon::fetch_status::<TwinStatus>(&tc.metrics)
             .ok()
             .map(|(_, s)| s)
             .filter(|s| s.last_error.is_some())

@@ -1,22 +1,27 @@
 //! `primary`: the twinlog primary daemon and its commands.
 
-use std::net::SocketAddr;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use twinlog::daemon::{self, DaemonError, PrimaryConfig};
+use twinlog::daemon::{self, Address, DaemonError, IoAt};
 use twinlog::net::Fingerprint;
 use twinlog::node::{Client, Durability};
 
+mod args;
+mod out;
 mod repo;
 mod restore;
+
+use args::ConfigArg;
 
 #[derive(Parser)]
 #[command(
     name = "primary",
     version,
-    about = "The twinlog primary: appends frames and streams them to its twin."
+    about = "The twinlog primary: appends frames and streams them to its twin.",
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad arguments, 3 a configuration that cannot be used, 4 a key or certificate that cannot be used."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,8 +30,19 @@ struct Cli {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum DurabilityArg {
+    /// Durable on this box
     Local,
+    /// Durable on this box and acknowledged by the twin
     Twin,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Local => Durability::Local,
+            DurabilityArg::Twin => Durability::Twin,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -34,170 +50,255 @@ enum Cmd {
     /// Mint a key and a certificate, write primary.toml, print the
     /// fingerprint to pin on the twin.
     Init {
-        #[arg(long, default_value = "twinlog-primary")]
+        /// The data directory to create (log, store, key, certificate,
+        /// configuration)
+        #[arg(long, default_value = "twinlog-primary", value_name = "DIR")]
         data: PathBuf,
-        #[arg(long, default_value = "0.0.0.0:7400")]
-        listen: SocketAddr,
-        #[arg(long, default_value = "127.0.0.1:9400")]
-        metrics: SocketAddr,
-        /// The twin's fingerprint, if known already (else `pin-twin`).
-        #[arg(long)]
+        /// The QUIC address to serve the twin and clients on (HOST:PORT)
+        #[arg(long, default_value = "0.0.0.0:7400", value_name = "ADDRESS")]
+        listen: Address,
+        /// The local HTTP address of /metrics and /status (HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDRESS")]
+        metrics: Address,
+        /// The twin's certificate fingerprint, if known already (else
+        /// `pin-twin` later)
+        #[arg(long, value_name = "FINGERPRINT")]
         twin_fingerprint: Option<Fingerprint>,
     },
     /// Pin the twin's certificate fingerprint in the configuration.
     PinTwin {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The twin's fingerprint, as `twin init` printed it
         fingerprint: Fingerprint,
     },
     /// Allow a client's certificate fingerprint.
     PinClient {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The client's certificate fingerprint
         fingerprint: Fingerprint,
     },
     /// Run the daemon until SIGTERM.
     Serve {
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Logs as JSON lines instead of human text.
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Logs as JSON lines instead of human text
         #[arg(long)]
         log_json: bool,
     },
-    /// Read every durable frame of this box's log and check its crc,
-    /// without writing anything (safe while the daemon runs).
+    /// Check the crc of every durable frame of this box's log.
+    ///
+    /// Reads without writing anything: safe while the daemon runs.
     CheckLog {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// Heads, the twin's lag and the durability policy's state.
     Status {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The daemon's status as one JSON object
         #[arg(long)]
         json: bool,
     },
     /// Append a frame through the running daemon (as the admin client).
+    ///
+    /// The blob is --text, --file, or stdin when it is not a terminal; an
+    /// empty blob only with --empty.
     Append {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The frame's kind (application kinds start at 32768)
         #[arg(long, default_value_t = twinlog::log::APP_KIND_FIRST)]
         kind: u16,
+        /// How durable the frame must be before it is acknowledged
         #[arg(long, value_enum, default_value = "twin")]
         durability: DurabilityArg,
-        /// The blob: a file's bytes...
-        #[arg(long, conflicts_with = "text")]
+        /// The blob: this file's bytes (`-`: stdin)
+        #[arg(long, conflicts_with = "text", value_name = "FILE")]
         file: Option<PathBuf>,
-        /// ...or this text.
+        /// The blob: this text
         #[arg(long)]
         text: Option<String>,
+        /// Allow an empty blob (refused otherwise, as a likely mistake)
+        #[arg(long)]
+        empty: bool,
     },
-    /// Drive a mixed workload (small frames from 8 clients, then one large
-    /// blob) with twin durability and live progress; then check every
-    /// acknowledged frame on the twin's log directory, if given.
+    /// Drive a test workload through the running daemon.
+    ///
+    /// Small frames from 8 clients, then one large blob, with twin
+    /// durability and live progress; then every acknowledged frame is
+    /// checked on the twin's log directory, if given.
     Load {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Small frames to append
         #[arg(long, default_value_t = 2000)]
         frames: u64,
+        /// The large blob's size in MiB (0: none)
         #[arg(long, default_value_t = 64)]
         blob_mib: u64,
-        /// The twin's log directory (`<twin data>/log`) on this box.
-        #[arg(long)]
+        /// The twin's log directory (`<twin data>/log`) on this box, to
+        /// check every acknowledged frame on it
+        #[arg(long, value_name = "DIR")]
         verify_twin_log: Option<PathBuf>,
     },
-    /// Follow the log from a sequence: one line per frame (sequence, kind,
-    /// blob length) as each becomes durable.
+    /// Follow the log from a sequence.
+    ///
+    /// One line per frame (sequence, kind, blob length) as each becomes
+    /// durable, until the daemon stops.
     Tail {
-        #[arg(long, short)]
-        config: PathBuf,
-        #[arg(long, default_value_t = 1)]
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The first sequence to print
+        #[arg(long, default_value_t = 1, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
     },
-    /// The store's repositories: create, import from git, refs, history,
-    /// objects.
+    /// The store's repositories: create, import, push, read, erase.
     Repo {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         #[command(subcommand)]
         cmd: repo::RepoCmd,
     },
     /// Control documents: put and get.
     Doc {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         #[command(subcommand)]
         cmd: repo::DocCmd,
     },
-    /// Fill this fresh box (after `primary init`) from a twin: its snapshot
-    /// when its log does not reach back to 1, then every frame. Run again
-    /// after an interruption, it resumes where it stopped.
+    /// Fill this fresh box (after `primary init`) from a twin.
+    ///
+    /// The twin's snapshot when its log does not reach back to 1, then
+    /// every frame. Run again after an interruption, it resumes where it
+    /// stopped.
     Restore {
-        #[arg(long, short)]
-        config: PathBuf,
-        /// The twin's restore address (`restore_listen` in twin.toml).
-        #[arg(long)]
-        from: SocketAddr,
-        /// The twin's certificate fingerprint.
-        #[arg(long)]
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The twin's restore address (`restore_listen` in twin.toml),
+        /// HOST:PORT
+        #[arg(long, alias = "from", value_name = "ADDRESS")]
+        twin: Address,
+        /// The twin's certificate fingerprint
+        #[arg(long, value_name = "FINGERPRINT")]
         twin_fingerprint: Fingerprint,
-        /// Print what was restored as one JSON line.
+        /// Print what was restored as one JSON line
         #[arg(long)]
         json: bool,
     },
-    /// Drop the log's whole segments below a sequence by hand (the open
-    /// segment is closed first). Past the twin's position only with --force.
+    /// Drop the log's whole segments below a sequence by hand.
+    ///
+    /// The open segment is closed first. Past the twin's position only
+    /// with --force.
     Retain {
-        #[arg(long, short)]
-        config: PathBuf,
-        #[arg(long)]
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Keep the log from this sequence on
+        #[arg(long, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
+        /// Drop frames the twin has not acknowledged too (it will then need
+        /// a snapshot)
         #[arg(long)]
         force: bool,
     },
-    /// The store when a frame does not apply: try again, or skip the frame
-    /// on both boxes. `status` shows where the store stopped and why.
+    /// The store when a frame does not apply: retry, or skip it.
+    ///
+    /// `status` shows where the store stopped and why.
     Store {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         #[command(subcommand)]
         cmd: StoreCmd,
     },
     /// Read a frame through the running daemon; its blob to stdout or a file.
     Read {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The frame's sequence (sequences start at 1)
+        #[arg(value_parser = args::seq)]
         seq: u64,
-        #[arg(long)]
+        /// Write the blob to this file (replaced only once the read
+        /// succeeded) instead of stdout
+        #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
 }
 
 #[derive(Subcommand)]
 enum StoreCmd {
-    /// Apply again now, after fixing what stopped the store (space, file
-    /// descriptors, permissions). The store also retries by itself.
+    /// Apply again now, after fixing what stopped the store.
+    ///
+    /// Space, file descriptors, permissions... The store also retries by
+    /// itself.
     Retry,
-    /// Skip the frame the store stopped at, on both boxes: a StoreSkip
-    /// frame is appended, and each box's store records the skip in
-    /// `store/SKIPPED` instead of the frame's effect. Refused unless the
-    /// twin's store stopped at the same frame.
+    /// Skip the frame the store stopped at, on both boxes.
+    ///
+    /// A StoreSkip frame is appended, and each box's store records the
+    /// skip in `store/SKIPPED` instead of the frame's effect. Refused
+    /// unless the twin's store stopped at the same frame.
     Skip {
-        /// The frame the store stopped at, as `status` shows it.
-        #[arg(long)]
+        /// The frame the store stopped at, as `status` shows it
+        #[arg(long, value_parser = args::seq)]
         seq: u64,
-        /// Why, kept in each box's skip record.
+        /// Why, kept in each box's skip record
         #[arg(long)]
         reason: String,
         /// Skip even when the twin's store did not stop there: the twin
-        /// then keeps the frame's effect and the boxes differ.
+        /// then keeps the frame's effect and the boxes differ
         #[arg(long)]
         force: bool,
     },
 }
 
-async fn admin(cfg: &PrimaryConfig) -> Result<Client, DaemonError> {
-    daemon::load::admin_client(cfg).await
+async fn admin(config: &ConfigArg) -> Result<Client, DaemonError> {
+    daemon::load::admin_client(&config.load()?).await
+}
+
+/// The blob `append` sends: --text, --file (`-` for stdin), or stdin when
+/// it is not a terminal; an empty one only with --empty.
+fn append_blob(
+    file: Option<PathBuf>,
+    text: Option<String>,
+    empty: bool,
+) -> Result<Vec<u8>, DaemonError> {
+    let read_stdin = || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| DaemonError::Failed(format!("reading the blob from stdin: {e}")))?;
+        Ok::<_, DaemonError>(b)
+    };
+    let (blob, from) = match (file, text) {
+        (_, Some(t)) => (t.into_bytes(), "--text".to_owned()),
+        (Some(f), None) if f.as_os_str() == "-" => (read_stdin()?, "stdin".to_owned()),
+        (Some(f), None) => (
+            std::fs::read(&f).at("reading", &f)?,
+            f.display().to_string(),
+        ),
+        (None, None) if std::io::stdin().is_terminal() => {
+            if empty {
+                return Ok(Vec::new());
+            }
+            return Err(DaemonError::Usage(
+                "no blob to append: give --text TEXT or --file FILE, or pipe the bytes on stdin (stdin is a terminal)".into(),
+            ));
+        }
+        (None, None) => (read_stdin()?, "stdin".to_owned()),
+    };
+    if blob.is_empty() && !empty {
+        return Err(DaemonError::Usage(format!(
+            "the blob from {from} is empty: pass --empty to append an empty frame"
+        )));
+    }
+    Ok(blob)
+}
+
+fn durability_said(d: Durability) -> &'static str {
+    match d {
+        Durability::Twin => "durable on both boxes",
+        Durability::Local => "durable on this box",
+    }
 }
 
 async fn run(cmd: Cmd) -> Result<(), DaemonError> {
@@ -215,25 +316,25 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         Cmd::PinTwin {
             config,
             fingerprint,
-        } => daemon::pin_twin(&config, fingerprint)?,
+        } => print!("{}", daemon::pin_twin(config.path()?, fingerprint)?),
         Cmd::PinClient {
             config,
             fingerprint,
-        } => daemon::pin_client(&config, fingerprint)?,
+        } => print!("{}", daemon::pin_client(config.path()?, fingerprint)?),
         Cmd::Serve { config, log_json } => {
             daemon::init_tracing(log_json);
-            let cfg = PrimaryConfig::load(&config)?;
+            let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
             daemon::serve_primary(cfg, shutdown).await?;
         }
         Cmd::CheckLog { config } => {
-            let cfg = PrimaryConfig::load(&config)?;
+            let cfg = config.load()?;
             let c = daemon::check_log(&cfg.data_dir.join(daemon::LOG_DIR))?;
             println!("{c}");
         }
         Cmd::Status { config, json } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let (text, status) = daemon::fetch_status::<twinlog::node::Status>(cfg.metrics)?;
+            let cfg = config.load()?;
+            let (text, status) = daemon::fetch_status::<twinlog::node::Status>(&cfg.metrics)?;
             if json {
                 println!("{text}");
             } else {
@@ -246,27 +347,19 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             durability,
             file,
             text,
+            empty,
         } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let blob = match (file, text) {
-                (Some(f), _) => std::fs::read(f)?,
-                (None, Some(t)) => t.into_bytes(),
-                (None, None) => {
-                    let mut b = Vec::new();
-                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
-                    b
-                }
-            };
-            let d = match durability {
-                DurabilityArg::Local => Durability::Local,
-                DurabilityArg::Twin => Durability::Twin,
-            };
-            let client = admin(&cfg).await?;
+            let blob = append_blob(file, text, empty)?;
+            let client = admin(&config).await?;
             let (seq, got) = client
-                .append(kind, &[], &blob, d)
+                .append(kind, &[], &blob, durability.into())
                 .await
-                .map_err(|e| DaemonError::Setup(e.to_string()))?;
-            println!("{seq} {got:?}");
+                .map_err(DaemonError::request("append"))?;
+            println!(
+                "appended frame {seq} ({} bytes), {}",
+                blob.len(),
+                durability_said(got)
+            );
         }
         Cmd::Load {
             config,
@@ -274,7 +367,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             blob_mib,
             verify_twin_log,
         } => {
-            let cfg = PrimaryConfig::load(&config)?;
+            let cfg = config.load()?;
             let r = daemon::load::run(&cfg, frames, blob_mib, verify_twin_log.as_deref()).await?;
             println!(
                 "{} frames ({:.1} MiB) acknowledged as durable on both boxes in {:.1} s",
@@ -294,62 +387,79 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             }
         }
         Cmd::Tail { config, from } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
             let mut tail = client
                 .tail(from)
                 .await
-                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                .map_err(DaemonError::request(format!("tail from {from}")))?;
+            let mut last = None;
             while let Some(e) = tail
                 .next()
                 .await
-                .map_err(|e| DaemonError::Setup(e.to_string()))?
+                .map_err(DaemonError::request(format!("tail from {from}")))?
             {
                 println!("{} {} {}", e.seq, e.kind, e.blob.len());
+                last = Some(e.seq);
             }
+            // A tail follows for ever: the primary ends it only as it stops.
+            let after = last.map_or_else(|| "before any frame".into(), |s| format!("after {s}"));
+            return Err(DaemonError::Failed(format!(
+                "tail from {from}: the primary ended it {after} (stopping?)"
+            )));
         }
         Cmd::Repo { config, cmd } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
             repo::run(&client, cmd).await?;
         }
         Cmd::Doc { config, cmd } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
             repo::run_doc(&client, cmd).await?;
         }
         Cmd::Restore {
             config,
-            from,
+            twin,
             twin_fingerprint,
             json,
         } => {
             daemon::init_tracing(false);
-            let cfg = PrimaryConfig::load(&config)?;
-            restore::run(&cfg, from, twin_fingerprint, json).await?;
+            let cfg = config.load()?;
+            restore::run(&cfg, &twin, twin_fingerprint, json).await?;
         }
         Cmd::Retain {
             config,
             from,
             force,
         } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
+            if !force {
+                // The daemon refuses this too; asked first, the refusal can
+                // name the flag that overrides it.
+                let hold = client
+                    .status()
+                    .await
+                    .map_err(DaemonError::request("status"))?
+                    .twin_hold
+                    .max(1);
+                if from > hold {
+                    return Err(DaemonError::Failed(format!(
+                        "retaining from {from} drops frames the twin has not acknowledged (its position is {hold}); pass --force to drop them anyway (the twin then needs a snapshot)"
+                    )));
+                }
+            }
             let first = client
                 .retain_from(from, force)
                 .await
-                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                .map_err(DaemonError::request(format!("retain from {from}")))?;
             println!("the log retains from {first}");
         }
         Cmd::Store { config, cmd } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
             match cmd {
                 StoreCmd::Retry => {
                     let h = client
                         .store_retry()
                         .await
-                        .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                        .map_err(DaemonError::request("store retry"))?;
                     print!(
                         "{}",
                         daemon::render_store(
@@ -363,7 +473,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                     let a = client
                         .store_skip(seq, &reason, force, Durability::Twin)
                         .await
-                        .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                        .map_err(DaemonError::request(format!("store skip of frame {seq}")))?;
                     println!(
                         "frame {seq} skipped: the StoreSkip frame is {} ({:?}); each box records it in store/SKIPPED",
                         a.seq, a.durability
@@ -372,15 +482,22 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             }
         }
         Cmd::Read { config, seq, out } => {
-            let cfg = PrimaryConfig::load(&config)?;
-            let client = admin(&cfg).await?;
+            let client = admin(&config).await?;
             let e = client
                 .read(seq)
                 .await
-                .map_err(|e| DaemonError::Setup(e.to_string()))?;
+                .map_err(DaemonError::request(format!("frame {seq}")))?;
             match out {
-                Some(path) => std::fs::write(path, &e.blob)?,
-                None => std::io::Write::write_all(&mut std::io::stdout(), &e.blob)?,
+                Some(path) => {
+                    let len = out::write(&path, &e.blob)?;
+                    println!(
+                        "frame {seq} (kind {}): {len} bytes written to {}",
+                        e.kind,
+                        path.display()
+                    );
+                }
+                None => std::io::Write::write_all(&mut std::io::stdout(), &e.blob)
+                    .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))?,
             }
         }
     }
@@ -396,5 +513,45 @@ async fn main() -> ExitCode {
             eprintln!("primary: {e}");
             ExitCode::from(e.exit_code().clamp(1, 255) as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every command and every argument of `cmd` and below, with its path.
+    fn walk(cmd: &clap::Command, path: &str, each: &mut dyn FnMut(String, &clap::Command)) {
+        each(path.to_owned(), cmd);
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), each);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        walk(&cli, "primary", &mut |path, cmd| {
+            assert!(cmd.get_about().is_some(), "{path} has no help");
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "{path}: {id} has no help");
+            }
+        });
+    }
+
+    #[test]
+    fn config_is_accepted_after_nested_commands() {
+        let cli = Cli::try_parse_from(["primary", "repo", "refs", "acme/widgets", "-c", "p.toml"])
+            .expect("parse");
+        let Cmd::Repo { config, .. } = cli.cmd else {
+            panic!("not repo");
+        };
+        assert_eq!(config.path().ok(), Some(std::path::Path::new("p.toml")));
     }
 }

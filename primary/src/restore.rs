@@ -2,13 +2,12 @@
 //! on a terminal and plain progress lines otherwise.
 
 use std::io::{IsTerminal, Write};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use twinlog::daemon::{self, DaemonError, PrimaryConfig};
-use twinlog::net::Fingerprint;
-use twinlog::node::restore::{self, Progress, RestoreOptions};
+use twinlog::daemon::{self, Address, DaemonError, PrimaryConfig};
+use twinlog::net::{Fingerprint, NetError};
+use twinlog::node::restore::{self, Progress, RestoreError, RestoreOptions};
 
 fn mib(b: u64) -> f64 {
     b as f64 / 1048576.0
@@ -69,12 +68,39 @@ impl Shown {
     }
 }
 
+/// A failed restore, saying where from and, for a twin that does not
+/// answer, what to check.
+fn failed(twin: &Address, resolved: std::net::SocketAddr, e: RestoreError) -> DaemonError {
+    let at = if twin.as_str() == resolved.to_string() {
+        twin.to_string()
+    } else {
+        format!("{twin} ({resolved})")
+    };
+    let why = match &e {
+        RestoreError::Net(NetError::Io(io)) if io.kind() == std::io::ErrorKind::TimedOut => {
+            format!(
+                "no answer within {} s: is `twin serve` running there, with restore_listen at that address and this box pinned (`twin pin-restore`)?",
+                twinlog::node::client::CONNECT_TIMEOUT.as_secs()
+            )
+        }
+        _ => e.to_string(),
+    };
+    let msg = format!("restore from {at} (--twin): {why}");
+    match e {
+        RestoreError::NotFresh(_) => DaemonError::Setup(msg),
+        _ => DaemonError::Failed(msg),
+    }
+}
+
 pub async fn run(
     cfg: &PrimaryConfig,
-    from: SocketAddr,
+    twin: &Address,
     twin_fingerprint: Fingerprint,
     json: bool,
 ) -> Result<(), DaemonError> {
+    let source = twin
+        .resolve()
+        .map_err(|e| DaemonError::Usage(format!("--twin {twin}: it does not resolve: {e}")))?;
     let identity = daemon::load_identity(&cfg.data_dir)?;
     let shown = Arc::new(Mutex::new(Shown {
         started: Instant::now(),
@@ -91,21 +117,22 @@ pub async fn run(
         RestoreOptions {
             data_dir: cfg.data_dir.clone(),
             segment_bytes: cfg.segment_bytes,
-            source: from,
+            source,
             source_fingerprint: twin_fingerprint,
             identity: Arc::new(identity),
         },
         progress,
     )
     .await
-    .map_err(|e| DaemonError::Setup(format!("restore: {e}")))?;
+    .map_err(|e| failed(twin, source, e))?;
     if shown.lock().is_ok_and(|s| s.tty) {
         eprintln!();
     }
     if json {
         println!(
             "{}",
-            serde_json::to_string(&report).map_err(|e| DaemonError::Setup(e.to_string()))?
+            serde_json::to_string(&report)
+                .map_err(|e| DaemonError::Failed(format!("the report as JSON: {e}")))?
         );
     } else {
         if report.resumed {

@@ -42,8 +42,8 @@ fn the_daemon_tells_systemd_when_it_is_ready_and_when_it_stops() {
     let data = dir.path().join("p");
     let (config, _) = twinlog::daemon::init_primary(
         &data,
-        "127.0.0.1:0".parse().expect("addr"),
-        "127.0.0.1:0".parse().expect("addr"),
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().expect("addr"),
+        "127.0.0.1:0".parse::<std::net::SocketAddr>().expect("addr"),
         None,
     )
     .expect("init");

@@ -1,8 +1,10 @@
 //! The daemons' TOML configuration: unknown keys and bad values are refused
 //! with the key's name and line, and `render` writes a commented file.
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -20,6 +22,107 @@ pub enum ConfigError {
     },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+}
+
+/// A `host:port` setting: an IP address (`10.0.0.1:7400`, `[::1]:7400`) or
+/// a hostname (`twin.example:7400`). A name is resolved when the address is
+/// used, so it follows its DNS record from one start to the next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Address(String);
+
+impl Address {
+    /// The text as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.0
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The socket address: an IP address is itself, a name the first
+    /// address the system's resolver gives for it.
+    pub fn resolve(&self) -> std::io::Result<SocketAddr> {
+        if let Ok(a) = self.0.parse() {
+            return Ok(a);
+        }
+        self.0.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} resolves to no address", self.0),
+            )
+        })
+    }
+}
+
+impl FromStr for Address {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Address, String> {
+        if s.parse::<SocketAddr>().is_ok() {
+            return Ok(Address(s.to_owned()));
+        }
+        let bad = |why: &str| {
+            format!(
+                "{s:?} is not HOST:PORT ({why}); for example 10.0.0.1:7400 or twin.example:7400"
+            )
+        };
+        let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        port.parse::<u16>()
+            .map_err(|_| bad("the port is not a number up to 65535"))?;
+        // A hostname as DNS spells one: labels of letters, digits, '-' and
+        // '_', separated by dots. An IPv6 address needs brackets, and then
+        // parsed above.
+        let name_ok = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && label
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        if !name_ok {
+            return Err(bad("the host is neither an IP address nor a hostname"));
+        }
+        Ok(Address(s.to_owned()))
+    }
+}
+
+impl From<SocketAddr> for Address {
+    fn from(a: SocketAddr) -> Address {
+        Address(a.to_string())
+    }
+}
+
+impl From<&Address> for Address {
+    fn from(a: &Address) -> Address {
+        a.clone()
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Address {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Address {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Address, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 fn de_fp<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Fingerprint>, D::Error> {
@@ -60,7 +163,33 @@ pub enum Policy {
 pub struct DurabilitySection {
     pub policy: Policy,
     /// For `fail` and `fallback`.
+    #[serde(deserialize_with = "de_timeout_ms")]
     pub timeout_ms: u64,
+}
+
+/// The longest `timeout_ms`: a day. Longer is `wait` in all but name, and
+/// a clock deadline that far out could overflow.
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+fn de_timeout_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if !(1..=MAX_TIMEOUT_MS).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "timeout_ms = {v}: it must be from 1 to {MAX_TIMEOUT_MS} (a day)"
+        )));
+    }
+    Ok(v)
+}
+
+fn de_segment_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    let min = crate::log::MIN_SEGMENT_BYTES;
+    if v < min {
+        return Err(serde::de::Error::custom(format!(
+            "segment_bytes = {v} is below the minimum of {min} bytes"
+        )));
+    }
+    Ok(v)
 }
 
 impl Default for DurabilitySection {
@@ -95,10 +224,56 @@ pub struct RetentionSection {
 /// `[timers]`: heartbeats and the silence after which a connection is
 /// given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawTimers")]
 pub struct TimersSection {
     pub heartbeat_ms: u64,
     pub idle_timeout_ms: u64,
+}
+
+/// The bounds of `[timers]`: a heartbeat more often than every 10 ms is
+/// noise, one rarer than a minute leaves a dead link unnoticed; an idle
+/// timeout must outlast a QUIC handshake and a slow fsync (100 ms), and at
+/// least two heartbeats, so one late heartbeat does not drop the link.
+pub const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
+pub const IDLE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+/// `[timers]` as written, checked into a [`TimersSection`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimers {
+    heartbeat_ms: u64,
+    idle_timeout_ms: u64,
+}
+
+impl TryFrom<RawTimers> for TimersSection {
+    type Error = String;
+
+    fn try_from(r: RawTimers) -> Result<TimersSection, String> {
+        let (hb, idle) = (r.heartbeat_ms, r.idle_timeout_ms);
+        if !HEARTBEAT_MS.contains(&hb) {
+            return Err(format!(
+                "heartbeat_ms = {hb}: it must be from {} to {}",
+                HEARTBEAT_MS.start(),
+                HEARTBEAT_MS.end()
+            ));
+        }
+        if !IDLE_TIMEOUT_MS.contains(&idle) {
+            return Err(format!(
+                "idle_timeout_ms = {idle}: it must be from {} to {}",
+                IDLE_TIMEOUT_MS.start(),
+                IDLE_TIMEOUT_MS.end()
+            ));
+        }
+        if idle < 2 * hb {
+            return Err(format!(
+                "idle_timeout_ms = {idle} must be at least twice heartbeat_ms = {hb}, or one late heartbeat drops the connection"
+            ));
+        }
+        Ok(TimersSection {
+            heartbeat_ms: hb,
+            idle_timeout_ms: idle,
+        })
+    }
 }
 
 impl Default for TimersSection {
@@ -134,9 +309,9 @@ pub struct PrimaryConfig {
     /// Where the log, the key and the certificate live.
     pub data_dir: PathBuf,
     /// The QUIC address twins and clients connect to.
-    pub listen: SocketAddr,
+    pub listen: Address,
     /// The local HTTP address of `/metrics` and `/status`.
-    pub metrics: SocketAddr,
+    pub metrics: Address,
     /// The twin's certificate fingerprint (`twin init` prints it).
     #[serde(deserialize_with = "de_fp", serialize_with = "ser_fp", default)]
     pub twin_fingerprint: Option<Fingerprint>,
@@ -145,7 +320,10 @@ pub struct PrimaryConfig {
     pub client_fingerprints: Vec<Fingerprint>,
     #[serde(default)]
     pub durability: DurabilitySection,
-    #[serde(default = "default_segment_bytes")]
+    #[serde(
+        default = "default_segment_bytes",
+        deserialize_with = "de_segment_bytes"
+    )]
     pub segment_bytes: u64,
     #[serde(default)]
     pub timers: TimersSection,
@@ -159,19 +337,22 @@ pub struct PrimaryConfig {
 pub struct TwinConfig {
     pub data_dir: PathBuf,
     /// The primary's QUIC address.
-    pub primary: SocketAddr,
+    pub primary: Address,
     /// The primary's certificate fingerprint (`primary init` prints it).
     #[serde(deserialize_with = "de_fp", serialize_with = "ser_fp", default)]
     pub primary_fingerprint: Option<Fingerprint>,
-    pub metrics: SocketAddr,
-    #[serde(default = "default_segment_bytes")]
+    pub metrics: Address,
+    #[serde(
+        default = "default_segment_bytes",
+        deserialize_with = "de_segment_bytes"
+    )]
     pub segment_bytes: u64,
     #[serde(default)]
     pub timers: TimersSection,
     /// The QUIC address boxes being restored from this twin connect to;
     /// none serves no restore.
     #[serde(default)]
-    pub restore_listen: Option<SocketAddr>,
+    pub restore_listen: Option<Address>,
     /// Boxes allowed to restore from this twin (`twin pin-restore`).
     #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
     pub restore_fingerprints: Vec<Fingerprint>,
@@ -276,7 +457,7 @@ segment_bytes = {segment}
 {restore_listen}
 restore_fingerprints = [{restorers}]
 {timers}"#,
-            restore_listen = self.restore_listen.map_or(
+            restore_listen = self.restore_listen.as_ref().map_or(
                 "# restore_listen = \"0.0.0.0:7401\"".to_owned(),
                 |a| format!("restore_listen = \"{a}\"")
             ),
@@ -341,6 +522,74 @@ mod tests {
             restore_fingerprints: vec![Fingerprint([3; 32])],
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
+    }
+
+    #[test]
+    fn addresses_are_ip_addresses_or_hostnames_and_resolve_at_use() {
+        for ok in [
+            "10.0.0.1:7400",
+            "[::1]:7400",
+            "twin.example:7401",
+            "localhost:1",
+        ] {
+            let a: Address = ok.parse().expect(ok);
+            assert_eq!(a.to_string(), ok);
+        }
+        let local: Address = "localhost:7400".parse().expect("addr");
+        let resolved = local.resolve().expect("localhost resolves");
+        assert!(resolved.ip().is_loopback() && resolved.port() == 7400);
+        for bad in [
+            "twin.example",
+            "twin.example:http",
+            "::1:7400",
+            "a b:1",
+            ":7400",
+            "-x:1",
+        ] {
+            let e = bad.parse::<Address>().expect_err(bad);
+            assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        }
+        let text = sample()
+            .render()
+            .replace("0.0.0.0:7400", "primary.example:7400");
+        let c = toml::from_str::<PrimaryConfig>(&text).expect("a hostname");
+        assert_eq!(c.listen.as_str(), "primary.example:7400");
+        let text = sample().render().replace("0.0.0.0:7400", "0.0.0.0");
+        let e = toml::from_str::<PrimaryConfig>(&text)
+            .expect_err("no port")
+            .to_string();
+        assert!(e.contains("listen") && e.contains("line"), "{e}");
+    }
+
+    #[test]
+    fn values_that_cannot_work_are_refused_with_the_key_and_line() {
+        let cases = [
+            (
+                "segment_bytes = 1048576",
+                "segment_bytes = 10",
+                "segment_bytes",
+            ),
+            ("heartbeat_ms = 20", "heartbeat_ms = 0", "heartbeat_ms"),
+            (
+                "idle_timeout_ms = 300",
+                "idle_timeout_ms = 10",
+                "idle_timeout_ms",
+            ),
+            (
+                "heartbeat_ms = 20",
+                "heartbeat_ms = 200",
+                "twice heartbeat_ms",
+            ),
+            ("timeout_ms = 250", "timeout_ms = 0", "timeout_ms"),
+        ];
+        for (good, bad, key) in cases {
+            let text = sample().render();
+            assert!(text.contains(good), "{good}");
+            let e = toml::from_str::<PrimaryConfig>(&text.replace(good, bad))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(key) && e.contains("line"), "{bad}: {e}");
+        }
     }
 
     #[test]

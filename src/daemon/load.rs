@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use super::{DaemonError, PrimaryConfig};
 use crate::log::Tail;
+use crate::net::NetError;
+use crate::node::ClientError;
 use crate::node::{Client, Durability};
 
 /// What a load run did.
@@ -77,10 +79,23 @@ fn local(addr: std::net::SocketAddr) -> std::net::SocketAddr {
 pub async fn admin_client(cfg: &PrimaryConfig) -> Result<Client, DaemonError> {
     let admin = super::load_identity(&cfg.data_dir.join(super::ADMIN_DIR))?;
     let me = super::load_identity(&cfg.data_dir)?;
-    Client::connect(&admin, me.fingerprint(), local(cfg.listen))
+    let addr = local(super::resolve("listen", &cfg.listen)?);
+    Client::connect(&admin, me.fingerprint(), addr)
         .await
         .map_err(|e| {
-            DaemonError::Setup(format!("connecting to the primary at {}: {e}", cfg.listen))
+            let why = match &e {
+                ClientError::Net(NetError::Io(io)) if io.kind() == std::io::ErrorKind::TimedOut => {
+                    format!(
+                        "no answer within {} s: is `primary serve` running with this configuration?",
+                        crate::node::client::CONNECT_TIMEOUT.as_secs()
+                    )
+                }
+                _ => e.to_string(),
+            };
+            DaemonError::Failed(format!(
+                "connecting to the primary at {addr} (`listen` = \"{}\" in the configuration): {why}",
+                cfg.listen
+            ))
         })
 }
 
@@ -139,9 +154,9 @@ pub async fn run(
                         Durability::Twin,
                     )
                     .await
-                    .map_err(|e| DaemonError::Setup(format!("append: {e}")))?;
+                    .map_err(DaemonError::request("append"))?;
                 if a.durability != Durability::Twin {
-                    return Err(DaemonError::Setup(format!(
+                    return Err(DaemonError::Failed(format!(
                         "frame {} was acknowledged as {:?}",
                         a.seq, a.durability
                     )));
@@ -172,7 +187,8 @@ pub async fn run(
         })
     };
     for t in tasks {
-        t.await.map_err(|e| DaemonError::Setup(e.to_string()))??;
+        t.await
+            .map_err(|e| DaemonError::Failed(format!("an appender: {e}")))??;
     }
     if blob_mib > 0 {
         let client = admin_client(cfg).await?;
@@ -195,7 +211,7 @@ pub async fn run(
                 Durability::Twin,
             )
             .await
-            .map_err(|e| DaemonError::Setup(format!("blob append: {e}")))?;
+            .map_err(DaemonError::request("blob append"))?;
         acked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -217,7 +233,7 @@ pub async fn run(
         .await?
         .status()
         .await
-        .map_err(|e| DaemonError::Setup(format!("status: {e}")))?;
+        .map_err(DaemonError::request("status"))?;
     let acked = acked.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let verified_on_twin = match twin_log {
         Some(dir) => Some(verify_on_twin(dir, &acked)?),
@@ -236,14 +252,16 @@ pub async fn run(
 /// Every acknowledged frame, read back from the twin's log directory (no
 /// lock taken: the twin keeps running): same crc, same length.
 fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, DaemonError> {
-    let mut tail = Tail::open(dir, 0)?;
+    let mut tail = Tail::open(dir, 0).map_err(|e| {
+        DaemonError::Failed(format!("reading the twin's log {}: {e}", dir.display()))
+    })?;
     let mut verified = 0;
     // Every frame's crc is checked on the way, a piece at a time: the
     // header's crc being the acknowledged one is then the frame's.
     while let Some(h) = tail.next_checked()? {
         if let Some(&(crc, len)) = acked.get(&h.seq) {
             if h.payload_crc != crc || h.blob_len != len {
-                return Err(DaemonError::Setup(format!(
+                return Err(DaemonError::Failed(format!(
                     "frame {} differs on the twin",
                     h.seq
                 )));
@@ -252,7 +270,7 @@ fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, 
         }
     }
     if verified != acked.len() as u64 {
-        return Err(DaemonError::Setup(format!(
+        return Err(DaemonError::Failed(format!(
             "only {verified} of {} acknowledged frames are on the twin",
             acked.len()
         )));

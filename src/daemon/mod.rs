@@ -24,9 +24,9 @@ use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
 use crate::node::epoch::Epoch;
 use crate::node::{
-    Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
+    ClientError, Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
 };
-pub use config::{ConfigError, PrimaryConfig, TwinConfig};
+pub use config::{Address, ConfigError, PrimaryConfig, TwinConfig};
 
 pub const CERT_FILE: &str = "cert.pem";
 pub const KEY_FILE: &str = "key.pem";
@@ -53,7 +53,8 @@ pub mod exit {
     pub const KEY: i32 = 4;
 }
 
-/// What the daemons fail at.
+/// What the daemons and their commands fail at; each kind has its exit
+/// code ([`DaemonError::exit_code`]).
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error(transparent)]
@@ -70,10 +71,90 @@ pub enum DaemonError {
     Net(#[from] NetError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// An I/O failure on a file or directory, named.
+    #[error("{what} {}: {source}", path.display())]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{0} is already initialized; remove it or choose another data directory")]
     Initialized(PathBuf),
+    /// A configured address that does not resolve or cannot be listened on.
+    #[error("{key} = \"{addr}\" in the configuration: {what}")]
+    Address {
+        key: &'static str,
+        addr: String,
+        what: String,
+    },
+    /// A setup that cannot be used as it is (a key not set, ...).
     #[error("{0}")]
     Setup(String),
+    /// Arguments that parse but cannot be used.
+    #[error("{0}")]
+    Usage(String),
+    /// A request to the running daemon failed or was refused, or its
+    /// connection was lost.
+    #[error("{what}: {source}")]
+    Request {
+        what: String,
+        #[source]
+        source: ClientError,
+    },
+    /// A runtime failure a command found itself (nothing by that name, no
+    /// daemon answering, ...).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl DaemonError {
+    /// Map a failed request, saying what was asked.
+    pub fn request(what: impl Into<String>) -> impl FnOnce(ClientError) -> DaemonError {
+        let what = what.into();
+        move |source| DaemonError::Request { what, source }
+    }
+}
+
+/// I/O results that name the file they failed on.
+pub trait IoAt<T> {
+    /// `what` is the action, as in "reading", "creating".
+    fn at(self, what: &'static str, path: &Path) -> Result<T, DaemonError>;
+}
+
+impl<T> IoAt<T> for std::io::Result<T> {
+    fn at(self, what: &'static str, path: &Path) -> Result<T, DaemonError> {
+        self.map_err(|source| DaemonError::File {
+            what,
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// Resolve a configured address, naming its key when it does not resolve.
+pub fn resolve(key: &'static str, addr: &Address) -> Result<SocketAddr, DaemonError> {
+    addr.resolve().map_err(|e| DaemonError::Address {
+        key,
+        addr: addr.to_string(),
+        what: format!("it does not resolve: {e}"),
+    })
+}
+
+/// A configured address that cannot be listened on, with the likely cause.
+fn listen_failed(key: &'static str, addr: &Address, e: &std::io::Error) -> DaemonError {
+    let hint = match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another process listens there (another daemon?): stop it or choose another port"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "; no interface of this box has that address",
+        std::io::ErrorKind::PermissionDenied => "; ports below 1024 need privileges",
+        _ => "",
+    };
+    DaemonError::Address {
+        key,
+        addr: addr.to_string(),
+        what: format!("cannot listen there: {e}{hint}"),
+    }
 }
 
 impl From<crate::store::StoreError> for DaemonError {
@@ -83,13 +164,22 @@ impl From<crate::store::StoreError> for DaemonError {
 }
 
 impl DaemonError {
+    /// The exit code the README promises for this kind of failure.
     pub fn exit_code(&self) -> i32 {
         match self {
-            DaemonError::Config(_) | DaemonError::Initialized(_) | DaemonError::Setup(_) => {
-                exit::CONFIG
-            }
+            DaemonError::Config(_)
+            | DaemonError::Initialized(_)
+            | DaemonError::Address { .. }
+            | DaemonError::Setup(_) => exit::CONFIG,
             DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
-            _ => exit::FAILURE,
+            DaemonError::Usage(_) => exit::USAGE,
+            DaemonError::Log(_)
+            | DaemonError::Store(_)
+            | DaemonError::Net(_)
+            | DaemonError::Io(_)
+            | DaemonError::File { .. }
+            | DaemonError::Request { .. }
+            | DaemonError::Failed(_) => exit::FAILURE,
         }
     }
 }
@@ -97,16 +187,30 @@ impl DaemonError {
 /// Write a certificate (0644) and a key (0600, never world-readable even
 /// for an instant) into `dir`.
 pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DaemonError> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    std::fs::write(dir.join(CERT_FILE), identity.cert_pem())?;
-    let mut key = OpenOptions::new()
+    std::fs::create_dir_all(dir).at("creating the directory", dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .at("making private (0700) the directory", dir)?;
+    let key_path = dir.join(KEY_FILE);
+    let mut key = match OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(dir.join(KEY_FILE))?;
-    key.write_all(identity.key_pem().as_bytes())?;
-    key.sync_all()?;
+        .open(&key_path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(DaemonError::Key {
+                path: key_path,
+                what: "a key is there already, left by an earlier init: remove it (and the certificate beside it) to mint a new one".into(),
+            })
+        }
+        Err(e) => return Err(e).at("creating the key", &key_path),
+    };
+    key.write_all(identity.key_pem().as_bytes())
+        .and_then(|()| key.sync_all())
+        .at("writing the key", &key_path)?;
+    let cert_path = dir.join(CERT_FILE);
+    std::fs::write(&cert_path, identity.cert_pem()).at("writing the certificate", &cert_path)?;
     Ok(())
 }
 
@@ -131,24 +235,37 @@ pub fn load_identity(dir: &Path) -> Result<Identity, DaemonError> {
     let key = std::fs::read_to_string(&key_path).map_err(|e| key_err(e.to_string()))?;
     let cert_path = dir.join(CERT_FILE);
     let cert = std::fs::read_to_string(&cert_path).map_err(|e| DaemonError::Key {
-        path: cert_path,
+        path: cert_path.clone(),
         what: e.to_string(),
     })?;
-    Ok(Identity::from_pem(&cert, &key)?)
+    Identity::from_pem(&cert, &key).map_err(|e| match e {
+        TlsError::Certificate(why) => DaemonError::Key {
+            path: cert_path,
+            what: format!(
+                "no usable certificate ({why}): expected a PEM \"CERTIFICATE\" block, as `init` writes"
+            ),
+        },
+        TlsError::Key(why) => key_err(format!(
+            "no usable private key ({why}): expected a PEM \"PRIVATE KEY\" block (PKCS#8), as `init` writes"
+        )),
+        other => other.into(),
+    })
 }
 
 fn absolute(dir: &Path) -> Result<PathBuf, DaemonError> {
     Ok(if dir.is_absolute() {
         dir.to_owned()
     } else {
-        std::env::current_dir()?.join(dir)
+        std::env::current_dir()
+            .at("finding the current directory for", dir)?
+            .join(dir)
     })
 }
 
 fn write_config(path: &Path, text: &str) -> Result<(), DaemonError> {
     let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)?;
+    std::fs::write(&tmp, text).at("writing", &tmp)?;
+    std::fs::rename(&tmp, path).at("replacing", path)?;
     Ok(())
 }
 
@@ -157,13 +274,17 @@ fn write_config(path: &Path, text: &str) -> Result<(), DaemonError> {
 /// the twin.
 pub fn init_primary(
     data_dir: &Path,
-    listen: SocketAddr,
-    metrics: SocketAddr,
+    listen: impl Into<Address>,
+    metrics: impl Into<Address>,
     twin: Option<Fingerprint>,
 ) -> Result<(PathBuf, Fingerprint), DaemonError> {
+    let (listen, metrics) = (listen.into(), metrics.into());
     let data_dir = absolute(data_dir)?;
     let config_path = data_dir.join(PRIMARY_CONFIG);
-    if config_path.exists() || data_dir.join(KEY_FILE).exists() {
+    if config_path.exists()
+        || data_dir.join(KEY_FILE).exists()
+        || data_dir.join(ADMIN_DIR).join(KEY_FILE).exists()
+    {
         return Err(DaemonError::Initialized(data_dir));
     }
     let identity = Identity::mint()?;
@@ -188,10 +309,11 @@ pub fn init_primary(
 /// Mint the twin's identity and write `twin.toml`.
 pub fn init_twin(
     data_dir: &Path,
-    primary: SocketAddr,
-    metrics: SocketAddr,
+    primary: impl Into<Address>,
+    metrics: impl Into<Address>,
     primary_fingerprint: Option<Fingerprint>,
 ) -> Result<(PathBuf, Fingerprint), DaemonError> {
+    let (primary, metrics) = (primary.into(), metrics.into());
     let data_dir = absolute(data_dir)?;
     let config_path = data_dir.join(TWIN_CONFIG);
     if config_path.exists() || data_dir.join(KEY_FILE).exists() {
@@ -213,43 +335,159 @@ pub fn init_twin(
     Ok((config_path, identity.fingerprint()))
 }
 
+/// One key a pin command changed: its value before and after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub key: &'static str,
+    pub old: String,
+    pub new: String,
+}
+
+/// What a pin command did to a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pinned {
+    pub config: PathBuf,
+    /// Empty when the file already said so (and was left alone).
+    pub changes: Vec<Change>,
+    /// The command that serves with this file, to be restarted.
+    pub serve: &'static str,
+}
+
+impl std::fmt::Display for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.changes.is_empty() {
+            return writeln!(f, "{}: already so, nothing changed", self.config.display());
+        }
+        for c in &self.changes {
+            writeln!(
+                f,
+                "{}: {}: {} -> {}",
+                self.config.display(),
+                c.key,
+                c.old,
+                c.new
+            )?;
+        }
+        writeln!(
+            f,
+            "a running `{}` reads its configuration only at start: restart it for this to take effect",
+            self.serve
+        )
+    }
+}
+
+fn shown<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "(none)".to_owned(), |v| v.to_string())
+}
+
+fn shown_list(fps: &[Fingerprint]) -> String {
+    if fps.is_empty() {
+        return "[]".into();
+    }
+    let all: Vec<String> = fps.iter().map(|f| f.to_string()).collect();
+    format!("[{}]", all.join(", "))
+}
+
+/// Write the file when something changed.
+fn pinned(
+    config: &Path,
+    serve: &'static str,
+    changes: Vec<Change>,
+    text: impl FnOnce() -> String,
+) -> Result<Pinned, DaemonError> {
+    if !changes.is_empty() {
+        write_config(config, &text())?;
+    }
+    Ok(Pinned {
+        config: config.to_owned(),
+        changes,
+        serve,
+    })
+}
+
 /// Pin the twin on a primary's configuration.
-pub fn pin_twin(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+pub fn pin_twin(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
     let mut cfg = PrimaryConfig::load(config_path)?;
-    cfg.twin_fingerprint = Some(fp);
-    write_config(config_path, &cfg.render())
+    let mut changes = Vec::new();
+    if cfg.twin_fingerprint != Some(fp) {
+        changes.push(Change {
+            key: "twin_fingerprint",
+            old: shown(cfg.twin_fingerprint),
+            new: fp.to_string(),
+        });
+        cfg.twin_fingerprint = Some(fp);
+    }
+    pinned(config_path, "primary serve", changes, || cfg.render())
 }
 
 /// Pin a client on a primary's configuration.
-pub fn pin_client(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+pub fn pin_client(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
     let mut cfg = PrimaryConfig::load(config_path)?;
+    let mut changes = Vec::new();
     if !cfg.client_fingerprints.contains(&fp) {
+        let old = shown_list(&cfg.client_fingerprints);
         cfg.client_fingerprints.push(fp);
+        changes.push(Change {
+            key: "client_fingerprints",
+            old,
+            new: shown_list(&cfg.client_fingerprints),
+        });
     }
-    write_config(config_path, &cfg.render())
+    pinned(config_path, "primary serve", changes, || cfg.render())
 }
 
 /// Pin the primary on a twin's configuration.
-pub fn pin_primary(config_path: &Path, fp: Fingerprint) -> Result<(), DaemonError> {
+pub fn pin_primary(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
     let mut cfg = TwinConfig::load(config_path)?;
-    cfg.primary_fingerprint = Some(fp);
-    write_config(config_path, &cfg.render())
+    let mut changes = Vec::new();
+    if cfg.primary_fingerprint != Some(fp) {
+        changes.push(Change {
+            key: "primary_fingerprint",
+            old: shown(cfg.primary_fingerprint),
+            new: fp.to_string(),
+        });
+        cfg.primary_fingerprint = Some(fp);
+    }
+    pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
 /// Allow a box to restore from this twin, serving restores on `listen`.
-pub fn pin_restore(
+/// Without `listen`, `restore_listen` must be set already: a pin that
+/// serves no restore would enable nothing.
+pub fn pin_restore<A: Into<Address>>(
     config_path: &Path,
     fp: Fingerprint,
-    listen: Option<SocketAddr>,
-) -> Result<(), DaemonError> {
+    listen: Option<A>,
+) -> Result<Pinned, DaemonError> {
     let mut cfg = TwinConfig::load(config_path)?;
+    let listen: Option<Address> = listen.map(Into::into);
+    if listen.is_none() && cfg.restore_listen.is_none() {
+        return Err(DaemonError::Usage(format!(
+            "{}: restore_listen is not set, so this twin serves no restore: give --listen ADDRESS (as 0.0.0.0:7401) to set it",
+            config_path.display()
+        )));
+    }
+    let mut changes = Vec::new();
+    if let Some(l) = listen {
+        if cfg.restore_listen.as_ref() != Some(&l) {
+            changes.push(Change {
+                key: "restore_listen",
+                old: shown(cfg.restore_listen.as_ref()),
+                new: l.to_string(),
+            });
+            cfg.restore_listen = Some(l);
+        }
+    }
     if !cfg.restore_fingerprints.contains(&fp) {
+        let old = shown_list(&cfg.restore_fingerprints);
         cfg.restore_fingerprints.push(fp);
+        changes.push(Change {
+            key: "restore_fingerprints",
+            old,
+            new: shown_list(&cfg.restore_fingerprints),
+        });
     }
-    if listen.is_some() {
-        cfg.restore_listen = listen;
-    }
-    write_config(config_path, &cfg.render())
+    pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
 /// Structured logs to stderr: human by default, JSON lines on request.
@@ -321,7 +559,7 @@ async fn open_store(
         crate::node::store::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
     })
     .await
-    .map_err(|e| DaemonError::Setup(format!("opening the store: {e}")))??)
+    .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
@@ -413,7 +651,7 @@ pub fn utc(unix_ms: u64) -> String {
 /// when `ready` says the box does its job, 503 with the reason otherwise,
 /// for load balancers and orchestrators.
 async fn serve_status<S: serde::Serialize + 'static>(
-    addr: SocketAddr,
+    addr: &Address,
     shutdown: watch::Receiver<bool>,
     log: Arc<Log>,
     role: &'static str,
@@ -421,9 +659,9 @@ async fn serve_status<S: serde::Serialize + 'static>(
     ready: impl Fn(&S) -> Result<(), String> + Send + Sync + 'static,
     more: impl Fn(&S, &mut String) + Send + Sync + 'static,
 ) -> Result<(), DaemonError> {
-    let listener = tokio::net::TcpListener::bind(addr)
+    let listener = tokio::net::TcpListener::bind(resolve("metrics", addr)?)
         .await
-        .map_err(|e| DaemonError::Setup(format!("the metrics address {addr}: {e}")))?;
+        .map_err(|e| listen_failed("metrics", addr, &e))?;
     let handler: http::Handler = Arc::new(move |path| {
         match path {
             "/healthz" => return Some((200, "text/plain", "ok\n".into())),
@@ -523,9 +761,13 @@ pub async fn serve_primary(
         pins = pins.pin(*fp, Role::Client);
     }
     let pins = Arc::new(pins);
+    let listen = resolve("listen", &cfg.listen)?;
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
     let store = open_store(&log, &cfg.data_dir).await?;
-    let endpoint = net::server(cfg.listen, &identity, pins.clone())?;
+    let endpoint = net::server(listen, &identity, pins.clone()).map_err(|e| match e {
+        NetError::Io(io) => listen_failed("listen", &cfg.listen, &io),
+        other => other.into(),
+    })?;
     let node = Primary::with_store(
         log.clone(),
         pins,
@@ -543,7 +785,7 @@ pub async fn serve_primary(
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
     let status_node = node.clone();
     serve_status(
-        cfg.metrics,
+        &cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
         "primary",
@@ -667,6 +909,8 @@ pub async fn serve_twin(
         DaemonError::Setup("primary_fingerprint is not set: run `twin pin`".into())
     })?;
     let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
+    // Resolved once, at start: a new DNS record takes a restart.
+    let primary = resolve("primary", &cfg.primary)?;
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
     let paths = crate::store::install::InstallPaths::new(&cfg.data_dir);
     crate::store::install::finish(&paths, &log)?;
@@ -675,7 +919,7 @@ pub async fn serve_twin(
     let node = Twin::new(
         log.clone(),
         Arc::new(Epoch::load(&cfg.data_dir)?),
-        cfg.primary,
+        primary,
         NodeTwinConfig {
             timers: cfg.timers.timers(),
             ..NodeTwinConfig::default()
@@ -686,13 +930,17 @@ pub async fn serve_twin(
         paths,
         store: store.clone(),
     })?;
-    if let Some(listen) = cfg.restore_listen {
+    if let Some(addr) = &cfg.restore_listen {
         let mut rpins = Pins::new();
         for fp in &cfg.restore_fingerprints {
             rpins = rpins.pin(*fp, Role::Restore);
         }
         let rpins = Arc::new(rpins);
-        let rend = net::server(listen, &identity, rpins.clone())?;
+        let listen = resolve("restore_listen", addr)?;
+        let rend = net::server(listen, &identity, rpins.clone()).map_err(|e| match e {
+            NetError::Io(io) => listen_failed("restore_listen", addr, &io),
+            other => other.into(),
+        })?;
         let source = Arc::new(crate::node::restore_serve::RestoreSource {
             log: log.clone(),
             snapshots: snapshot_source(&store, &cfg.data_dir),
@@ -720,7 +968,7 @@ pub async fn serve_twin(
     });
     let status_node = node.clone();
     serve_status(
-        cfg.metrics,
+        &cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
         "twin",
@@ -799,19 +1047,24 @@ pub async fn serve_twin(
     let _ = follow.await;
     tokio::task::spawn_blocking(move || applier.stop())
         .await
-        .map_err(|e| DaemonError::Setup(format!("stopping the store: {e}")))?;
+        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
     tracing::info!(head = log.head_seq(), "twin stopped");
     Ok(())
 }
 
 /// Ask a running daemon for its status: the JSON text and its value.
 pub fn fetch_status<T: serde::de::DeserializeOwned>(
-    metrics: SocketAddr,
+    metrics: impl Into<Address>,
 ) -> Result<(String, T), DaemonError> {
-    let body = http::get(metrics, "/status")
-        .map_err(|e| DaemonError::Setup(format!("no daemon answers on {metrics}: {e}")))?;
-    let value =
-        serde_json::from_str(&body).map_err(|e| DaemonError::Setup(format!("status: {e}")))?;
+    let metrics = metrics.into();
+    let addr = resolve("metrics", &metrics)?;
+    let body = http::get(addr, "/status").map_err(|e| {
+        DaemonError::Failed(format!(
+            "no daemon answers on {metrics} (`metrics` in the configuration): {e}; is it serving?"
+        ))
+    })?;
+    let value = serde_json::from_str(&body)
+        .map_err(|e| DaemonError::Failed(format!("the status from {metrics}: {e}")))?;
     Ok((body, value))
 }
 
@@ -947,9 +1200,10 @@ pub struct Promoted {
 /// included, and it refuses such twins in turn.
 pub fn promote(
     twin_config: &Path,
-    listen: SocketAddr,
-    metrics: SocketAddr,
+    listen: impl Into<Address>,
+    metrics: impl Into<Address>,
 ) -> Result<Promoted, DaemonError> {
+    let (listen, metrics) = (listen.into(), metrics.into());
     let cfg = TwinConfig::load(twin_config)?;
     let primary_config = cfg.data_dir.join(PRIMARY_CONFIG);
     if primary_config.exists() {
@@ -965,7 +1219,7 @@ pub fn promote(
     ) {
         Ok(log) => log.head_seq(),
         Err(crate::log::Error::Locked(_)) => {
-            return Err(DaemonError::Setup(
+            return Err(DaemonError::Failed(
                 "the twin is running: stop it before promoting".into(),
             ))
         }
@@ -1032,7 +1286,17 @@ impl std::fmt::Display for LogCheck {
 /// at a time, without taking the log's lock or writing anything: safe
 /// while a daemon runs. A damaged frame is an error naming it.
 pub fn check_log(dir: &Path) -> Result<LogCheck, DaemonError> {
-    let mut tail = crate::log::Tail::open(dir, 0)?;
+    let mut tail = crate::log::Tail::open(dir, 0).map_err(|e| {
+        DaemonError::Failed(format!(
+            "reading the log {}: {e}{}",
+            dir.display(),
+            if dir.exists() {
+                ""
+            } else {
+                " (a daemon creates it when it first starts)"
+            }
+        ))
+    })?;
     let mut c = LogCheck::default();
     while let Some(h) = tail.next_checked()? {
         if c.frames == 0 {

@@ -16,6 +16,9 @@ pub enum ClientError {
     Api(#[from] ApiError),
     #[error("unexpected answer: {0}")]
     Unexpected(String),
+    /// Reading the git repository to import failed.
+    #[error("import: {0}")]
+    Import(String),
 }
 
 /// How long [`Client::connect`] waits for the handshake.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::api::{
-    Durability, HistoryListing, PushRecord, RefMove, RefsListing, Request, Response, MAX_HAVE,
-    MAX_LISTING,
+    ApiError, Durability, HistoryListing, PushRecord, RefMove, RefsListing, Request, Response,
+    MAX_HAVE, MAX_LISTING,
 };
 use super::client::{Appended, Client, ClientError};
 use crate::net::NetError;
@@ -52,21 +52,30 @@ impl Client {
             updates,
             durability,
         };
-        match self.call(&req, pack).await?.0 {
-            Response::Pushed {
-                pack_seq,
-                refs_seq,
-                objects,
-                durability,
-                ..
-            } => Ok(Pushed {
-                pack_seq,
-                refs_seq,
-                objects,
-                durability,
-            }),
-            other => Err(ClientError::Unexpected(format!("{other:?}"))),
-        }
+        pushed(self.call(&req, pack).await?.0)
+    }
+
+    /// [`Client::push`] of a pack of `len` bytes read from `pack` in
+    /// pieces: memory is one piece whatever the size. A reader that ends
+    /// early makes the primary refuse the push, with nothing written.
+    pub async fn push_reader<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        repo: &str,
+        len: u64,
+        mut pack: R,
+        updates: Vec<RefMove>,
+        durability: Durability,
+    ) -> Result<Pushed, ClientError> {
+        let req = Request::Push {
+            repo: repo.to_owned(),
+            pack_len: len,
+            updates,
+            durability,
+        };
+        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
+        let wrote = Client::send_streamed(&mut send, &req, len, &mut pack).await;
+        let _ = send.finish();
+        pushed(Client::answer(wrote, &mut recv).await?)
     }
 
     async fn listing<T: serde::de::DeserializeOwned>(
@@ -319,8 +328,12 @@ impl Client {
         Ok(out)
     }
 
-    /// Import the git repository at `git_dir` as repository `repo`: created,
-    /// then its objects in packs of about `pack_bytes`, then its refs.
+    /// Import the git repository at `git_dir` as repository `repo`. A new
+    /// repository is created, then gets every object in packs of about
+    /// `pack_bytes`, then its refs. One the store holds already is brought
+    /// up to date: only the objects it lacks (asked with `have`) are sent,
+    /// and each ref git has moves from where it is now, as a push would; a
+    /// ref git does not have is left alone.
     pub async fn import_git(
         &self,
         git_dir: &Path,
@@ -328,47 +341,93 @@ impl Client {
         pack_bytes: usize,
         durability: Durability,
     ) -> Result<GitImport, ClientError> {
+        let current = match self.refs(repo).await {
+            Ok(refs) => Some(refs),
+            Err(ClientError::Api(ApiError::NoRepo(_))) => None,
+            Err(e) => return Err(e),
+        };
+        let dir = git_dir.to_owned();
+        let wanted = blocking(move || import::read_refs(&dir)).await?;
+        let mut held = 0;
+        let only = match &current {
+            None => {
+                self.create_repo(repo, durability).await?;
+                None
+            }
+            Some(_) => {
+                let dir = git_dir.to_owned();
+                let all = blocking(move || import::list_objects(&dir)).await?;
+                let have = self.have(repo, &all).await?;
+                let missing: Vec<[u8; 20]> = all
+                    .iter()
+                    .zip(&have)
+                    .filter_map(|(oid, h)| (!h).then_some(*oid))
+                    .collect();
+                held = (all.len() - missing.len()) as u64;
+                Some(missing)
+            }
+        };
         let (tx, mut rx) = tokio::sync::mpsc::channel(2);
-        let git_dir = git_dir.to_owned();
-        let name = repo.to_owned();
-        let reader = tokio::task::spawn_blocking(move || -> StoreResult<GitImport> {
-            import::read_git_repo(&git_dir, &name, pack_bytes, now_ms(), &mut |f| {
+        let (dir, name) = (git_dir.to_owned(), repo.to_owned());
+        // Started now (not on first poll), to fill the channel as it drains.
+        let reader = tokio::task::spawn_blocking(move || {
+            import::read_objects(&dir, &name, pack_bytes, only, &mut |f| {
                 tx.blocking_send(f).map_err(|_| {
                     crate::store::StoreError::Io(std::io::Error::other("import cancelled"))
                 })
             })
         });
         while let Some(f) = rx.recv().await {
-            match f.kind {
-                crate::log::Kind::RepoStore => {
-                    self.create_repo(repo, durability).await?;
-                }
-                crate::log::Kind::Pack => {
-                    self.push(repo, &f.blob, Vec::new(), durability).await?;
-                }
-                crate::log::Kind::Refs => {
-                    let body: crate::store::frames::RefsBody =
-                        crate::store::frames::decode_small(0, &f.blob)
-                            .map_err(|e| ClientError::Unexpected(e.to_string()))?;
-                    let updates = body
-                        .updates
-                        .into_iter()
-                        .map(|(name, old, new)| RefMove { name, old, new })
-                        .collect();
-                    self.push(repo, &[], updates, durability).await?;
-                }
-                other => return Err(ClientError::Unexpected(format!("import frame {other:?}"))),
-            }
+            self.push(repo, &f.blob, Vec::new(), durability).await?;
         }
-        reader
+        let mut done = reader
             .await
-            .map_err(|e| ClientError::Unexpected(e.to_string()))?
-            .map_err(|e| ClientError::Unexpected(format!("import: {e}")))
+            .map_err(|e| ClientError::Import(e.to_string()))?
+            .map_err(|e| ClientError::Import(e.to_string()))?;
+        let (moves, unchanged) = import::refs_to_move(&wanted, &current.unwrap_or_default());
+        if !moves.is_empty() {
+            let updates = moves
+                .into_iter()
+                .map(|u| RefMove {
+                    name: u.name,
+                    old: u.old,
+                    new: u.new,
+                })
+                .collect::<Vec<_>>();
+            done.refs = updates.len() as u64;
+            self.push(repo, &[], updates, durability).await?;
+        }
+        done.held = held;
+        done.refs_unchanged = unchanged;
+        Ok(done)
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+/// The answer to a push.
+fn pushed(resp: Response) -> Result<Pushed, ClientError> {
+    match resp {
+        Response::Pushed {
+            pack_seq,
+            refs_seq,
+            objects,
+            durability,
+            ..
+        } => Ok(Pushed {
+            pack_seq,
+            refs_seq,
+            objects,
+            durability,
+        }),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
+/// Run a piece of the git import on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> Result<T, ClientError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ClientError::Import(e.to_string()))?
+        .map_err(|e| ClientError::Import(e.to_string()))
 }

@@ -52,7 +52,7 @@ pub struct StoreStall {
 pub const MAX_STALL_ERROR: usize = 4096;
 
 /// Twin → primary.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TwinMsg {
     /// The first message of a connection: who the twin is and what it holds.
     Hello {
@@ -77,7 +77,7 @@ pub enum TwinMsg {
 }
 
 /// Primary → twin.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PrimaryMsg {
     /// The handshake's answer: frames follow on the frame stream from `from`.
     Welcome {
@@ -99,13 +99,87 @@ pub enum PrimaryMsg {
     Refuse(Refusal),
 }
 
+/// A history id as logs print it everywhere: hex, as [`crate::log::HistoryId`]
+/// displays (the derived form would be a list of 16 numbers).
+fn history_hex(h: &[u8; 16]) -> impl std::fmt::Debug {
+    struct Hex([u8; 16]);
+    impl std::fmt::Debug for Hex {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", crate::log::HistoryId(self.0))
+        }
+    }
+    Hex(*h)
+}
+
+impl std::fmt::Debug for TwinMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TwinMsg::Hello {
+                version,
+                history,
+                head,
+                first,
+                epoch,
+            } => f
+                .debug_struct("Hello")
+                .field("version", version)
+                .field("history", &history_hex(history))
+                .field("head", head)
+                .field("first", first)
+                .field("epoch", epoch)
+                .finish(),
+            TwinMsg::Ack { durable } => f.debug_struct("Ack").field("durable", durable).finish(),
+            TwinMsg::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
+            TwinMsg::Store(h) => f.debug_tuple("Store").field(h).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PrimaryMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrimaryMsg::Welcome {
+                version,
+                history,
+                from,
+                head,
+                first,
+                epoch,
+            } => f
+                .debug_struct("Welcome")
+                .field("version", version)
+                .field("history", &history_hex(history))
+                .field("from", from)
+                .field("head", head)
+                .field("first", first)
+                .field("epoch", epoch)
+                .finish(),
+            PrimaryMsg::BelowFloor { first, head } => f
+                .debug_struct("BelowFloor")
+                .field("first", first)
+                .field("head", head)
+                .finish(),
+            PrimaryMsg::Heartbeat { head, unix_ms } => f
+                .debug_struct("Heartbeat")
+                .field("head", head)
+                .field("unix_ms", unix_ms)
+                .finish(),
+            PrimaryMsg::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
+        }
+    }
+}
+
 /// Why a side refuses a connection. Nothing is written on either side once
 /// a refusal is decided.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Refusal {
     #[error("protocol version {theirs} is not {ours}")]
     Version { ours: u32, theirs: u32 },
-    #[error("the logs belong to different histories")]
+    #[error(
+        "the logs belong to different histories (the primary's {}, the twin's {})",
+        crate::log::HistoryId(*.primary),
+        crate::log::HistoryId(*.twin)
+    )]
     History { primary: [u8; 16], twin: [u8; 16] },
     #[error("the twin's frame {seq} differs from the primary's (crc {twin_crc:08x} vs {primary_crc:08x})")]
     Diverged {
@@ -183,6 +257,39 @@ pub fn decode<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<(T, usize), Decod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_print_the_history_id_in_hex_as_the_log_does() {
+        let history = [0xab; 16];
+        let hex = crate::log::HistoryId(history).to_string();
+        let hello = TwinMsg::Hello {
+            version: PROTOCOL_VERSION,
+            history,
+            head: Position::default(),
+            first: 1,
+            epoch: 0,
+        };
+        let welcome = PrimaryMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            history,
+            from: 1,
+            head: 0,
+            first: 1,
+            epoch: 0,
+        };
+        let refusal = Refusal::History {
+            primary: history,
+            twin: [0xcd; 16],
+        };
+        for text in [
+            format!("{hello:?}"),
+            format!("{welcome:?}"),
+            refusal.to_string(),
+        ] {
+            assert!(text.contains(&hex), "{text}");
+            assert!(!text.contains("171"), "no list of numbers: {text}");
+        }
+    }
 
     #[test]
     fn messages_round_trip_and_garbage_is_malformed() {

@@ -2,10 +2,14 @@
 //! --batch-all-objects --batch`, its refs through `git for-each-ref`, as the
 //! frames a push of all of it would be (a RepoStore create, Pack frames of a
 //! bounded size, one Refs frame), so tests and benchmarks run on real data.
+//! A repository the store holds already is brought up to date: only the
+//! objects it lacks ([`list_objects`], then [`read_objects`] of those), and
+//! each ref moved from where it is ([`refs_to_move`]).
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use super::frames::{self, FrameParts, PackBuilder, RepoOp};
 use super::{Result, StoreError};
@@ -15,10 +19,16 @@ use crate::pushlog::RefUpdate;
 /// What an import read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GitImport {
+    /// Objects sent, and their bytes.
     pub objects: u64,
     pub bytes: u64,
     pub packs: u64,
+    /// Refs created or moved.
     pub refs: u64,
+    /// Objects the repository held already, not sent again.
+    pub held: u64,
+    /// Refs already where git has them.
+    pub refs_unchanged: u64,
 }
 
 fn git_failed(what: &str, detail: impl std::fmt::Display) -> StoreError {
@@ -37,17 +47,137 @@ pub fn read_git_repo(
     each: &mut dyn FnMut(FrameParts) -> Result<()>,
 ) -> Result<GitImport> {
     frames::check_repo_name(repo)?;
-    let mut done = GitImport::default();
     let refs = read_refs(git_dir)?;
     each(frames::repo_frame(repo, RepoOp::Create)?)?;
-    let mut child = Command::new("git")
+    let mut done = read_objects(git_dir, repo, pack_bytes, None, each)?;
+    if !refs.is_empty() {
+        done.refs = refs.len() as u64;
+        each(frames::refs_frame(repo, at_ms, &refs)?)?;
+    }
+    Ok(done)
+}
+
+/// Every object id of the repository at `git_dir` (ids only: git reads no
+/// object's content for this).
+pub fn list_objects(git_dir: &Path) -> Result<Vec<[u8; OID_LEN]>> {
+    let out = Command::new("git")
         .arg("-C")
         .arg(git_dir)
-        .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
+        .args([
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+            "--unordered",
+        ])
+        .output()
+        .map_err(|e| git_failed("cat-file", e))?;
+    if !out.status.success() {
+        return Err(git_failed(
+            "cat-file",
+            String::from_utf8_lossy(&out.stderr).trim(),
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|e| git_failed("cat-file", e))?;
+    text.lines()
+        .map(|l| {
+            frames::unhex::<OID_LEN>(l.trim())
+                .ok_or_else(|| git_failed("cat-file", format!("object id {l:?}")))
+        })
+        .collect()
+}
+
+/// The ref updates that bring a repository whose refs are `current` to
+/// git's refs (`wanted`, as [`read_refs`] gives them), each from where it
+/// is now, as a push would; and how many refs are already there. A ref
+/// git does not have is left alone.
+pub fn refs_to_move(
+    wanted: &[RefUpdate],
+    current: &BTreeMap<String, [u8; OID_LEN]>,
+) -> (Vec<RefUpdate>, u64) {
+    let mut moves = Vec::new();
+    let mut unchanged = 0;
+    for r in wanted {
+        let now = current.get(&r.name).copied();
+        if now == r.new {
+            unchanged += 1;
+        } else {
+            moves.push(RefUpdate {
+                name: r.name.clone(),
+                old: now,
+                new: r.new,
+            });
+        }
+    }
+    (moves, unchanged)
+}
+
+/// Hand over the objects of the repository at `git_dir` as Pack frames for
+/// `repo` of about `pack_bytes` each: all of them (`only` None), or those
+/// listed. Objects stream from git; memory is one pack.
+pub fn read_objects(
+    git_dir: &Path,
+    repo: &str,
+    pack_bytes: usize,
+    only: Option<Vec<[u8; OID_LEN]>>,
+    each: &mut dyn FnMut(FrameParts) -> Result<()>,
+) -> Result<GitImport> {
+    let mut done = GitImport::default();
+    if only.as_ref().is_some_and(|o| o.is_empty()) {
+        return Ok(done);
+    }
+    let mut git = Command::new("git");
+    git.arg("-C").arg(git_dir);
+    match only {
+        None => git.args(["cat-file", "--batch-all-objects", "--batch", "--unordered"]),
+        Some(_) => git.args(["cat-file", "--batch"]).stdin(Stdio::piped()),
+    };
+    let mut child = git
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| git_failed("cat-file", e))?;
+    // The ids are written from a thread while this one reads the objects:
+    // written first, git's output would fill its pipe and stall both.
+    let feeder = match (only, child.stdin.take()) {
+        (Some(oids), Some(mut stdin)) => Some(std::thread::spawn(move || {
+            let mut w = std::io::BufWriter::new(&mut stdin);
+            for oid in oids {
+                writeln!(w, "{}", frames::hex(&oid))?;
+            }
+            w.flush()
+        })),
+        _ => None,
+    };
+    let read = pack_objects(&mut child, repo, pack_bytes, &mut done, each);
+    if read.is_err() {
+        let _ = child.kill();
+    }
+    let fed = feeder.map(|f| f.join());
+    let status = child.wait()?;
+    read?;
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        return Err(git_failed("cat-file", format!("{status}: {}", err.trim())));
+    }
+    match fed {
+        Some(Ok(Err(e))) => return Err(git_failed("cat-file", format!("writing ids: {e}"))),
+        Some(Err(_)) => return Err(git_failed("cat-file", "the id writer panicked")),
+        _ => {}
+    }
+    Ok(done)
+}
+
+/// Read `git cat-file --batch` output into packs.
+fn pack_objects(
+    child: &mut Child,
+    repo: &str,
+    pack_bytes: usize,
+    done: &mut GitImport,
+    each: &mut dyn FnMut(FrameParts) -> Result<()>,
+) -> Result<()> {
     let stdout = child
         .stdout
         .take()
@@ -60,6 +190,9 @@ pub fn read_git_repo(
         line.clear();
         if r.read_line(&mut line)? == 0 {
             break;
+        }
+        if let Some(oid) = line.trim_end().strip_suffix(" missing") {
+            return Err(git_failed("cat-file", format!("object {oid} is missing")));
         }
         let mut parts = line.trim_end().split(' ');
         let (Some(oid_hex), Some(ty), Some(size)) = (parts.next(), parts.next(), parts.next())
@@ -96,23 +229,11 @@ pub fn read_git_repo(
             done.packs += 1;
         }
     }
-    let status = child.wait()?;
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        return Err(git_failed("cat-file", format!("{status}: {}", err.trim())));
-    }
     if !pack.is_empty() {
         each(pack.frame(repo)?)?;
         done.packs += 1;
     }
-    if !refs.is_empty() {
-        done.refs = refs.len() as u64;
-        each(frames::refs_frame(repo, at_ms, &refs)?)?;
-    }
-    Ok(done)
+    Ok(())
 }
 
 /// The repository's refs as a push that creates each.

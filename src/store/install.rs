@@ -31,11 +31,24 @@ pub const BASE_FILE: &str = "SNAPSHOT_BASE";
 
 /// Where a snapshot sits in its log: the seq it was taken at, the payload
 /// crc of the frame at that seq, and the log's history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotBase {
     pub at: u64,
     pub crc_at: u32,
     pub history: [u8; 16],
+}
+
+/// The history in hex, as logs print it everywhere.
+impl std::fmt::Debug for SnapshotBase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SnapshotBase {{ at: {}, crc_at: {:08x}, history: {} }}",
+            self.at,
+            self.crc_at,
+            crate::log::HistoryId(self.history)
+        )
+    }
 }
 
 /// The steps of an install, in order; a crash test stops after each.

@@ -1,22 +1,55 @@
 //! `twin`: the twinlog twin daemon and its commands.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use twinlog::daemon::{self, DaemonError, TwinConfig};
+use clap::{Args, Parser, Subcommand};
+use twinlog::daemon::{self, Address, DaemonError, TwinConfig};
 use twinlog::net::Fingerprint;
+
+/// The environment variable `--config` falls back to.
+const CONFIG_ENV: &str = "TWINLOG_CONFIG";
 
 #[derive(Parser)]
 #[command(
     name = "twin",
     version,
-    about = "The twinlog twin: follows a primary and keeps its log durable."
+    about = "The twinlog twin: follows a primary and keeps its log durable.",
+    after_help = "Exit codes: 0 success, 1 runtime failure, 2 bad arguments, 3 a configuration that cannot be used, 4 a key or certificate that cannot be used."
 )]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// `--config`, on every command that reads the configuration: accepted
+/// anywhere after the command's name, or from `TWINLOG_CONFIG`.
+#[derive(Args, Clone, Debug)]
+struct ConfigArg {
+    /// The twin's configuration file (twin.toml, as `init` wrote it)
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = CONFIG_ENV,
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    fn path(&self) -> Result<&Path, DaemonError> {
+        self.config.as_deref().ok_or_else(|| {
+            DaemonError::Usage(format!(
+                "no configuration: give --config FILE (twin.toml, as `twin init` wrote it) or set {CONFIG_ENV}"
+            ))
+        })
+    }
+
+    fn load(&self) -> Result<TwinConfig, DaemonError> {
+        Ok(TwinConfig::load(self.path()?)?)
+    }
 }
 
 #[derive(Subcommand)]
@@ -24,60 +57,77 @@ enum Cmd {
     /// Mint a key and a certificate, write twin.toml, print the fingerprint
     /// to pin on the primary.
     Init {
-        #[arg(long, default_value = "twinlog-twin")]
+        /// The data directory to create (log, store, key, certificate,
+        /// configuration)
+        #[arg(long, default_value = "twinlog-twin", value_name = "DIR")]
         data: PathBuf,
-        /// The primary's QUIC address.
-        #[arg(long, default_value = "127.0.0.1:7400")]
-        primary: SocketAddr,
-        #[arg(long, default_value = "127.0.0.1:9401")]
-        metrics: SocketAddr,
-        #[arg(long)]
+        /// The primary's QUIC address (HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:7400", value_name = "ADDRESS")]
+        primary: Address,
+        /// The local HTTP address of /metrics and /status (HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:9401", value_name = "ADDRESS")]
+        metrics: Address,
+        /// The primary's certificate fingerprint, if known already (else
+        /// `pin` later)
+        #[arg(long, value_name = "FINGERPRINT")]
         primary_fingerprint: Option<Fingerprint>,
     },
     /// Pin the primary's certificate fingerprint in the configuration.
     Pin {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The primary's fingerprint, as `primary init` printed it
         fingerprint: Fingerprint,
     },
-    /// Allow a box to restore from this twin (its primary fingerprint, as
-    /// `primary init` printed it), serving restores on --listen.
+    /// Allow a box to restore from this twin.
+    ///
+    /// The box is named by its fingerprint, as `primary init` printed it;
+    /// restores are served on --listen (restore_listen in twin.toml).
     PinRestore {
-        #[arg(long, short)]
-        config: PathBuf,
-        #[arg(long)]
-        listen: Option<SocketAddr>,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The QUIC address to serve restores on (HOST:PORT; sets
+        /// restore_listen, needed unless it is set already)
+        #[arg(long, value_name = "ADDRESS")]
+        listen: Option<Address>,
+        /// The restoring box's fingerprint
         fingerprint: Fingerprint,
     },
     /// Follow the primary until SIGTERM.
     Serve {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Logs as JSON lines instead of human text
         #[arg(long)]
         log_json: bool,
     },
-    /// Make this stopped twin a primary under a new epoch, once its primary
-    /// is gone: writes primary.toml beside twin.toml. The old primary is
-    /// refused from then on.
+    /// Make this stopped twin a primary under a new epoch.
+    ///
+    /// Once its primary is gone: writes primary.toml beside twin.toml. The
+    /// old primary is refused from then on.
     Promote {
-        #[arg(long, short)]
-        config: PathBuf,
-        /// The QUIC address to serve on as a primary.
-        #[arg(long, default_value = "0.0.0.0:7400")]
-        listen: SocketAddr,
-        #[arg(long, default_value = "127.0.0.1:9400")]
-        metrics: SocketAddr,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The QUIC address to serve on as a primary (HOST:PORT)
+        #[arg(long, default_value = "0.0.0.0:7400", value_name = "ADDRESS")]
+        listen: Address,
+        /// The primary's local HTTP address of /metrics and /status
+        /// (HOST:PORT)
+        #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDRESS")]
+        metrics: Address,
     },
-    /// Read every durable frame of this box's log and check its crc,
-    /// without writing anything (safe while the daemon runs).
+    /// Check the crc of every durable frame of this box's log.
+    ///
+    /// Reads without writing anything: safe while the daemon runs.
     CheckLog {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// The twin's head, connection and lag.
     Status {
-        #[arg(long, short)]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The daemon's status as one JSON object
         #[arg(long)]
         json: bool,
     },
@@ -98,18 +148,21 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         Cmd::Pin {
             config,
             fingerprint,
-        } => daemon::pin_primary(&config, fingerprint)?,
+        } => print!("{}", daemon::pin_primary(config.path()?, fingerprint)?),
         Cmd::PinRestore {
             config,
             listen,
             fingerprint,
-        } => daemon::pin_restore(&config, fingerprint, listen)?,
+        } => print!(
+            "{}",
+            daemon::pin_restore(config.path()?, fingerprint, listen)?
+        ),
         Cmd::Promote {
             config,
             listen,
             metrics,
         } => {
-            let p = daemon::promote(&config, listen, metrics)?;
+            let p = daemon::promote(config.path()?, listen, metrics)?;
             println!("promoted at epoch {} with head {}", p.epoch, p.head);
             println!("wrote {}", p.config.display());
             println!(
@@ -120,18 +173,18 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         }
         Cmd::Serve { config, log_json } => {
             daemon::init_tracing(log_json);
-            let cfg = TwinConfig::load(&config)?;
+            let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
             daemon::serve_twin(cfg, shutdown).await?;
         }
         Cmd::CheckLog { config } => {
-            let cfg = TwinConfig::load(&config)?;
+            let cfg = config.load()?;
             let c = daemon::check_log(&cfg.data_dir.join(daemon::LOG_DIR))?;
             println!("{c}");
         }
         Cmd::Status { config, json } => {
-            let cfg = TwinConfig::load(&config)?;
-            let (text, status) = daemon::fetch_status::<twinlog::node::TwinStatus>(cfg.metrics)?;
+            let cfg = config.load()?;
+            let (text, status) = daemon::fetch_status::<twinlog::node::TwinStatus>(&cfg.metrics)?;
             if json {
                 println!("{text}");
             } else {
@@ -151,5 +204,34 @@ async fn main() -> ExitCode {
             eprintln!("twin: {e}");
             ExitCode::from(e.exit_code().clamp(1, 255) as u8)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn walk(cmd: &clap::Command, path: &str, each: &mut dyn FnMut(String, &clap::Command)) {
+        each(path.to_owned(), cmd);
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), each);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        walk(&cli, "twin", &mut |path, cmd| {
+            assert!(cmd.get_about().is_some(), "{path} has no help");
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "{path}: {id} has no help");
+            }
+        });
     }
 }

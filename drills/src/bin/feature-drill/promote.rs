@@ -177,8 +177,12 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         .ctx(|| "the promoted primary.toml".into())?;
     let mut promoted = Proc::serve(&s.bins.primary, &new_cfg, &s.work.join("promoted.stderr"))?;
     let new_admin = daemons::admin_identity(&pair.tdir)?;
+    let listen = np
+        .listen
+        .resolve()
+        .ctx(|| "the promoted listen address".into())?;
     let client =
-        daemons::connect(&new_admin, pair.twin_fp, np.listen, Duration::from_secs(20)).await?;
+        daemons::connect(&new_admin, pair.twin_fp, listen, Duration::from_secs(20)).await?;
     let mut served = 0u64;
     for a in &twin_acked {
         let (meta, blob) = load.frame(a.n);

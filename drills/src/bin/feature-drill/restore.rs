@@ -356,7 +356,7 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         ],
     )?;
     let mut t = TwinConfig::load(&pair.tcfg).ctx(|| "load twin.toml".into())?;
-    t.primary = box_listen;
+    t.primary = box_listen.into();
     std::fs::write(&pair.tcfg, t.render()).ctx(|| "write twin.toml".into())?;
     let mut boxd = Proc::serve(&s.bins.primary, &bcfg, &s.work.join("box.stderr"))?;
     twin.restart()?;
