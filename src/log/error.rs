@@ -45,6 +45,9 @@ pub enum Error {
     /// `reset` on a log with history.
     #[error("the log holds {frames} frames, more than the {keep_at_most} a reset may drop")]
     NotFresh { frames: u64, keep_at_most: u64 },
+    /// A segment size too small to hold a segment header and a frame.
+    #[error("a segment size of {len} bytes is below the minimum of {min}")]
+    SegmentTooSmall { len: u64, min: u64 },
     /// Something exceeds its limit.
     #[error("{what} of {len} bytes exceeds the limit of {max}")]
     TooLarge {

@@ -278,10 +278,9 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         let fs = opts.storage.clone().unwrap_or_else(StdStorage::shared);
         if opts.segment_bytes < MIN_SEGMENT_BYTES {
-            return Err(Error::TooLarge {
-                what: "segment size below the minimum",
+            return Err(Error::SegmentTooSmall {
                 len: opts.segment_bytes,
-                max: MIN_SEGMENT_BYTES,
+                min: MIN_SEGMENT_BYTES,
             });
         }
         fs.create_dir_all(&dir)?;

@@ -118,7 +118,7 @@ impl Primary {
         let hold = self.hold().max(1);
         if seq > hold && !force {
             return Err(ApiError::Refused(format!(
-                "retaining from {seq} drops frames the twin needs (its position is {hold}): force it to"
+                "retaining from {seq} drops frames the twin has not acknowledged (its position is {hold}); it would need a snapshot: pass --force (force: true) to retain from {seq} anyway"
             )));
         }
         if let Some(host) = &self.store {
