@@ -25,6 +25,7 @@ use crate::node::epoch::Epoch;
 use crate::node::{
     Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
 };
+pub use config::TwinRetentionSection;
 pub use config::{ConfigError, PrimaryConfig, TwinConfig};
 
 pub const CERT_FILE: &str = "cert.pem";
@@ -207,6 +208,7 @@ pub fn init_twin(
         timers: Default::default(),
         restore_listen: None,
         restore_fingerprints: Vec::new(),
+        retention: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -632,6 +634,7 @@ pub async fn serve_twin(
         paths,
         store: store.clone(),
     })?;
+    let mut restore_snapshots = None;
     if let Some(listen) = cfg.restore_listen {
         let mut rpins = Pins::new();
         for fp in &cfg.restore_fingerprints {
@@ -639,9 +642,11 @@ pub async fn serve_twin(
         }
         let rpins = Arc::new(rpins);
         let rend = net::server(listen, &identity, rpins.clone())?;
+        let snapshots = snapshot_source(&store, &cfg.data_dir);
+        restore_snapshots = Some(snapshots.clone());
         let source = Arc::new(crate::node::restore_serve::RestoreSource {
             log: log.clone(),
-            snapshots: snapshot_source(&store, &cfg.data_dir),
+            snapshots,
             epoch: Arc::new(Epoch::load(&cfg.data_dir)?),
             base: cfg.data_dir.join(crate::store::install::BASE_FILE),
         });
@@ -652,6 +657,22 @@ pub async fn serve_twin(
             rpins,
             shutdown.clone(),
         ));
+    }
+    // Retention runs beside the writer, never on its path.
+    let retainer = crate::node::twin_retention::TwinRetainer::new(
+        log.clone(),
+        store.clone(),
+        restore_snapshots,
+        cfg.retention.retention(),
+    );
+    node.set_retainer(retainer.clone());
+    if cfg.retention.retention().is_on() {
+        tracing::info!(
+            max_bytes = cfg.retention.max_bytes,
+            max_age_secs = cfg.retention.max_age_secs,
+            "twin retention on"
+        );
+        tokio::spawn(retainer.run(shutdown.clone()));
     }
     // The store follows the durable head: one catch-up per wake, however
     // many batches became durable meanwhile.
@@ -708,6 +729,7 @@ pub async fn serve_twin(
                 s.snapshots_installed,
             );
             store_metrics(out, "twinlog_store", "This box's store", &s.store);
+            twin_retention_metrics(out, &s.retention);
         },
     )
     .await?;
@@ -724,6 +746,34 @@ pub async fn serve_twin(
         .map_err(|e| DaemonError::Setup(format!("stopping the store: {e}")))?;
     tracing::info!(head = log.head_seq(), "twin stopped");
     Ok(())
+}
+
+/// The twin's retention as metrics.
+fn twin_retention_metrics(out: &mut String, r: &crate::node::twin_retention::TwinRetentionStatus) {
+    gauge(
+        out,
+        "twinlog_retention_max_bytes",
+        "The log's byte cap (0: none).",
+        r.max_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_retention_max_age_seconds",
+        "The age past which sealed segments go (0: none).",
+        r.max_age_secs,
+    );
+    counter(
+        out,
+        "twinlog_retention_dropped_segments_total",
+        "Segments retention dropped since start.",
+        r.dropped_segments,
+    );
+    gauge(
+        out,
+        "twinlog_retention_failing",
+        "1 while the last retention pass failed.",
+        u8::from(r.last_error.is_some()),
+    );
 }
 
 /// Ask a running daemon for its status: the JSON text and its value.
@@ -832,11 +882,43 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     if let Some(e) = &s.last_error {
         out.push_str(&format!("last disconnect: {e}\n"));
     }
+    out.push_str(&render_twin_retention(&s.retention));
     out.push_str(&render_store(
         "store",
         &s.store,
         "it retries by itself (every few seconds, and as frames arrive); fix the cause here, or skip the frame on both boxes with `primary store skip` on the primary",
     ));
+    out
+}
+
+/// The twin's retention as `twin status` prints it.
+fn render_twin_retention(r: &crate::node::twin_retention::TwinRetentionStatus) -> String {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let mut limits = Vec::new();
+    if r.max_bytes > 0 {
+        limits.push(format!("cap {:.1} MiB", mib(r.max_bytes)));
+    }
+    if r.max_age_secs > 0 {
+        limits.push(format!("max age {} s", r.max_age_secs));
+    }
+    let limits = if limits.is_empty() {
+        "no cap".to_owned()
+    } else {
+        limits.join(", ")
+    };
+    let mut out = format!(
+        "retention: {:.1} MiB of log, {limits}, {} segments dropped{}\n",
+        mib(r.log_bytes),
+        r.dropped_segments,
+        if r.held_by.is_empty() {
+            String::new()
+        } else {
+            format!(", floor held by the {}", r.held_by)
+        }
+    );
+    if let Some(e) = &r.last_error {
+        out.push_str(&format!("retention: FAILING: {e}\n"));
+    }
     out
 }
 

@@ -41,6 +41,9 @@ pub struct TwinStatus {
     pub store: crate::repl::StoreHealth,
     /// What poisoned the log, once a failed write or fsync did.
     pub log_poisoned: Option<String>,
+    /// The twin's retention: its limits, the log's bytes, what it dropped.
+    #[serde(default)]
+    pub retention: super::twin_retention::TwinRetentionStatus,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -81,6 +84,8 @@ pub struct Twin {
     store: Mutex<Option<Arc<StoreHost>>>,
     /// The position the log restarted after, when it holds no frame there.
     base: Mutex<Option<SnapshotBase>>,
+    /// The retention that drops old segments here, once set.
+    retainer: Mutex<Option<Arc<super::twin_retention::TwinRetainer>>>,
 }
 
 /// What the writer thread is told.
@@ -117,7 +122,14 @@ impl Twin {
             snapshots: Mutex::new(None),
             store: Mutex::new(None),
             base: Mutex::new(None),
+            retainer: Mutex::new(None),
         })
+    }
+
+    /// The retention whose state the status shows (its pass runs on its
+    /// own, see [`super::twin_retention::TwinRetainer::run`]).
+    pub fn set_retainer(&self, r: Arc<super::twin_retention::TwinRetainer>) {
+        *self.retainer.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     }
 
     /// Fetch and install a snapshot when the primary says this twin is
@@ -223,6 +235,18 @@ impl Twin {
         if let Some(store) = self.store() {
             s.store = store.health();
         }
+        let retainer = self
+            .retainer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.retention = match retainer {
+            Some(r) => r.status(),
+            None => super::twin_retention::TwinRetentionStatus {
+                log_bytes: self.log.bytes(),
+                ..Default::default()
+            },
+        };
         s
     }
 
