@@ -466,7 +466,37 @@ fn log_metrics(log: &Log) -> String {
         "1 once a failed write or fsync stopped the log taking writes, until a restart.",
         u8::from(log.poisoned_by().is_some()),
     );
+    stall_metrics(&mut out, log);
     out
+}
+
+/// What a slow round waits on: the disk's syncs, the writer lock, and the
+/// page cache's bytes still to reach the disk.
+fn stall_metrics(out: &mut String, log: &Log) {
+    log.sync_time().render(
+        out,
+        "twinlog_log_sync_seconds",
+        "Time per fdatasync of the log (and fsync of a segment sealed at a roll).",
+    );
+    log.writer_wait().render(
+        out,
+        "twinlog_log_writer_lock_wait_seconds",
+        "Time waiting for the log's writer lock on the write path (a streaming entry holds it whole).",
+    );
+    if let Some((dirty, writeback)) = crate::metrics::dirty_and_writeback() {
+        gauge(
+            out,
+            "twinlog_dirty_bytes",
+            "Dirty in /proc/meminfo: page-cache bytes not yet written to disk.",
+            dirty,
+        );
+        gauge(
+            out,
+            "twinlog_writeback_bytes",
+            "Writeback in /proc/meminfo: bytes being written to disk now.",
+            writeback,
+        );
+    }
 }
 
 /// A poisoned log as `status` prints it: the cause and what to do.
@@ -515,12 +545,18 @@ pub async fn serve_primary(
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
     let status_node = node.clone();
+    let metrics_node = node.clone();
     serve_status(
         cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
         move || status_node.status(),
-        |s: &crate::node::Status, out: &mut String| {
+        move |s: &crate::node::Status, out: &mut String| {
+            metrics_node.ack_delay().render(
+                out,
+                "twinlog_twin_ack_delay_seconds",
+                "From a frame's publication here to the twin's acknowledgement covering it.",
+            );
             gauge(
                 out,
                 "twinlog_twin_connected",
