@@ -7,6 +7,7 @@
 //! cargo bench --bench repl              # full run, a few minutes
 //! cargo bench --bench repl -- --quick   # every case smaller, under a minute
 //! cargo bench --bench repl -- --quick lag # only the cases whose name has `lag`
+//! cargo bench --bench repl -- --quick drift # the throughput drift, 1 minute
 //! ```
 //!
 //! A filter selects cases by a part of their name; `raw_seq_write_1mib` always
@@ -108,6 +109,10 @@ struct Config {
     bulk_mib: u64,
     catchup_frames: u64,
     lag_run: Duration,
+    /// `throughput_drift_10m`: how long the steady load runs, and the
+    /// window whose rate is compared (the first against the last).
+    drift_run: Duration,
+    drift_window: Duration,
     /// Parts of case names to run; empty runs every case.
     filters: Vec<String>,
 }
@@ -121,6 +126,8 @@ impl Config {
                 bulk_mib: 128,
                 catchup_frames: 100_000,
                 lag_run: Duration::from_secs(2),
+                drift_run: Duration::from_secs(60),
+                drift_window: Duration::from_secs(6),
                 filters,
             }
         } else {
@@ -130,6 +137,8 @@ impl Config {
                 bulk_mib: 1024,
                 catchup_frames: 1_000_000,
                 lag_run: Duration::from_secs(5),
+                drift_run: Duration::from_secs(600),
+                drift_window: Duration::from_secs(60),
                 filters,
             }
         }
@@ -891,6 +900,66 @@ impl Bench {
                 line.print();
             }
         }
+        if cfg.runs(&["throughput_drift_10m"]) {
+            eprintln!("throughput_drift_10m ...");
+            self.drift(pair, &clients).await.print();
+        }
+    }
+
+    /// `throughput_drift_10m`: a steady closed loop of `CONNECTIONS`
+    /// clients appending 128-byte frames with twin durability; the appends
+    /// per second of the last window over those of the first. A log, a
+    /// store or a page cache that slows as it grows shows as a ratio
+    /// under 1.
+    async fn drift(&self, pair: &mut Pair, clients: &[Arc<Client>]) -> Line {
+        self.syncfs();
+        let (run, window) = (self.cfg.drift_run, self.cfg.drift_window);
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let mut set = JoinSet::new();
+        for client in clients.iter().take(CONNECTIONS) {
+            let (client, stop, acked) = (client.clone(), stop.clone(), acked.clone());
+            set.spawn(async move {
+                let blob = pattern(SMALL);
+                while !stop.load(Ordering::Relaxed) {
+                    client
+                        .append(KIND, &[], &blob, Durability::Twin)
+                        .await
+                        .expect("append");
+                    acked.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        let probe = Probe::take(pair);
+        let started = Instant::now();
+        let mut rates = Vec::new();
+        let (mut last_n, mut last_t) = (acked.load(Ordering::Relaxed), Instant::now());
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+        while started.elapsed() + window / 2 < run {
+            tick.tick().await;
+            let (n, t) = (acked.load(Ordering::Relaxed), Instant::now());
+            rates.push((n - last_n) as f64 / t.duration_since(last_t).as_secs_f64());
+            (last_n, last_t) = (n, t);
+            pair.primary.check_alive();
+            pair.twin.check_alive();
+        }
+        stop.store(true, Ordering::Relaxed);
+        set.join_all().await;
+        let usage = probe.since(pair);
+        let (first, last) = (rates[0], rates[rates.len() - 1]);
+        let mut sorted = rates.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        Line::new(BENCH, "throughput_drift_10m", last / first, "ratio")
+            .target(0.9)
+            .num("first_window_appends_per_s", first)
+            .num("last_window_appends_per_s", last)
+            .num("min_window_appends_per_s", sorted[0])
+            .num("max_window_appends_per_s", sorted[sorted.len() - 1])
+            .int("windows", rates.len() as u64)
+            .num("window_secs", window.as_secs_f64())
+            .int("tasks", CONNECTIONS as u64)
+            .int("appends", acked.load(Ordering::Relaxed))
+            .usage(&usage)
     }
 
     /// `local_128b_c*` and `twin_128b_c*`: `rounds` rounds, each running

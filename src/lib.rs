@@ -5,6 +5,7 @@
 
 pub mod daemon;
 pub mod log;
+pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod objects;

@@ -1000,6 +1000,10 @@ fn config_seeds() -> Vec<Vec<u8>> {
         timers,
         restore_listen: Some("0.0.0.0:7401".parse().expect("addr")),
         restore_fingerprints: vec![Fingerprint([4; 32])],
+        retention: twinlog::daemon::TwinRetentionSection {
+            max_bytes: 1 << 30,
+            max_age_secs: 86_400,
+        },
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

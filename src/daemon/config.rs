@@ -221,6 +221,31 @@ pub struct RetentionSection {
     pub max_bytes: u64,
 }
 
+/// `[retention]` of `twin.toml`: how much log the twin keeps. What its
+/// store has not applied, the segment of its head frame and what a restore
+/// being served needs always stay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TwinRetentionSection {
+    /// Bytes of log past which the oldest sealed segments are dropped; 0
+    /// keeps everything.
+    #[serde(default)]
+    pub max_bytes: u64,
+    /// Sealed segments whose newest frame is older than this many seconds
+    /// are dropped; 0 keeps them.
+    #[serde(default)]
+    pub max_age_secs: u64,
+}
+
+impl TwinRetentionSection {
+    pub fn retention(&self) -> crate::node::twin_retention::TwinRetention {
+        crate::node::twin_retention::TwinRetention {
+            max_bytes: self.max_bytes,
+            max_age_secs: self.max_age_secs,
+        }
+    }
+}
+
 /// `[timers]`: heartbeats and the silence after which a connection is
 /// given up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -356,6 +381,8 @@ pub struct TwinConfig {
     /// Boxes allowed to restore from this twin (`twin pin-restore`).
     #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
     pub restore_fingerprints: Vec<Fingerprint>,
+    #[serde(default)]
+    pub retention: TwinRetentionSection,
 }
 
 fn default_segment_bytes() -> u64 {
@@ -456,7 +483,18 @@ segment_bytes = {segment}
 # and the fingerprints allowed to (`twin pin-restore`).
 {restore_listen}
 restore_fingerprints = [{restorers}]
+
+[retention]
+# Bytes of log past which the oldest sealed segments are dropped, and the
+# age in seconds past which a sealed segment is dropped (0: no limit). What
+# the store has not applied, the segment of the head frame and the frames a
+# restore being served needs always stay; a restore from beyond the floor
+# starts from a snapshot of the store.
+max_bytes = {twin_max_bytes}
+max_age_secs = {twin_max_age}
 {timers}"#,
+            twin_max_bytes = self.retention.max_bytes,
+            twin_max_age = self.retention.max_age_secs,
             restore_listen = self.restore_listen.as_ref().map_or(
                 "# restore_listen = \"0.0.0.0:7401\"".to_owned(),
                 |a| format!("restore_listen = \"{a}\"")
@@ -520,6 +558,10 @@ mod tests {
             timers: TimersSection::default(),
             restore_listen: Some("0.0.0.0:7401".parse().expect("addr")),
             restore_fingerprints: vec![Fingerprint([3; 32])],
+            retention: TwinRetentionSection {
+                max_bytes: 256 << 20,
+                max_age_secs: 86_400,
+            },
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }
@@ -611,5 +653,39 @@ mod tests {
             .expect_err("bad fingerprint")
             .to_string();
         assert!(e.contains("fingerprint") && e.contains("line"), "{e}");
+    }
+
+    #[test]
+    fn a_twin_s_retention_keys_load_and_a_bad_one_is_named_with_its_line() {
+        let t = TwinConfig {
+            data_dir: "/d".into(),
+            primary: "10.0.0.1:7400".parse().expect("addr"),
+            primary_fingerprint: None,
+            metrics: "127.0.0.1:9401".parse().expect("addr"),
+            segment_bytes: 4096,
+            timers: TimersSection::default(),
+            restore_listen: None,
+            restore_fingerprints: Vec::new(),
+            retention: TwinRetentionSection {
+                max_bytes: 1 << 30,
+                max_age_secs: 3600,
+            },
+        };
+        let text = t.render();
+        assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);
+        let e =
+            toml::from_str::<TwinConfig>(&text.replace("max_age_secs = 3600", "max_age_secs = -1"))
+                .expect_err("negative age")
+                .to_string();
+        assert!(e.contains("max_age_secs") && e.contains("line"), "{e}");
+        let e = toml::from_str::<TwinConfig>(&text.replace("max_bytes", "max_byte"))
+            .expect_err("unknown key")
+            .to_string();
+        assert!(e.contains("max_byte") && e.contains("line"), "{e}");
+        // A twin.toml written before the section existed keeps everything.
+        let old = text.split("[retention]").next().expect("head").to_owned()
+            + &TimersSection::default().render();
+        let loaded = toml::from_str::<TwinConfig>(&old).expect("parse");
+        assert_eq!(loaded.retention, TwinRetentionSection::default());
     }
 }

@@ -26,6 +26,7 @@ use crate::node::epoch::Epoch;
 use crate::node::{
     ClientError, Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
 };
+pub use config::TwinRetentionSection;
 pub use config::{Address, ConfigError, PrimaryConfig, TwinConfig};
 
 pub const CERT_FILE: &str = "cert.pem";
@@ -330,6 +331,7 @@ pub fn init_twin(
         timers: Default::default(),
         restore_listen: None,
         restore_fingerprints: Vec::new(),
+        retention: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -731,7 +733,37 @@ fn log_metrics(log: &Log) -> String {
         "1 once a failed write or fsync stopped the log taking writes, until a restart.",
         u8::from(log.poisoned_by().is_some()),
     );
+    stall_metrics(&mut out, log);
     out
+}
+
+/// What a slow round waits on: the disk's syncs, the writer lock, and the
+/// page cache's bytes still to reach the disk.
+fn stall_metrics(out: &mut String, log: &Log) {
+    log.sync_time().render(
+        out,
+        "twinlog_log_sync_seconds",
+        "Time per fdatasync of the log (and fsync of a segment sealed at a roll).",
+    );
+    log.writer_wait().render(
+        out,
+        "twinlog_log_writer_lock_wait_seconds",
+        "Time waiting for the log's writer lock on the write path (a streaming entry holds it whole).",
+    );
+    if let Some((dirty, writeback)) = crate::metrics::dirty_and_writeback() {
+        gauge(
+            out,
+            "twinlog_dirty_bytes",
+            "Dirty in /proc/meminfo: page-cache bytes not yet written to disk.",
+            dirty,
+        );
+        gauge(
+            out,
+            "twinlog_writeback_bytes",
+            "Writeback in /proc/meminfo: bytes being written to disk now.",
+            writeback,
+        );
+    }
 }
 
 /// A poisoned log as `status` prints it: the cause and what to do.
@@ -784,6 +816,7 @@ pub async fn serve_primary(
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
     let status_node = node.clone();
+    let metrics_node = node.clone();
     serve_status(
         &cfg.metrics,
         shutdown.clone(),
@@ -802,7 +835,12 @@ pub async fn serve_primary(
             }
             Ok(())
         },
-        |s: &crate::node::Status, out: &mut String| {
+        move |s: &crate::node::Status, out: &mut String| {
+            metrics_node.ack_delay().render(
+                out,
+                "twinlog_twin_ack_delay_seconds",
+                "From a frame's publication here to the twin's acknowledgement covering it.",
+            );
             gauge(
                 out,
                 "twinlog_epoch",
@@ -930,6 +968,7 @@ pub async fn serve_twin(
         paths,
         store: store.clone(),
     })?;
+    let mut restore_snapshots = None;
     if let Some(addr) = &cfg.restore_listen {
         let mut rpins = Pins::new();
         for fp in &cfg.restore_fingerprints {
@@ -941,9 +980,11 @@ pub async fn serve_twin(
             NetError::Io(io) => listen_failed("restore_listen", addr, &io),
             other => other.into(),
         })?;
+        let snapshots = snapshot_source(&store, &cfg.data_dir);
+        restore_snapshots = Some(snapshots.clone());
         let source = Arc::new(crate::node::restore_serve::RestoreSource {
             log: log.clone(),
-            snapshots: snapshot_source(&store, &cfg.data_dir),
+            snapshots,
             epoch: Arc::new(Epoch::load(&cfg.data_dir)?),
             base: cfg.data_dir.join(crate::store::install::BASE_FILE),
         });
@@ -954,6 +995,22 @@ pub async fn serve_twin(
             rpins,
             shutdown.clone(),
         ));
+    }
+    // Retention runs beside the writer, never on its path.
+    let retainer = crate::node::twin_retention::TwinRetainer::new(
+        log.clone(),
+        store.clone(),
+        restore_snapshots,
+        cfg.retention.retention(),
+    );
+    node.set_retainer(retainer.clone());
+    if cfg.retention.retention().is_on() {
+        tracing::info!(
+            max_bytes = cfg.retention.max_bytes,
+            max_age_secs = cfg.retention.max_age_secs,
+            "twin retention on"
+        );
+        tokio::spawn(retainer.run(shutdown.clone()));
     }
     // The store follows the durable head: one catch-up per wake, however
     // many batches became durable meanwhile.
@@ -1029,6 +1086,7 @@ pub async fn serve_twin(
                 s.snapshots_installed,
             );
             store_metrics(out, "twinlog_store", "This box's store", &s.store);
+            twin_retention_metrics(out, &s.retention);
         },
     )
     .await?;
@@ -1050,6 +1108,34 @@ pub async fn serve_twin(
         .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
     tracing::info!(head = log.head_seq(), "twin stopped");
     Ok(())
+}
+
+/// The twin's retention as metrics.
+fn twin_retention_metrics(out: &mut String, r: &crate::node::twin_retention::TwinRetentionStatus) {
+    gauge(
+        out,
+        "twinlog_retention_max_bytes",
+        "The log's byte cap (0: none).",
+        r.max_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_retention_max_age_seconds",
+        "The age past which sealed segments go (0: none).",
+        r.max_age_secs,
+    );
+    counter(
+        out,
+        "twinlog_retention_dropped_segments_total",
+        "Segments retention dropped since start.",
+        r.dropped_segments,
+    );
+    gauge(
+        out,
+        "twinlog_retention_failing",
+        "1 while the last retention pass failed.",
+        u8::from(r.last_error.is_some()),
+    );
 }
 
 /// Ask a running daemon for its status: the JSON text and its value.
@@ -1176,11 +1262,43 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     if let Some(e) = &s.last_error {
         out.push_str(&format!("last disconnect: {e}\n"));
     }
+    out.push_str(&render_twin_retention(&s.retention));
     out.push_str(&render_store(
         "store",
         &s.store,
         "it retries by itself (every few seconds, and as frames arrive); fix the cause here, or skip the frame on both boxes with `primary store skip` on the primary",
     ));
+    out
+}
+
+/// The twin's retention as `twin status` prints it.
+fn render_twin_retention(r: &crate::node::twin_retention::TwinRetentionStatus) -> String {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let mut limits = Vec::new();
+    if r.max_bytes > 0 {
+        limits.push(format!("cap {:.1} MiB", mib(r.max_bytes)));
+    }
+    if r.max_age_secs > 0 {
+        limits.push(format!("max age {} s", r.max_age_secs));
+    }
+    let limits = if limits.is_empty() {
+        "no cap".to_owned()
+    } else {
+        limits.join(", ")
+    };
+    let mut out = format!(
+        "retention: {:.1} MiB of log, {limits}, {} segments dropped{}\n",
+        mib(r.log_bytes),
+        r.dropped_segments,
+        if r.held_by.is_empty() {
+            String::new()
+        } else {
+            format!(", floor held by the {}", r.held_by)
+        }
+    );
+    if let Some(e) = &r.last_error {
+        out.push_str(&format!("retention: FAILING: {e}\n"));
+    }
     out
 }
 

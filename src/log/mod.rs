@@ -132,6 +132,10 @@ pub struct Log {
     released: AtomicBool,
     frame_syncs: AtomicU64,
     erase_syncs: AtomicU64,
+    /// Time per fdatasync (and fsync of a seal) of the log's segments.
+    sync_time: crate::metrics::Histogram,
+    /// Time spent waiting for the writer lock on the write path.
+    writer_wait: crate::metrics::Histogram,
     erase_lock: Mutex<()>,
     gate: FreezeGate,
     group_hold: Option<usize>,
@@ -240,6 +244,18 @@ impl Log {
     /// Rolls, releases and cuts sync too, rarely, and are not counted.
     pub fn frame_syncs(&self) -> u64 {
         self.frame_syncs.load(Ordering::SeqCst)
+    }
+
+    /// Time per sync of the log's segments since this log was opened.
+    pub fn sync_time(&self) -> &crate::metrics::Histogram {
+        &self.sync_time
+    }
+
+    /// Time appenders, the group-commit leader and streaming appends
+    /// waited for the writer lock (a streaming append holds it for its
+    /// whole entry).
+    pub fn writer_wait(&self) -> &crate::metrics::Histogram {
+        &self.writer_wait
     }
 
     /// How many fsyncs [`Log::erase`] made since this log was opened.

@@ -336,6 +336,8 @@ impl Log {
             released: AtomicBool::new(false),
             frame_syncs: AtomicU64::new(0),
             erase_syncs: AtomicU64::new(0),
+            sync_time: Default::default(),
+            writer_wait: Default::default(),
             erase_lock: Mutex::new(()),
             gate: FreezeGate::default(),
             group_hold: std::env::var(TEST_GROUP_ENV)

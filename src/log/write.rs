@@ -132,6 +132,24 @@ pub(super) struct SyncState {
 }
 
 impl Log {
+    /// The writer lock, its wait measured: an uncontended take costs one
+    /// try_lock and one histogram bucket.
+    fn writer_locked(&self) -> MutexGuard<'_, Writer> {
+        match self.writer.try_lock() {
+            Ok(w) => {
+                self.writer_wait.observe(Duration::ZERO);
+                w
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let started = Instant::now();
+                let w = lock(&self.writer);
+                self.writer_wait.observe(started.elapsed());
+                w
+            }
+        }
+    }
+
     fn check_writable(&self, w: &Writer) -> Result<()> {
         self.check_poison()?;
         if w.files.is_none() {
@@ -184,7 +202,7 @@ impl Log {
     /// anything but head + 1 with [`Error::Gap`]. Works on a follower.
     pub fn append_at(&self, seq: u64, kind: u16, meta: &[u8], blob: &[u8]) -> Result<u64> {
         let seq = {
-            let mut w = lock(&self.writer);
+            let mut w = self.writer_locked();
             self.stage_locked(&mut w, Some(seq), kind, meta, blob)?
         };
         self.sync_through(seq)?;
@@ -202,7 +220,7 @@ impl Log {
         blob_len: u64,
         payload_crc: u32,
     ) -> Result<u64> {
-        let mut w = lock(&self.writer);
+        let mut w = self.writer_locked();
         self.check_writable(&w)?;
         self.check_frame(Kind::Redacted.as_u16(), meta)?;
         let seq = Self::check_seq(&w, Some(seq))?;
@@ -245,7 +263,7 @@ impl Log {
         if self.is_follower() {
             return Err(Error::Follower);
         }
-        let mut w = lock(&self.writer);
+        let mut w = self.writer_locked();
         self.stage_locked(&mut w, None, kind, meta, blob)
     }
 
@@ -258,7 +276,7 @@ impl Log {
         if self.is_follower() {
             return Err(Error::Follower);
         }
-        let mut w = lock(&self.writer);
+        let mut w = self.writer_locked();
         self.check_writable(&w)?;
         Self::check_seq(&w, Some(first_seq))?;
         let mut start = 0usize;
@@ -375,8 +393,10 @@ impl Log {
     /// Everything staged in the old segment is durable and is published.
     pub(super) fn roll(&self, w: &mut Writer, capacity: u64) -> Result<()> {
         let files = w.files()?.clone();
+        let started = Instant::now();
         let seal = files.log.set_len(w.end).and_then(|()| files.log.sync_all());
         seal.map_err(|e| self.poison_io("seal segment", e))?;
+        self.sync_time.observe(started.elapsed());
         let staged = w.next_seq - 1;
         self.write_index(w, staged)?;
         files
@@ -638,7 +658,7 @@ impl Log {
         self.hold();
         self.gather();
         let (target, log, generation) = {
-            let w = lock(&self.writer);
+            let w = self.writer_locked();
             self.check_writable(&w)?;
             let target = w.next_seq - 1;
             if target < seq {
@@ -652,9 +672,11 @@ impl Log {
         let started = Instant::now();
         log.sync_data()
             .map_err(|e| self.poison_io("fdatasync", e))?;
-        self.pacing.fsynced(started.elapsed());
+        let took = started.elapsed();
+        self.pacing.fsynced(took);
+        self.sync_time.observe(took);
         self.frame_syncs.fetch_add(1, Ordering::SeqCst);
-        let mut w = lock(&self.writer);
+        let mut w = self.writer_locked();
         if w.generation == generation && w.files.is_some() && target > w.published {
             // Quietly: waking the covered waiters here would hold the writer
             // lock (and every appender) across one futex wake per waiter.
@@ -689,7 +711,7 @@ impl Log {
     /// before it are durable and published when the roll returns.
     pub fn sync(&self) -> Result<u64> {
         let staged = {
-            let w = lock(&self.writer);
+            let w = self.writer_locked();
             self.check_poison()?;
             w.next_seq - 1
         };
@@ -701,7 +723,7 @@ impl Log {
 
     /// Frames committed and not yet durable ([`Log::sync`] makes them so).
     pub fn unsynced(&self) -> u64 {
-        lock(&self.writer).unsynced.len() as u64
+        self.writer_locked().unsynced.len() as u64
     }
 
     /// Begin a streaming append for a blob whose bytes arrive in chunks: the
@@ -720,7 +742,7 @@ impl Log {
         if seq.is_none() && self.is_follower() {
             return Err(Error::Follower);
         }
-        let mut w = lock(&self.writer);
+        let mut w = self.writer_locked();
         self.check_writable(&w)?;
         self.check_frame(kind, meta)?;
         if blob_len > i64::MAX as u64 {
@@ -901,10 +923,12 @@ impl Pending<'_> {
     /// aborted.
     pub fn commit(mut self) -> Result<u64> {
         let seq = self.finish()?;
+        let started = Instant::now();
         self.files
             .log
             .sync_data()
             .map_err(|e| self.log.poison_io("fdatasync", e))?;
+        self.log.sync_time.observe(started.elapsed());
         self.log.frame_syncs.fetch_add(1, Ordering::SeqCst);
         self.log.publish_through(&mut self.w, seq)?;
         Ok(seq)

@@ -13,6 +13,7 @@ pub mod snapshot;
 pub mod store;
 pub mod store_client;
 pub mod twin;
+pub mod twin_retention;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
 pub use client::{Appended, Client, ClientError, Tailing};

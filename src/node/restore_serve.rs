@@ -196,6 +196,9 @@ async fn frames(
     mut send: SendStream,
 ) -> Result<(), NetError> {
     let log = source.log.clone();
+    // Pinned before the floor is read: retention keeps these frames while
+    // the restore runs.
+    source.snapshots.note_restore(from);
     let (first, through) = (log.first_seq(), log.head_seq());
     if from < first || from > through + 1 {
         let why = format!("frames from {from}: this log holds {first}..={through}");
@@ -205,9 +208,12 @@ async fn frames(
     }
     net::write_msg(&mut send, &RestoreResp::Frames { through }).await?;
     let (tx, mut rx) = mpsc::channel::<Out>(8);
+    let pin = source.snapshots.clone();
     let reader = tokio::task::spawn_blocking(move || {
         let send = |o: Out| tx.blocking_send(o).is_ok();
         for seq in from..=through {
+            // A long stream keeps its pin fresh.
+            pin.note_restore(seq);
             let skip = if seq == from { offset } else { 0 };
             let mut first = true;
             let read =

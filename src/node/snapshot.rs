@@ -45,6 +45,10 @@ fn remove_snapshots(dir: &Path, drop: impl Fn(u64) -> bool) -> std::io::Result<u
     Ok(removed)
 }
 
+/// Requests closer together than this belong to one restore, whose lowest
+/// frame is kept; a later one starts a new pin.
+const RESTORE_USE_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The largest manifest a receiver takes.
 pub const MAX_MANIFEST: u64 = 64 << 20;
 const PIECE: usize = 1 << 20;
@@ -97,6 +101,9 @@ pub struct SnapshotSource {
     /// Snapshots taken before this seq may hold data an erase removed:
     /// they are dropped, and never offered again.
     erased_through: std::sync::atomic::AtomicU64,
+    /// The lowest frame a restore being served needs, and when it last
+    /// asked: the twin's retention keeps the frames from there on.
+    restore_use: Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 #[derive(Clone)]
@@ -120,6 +127,7 @@ impl SnapshotSource {
             own_base,
             current: Mutex::new(None),
             erased_through: std::sync::atomic::AtomicU64::new(0),
+            restore_use: Mutex::new(None),
         });
         let weak = Arc::downgrade(&source);
         host.on_erase(Arc::new(move |erase_seq| {
@@ -162,6 +170,35 @@ impl SnapshotSource {
         if let Some(o) = self.current().take() {
             let _ = std::fs::remove_dir_all(self.dir.join(o.base.at.to_string()));
             tracing::info!(at = o.base.at, "dropped the offered snapshot");
+        }
+    }
+
+    /// A receiver needs the frames from `from` on: a restore asking for
+    /// them, or for the snapshot at `from` (whose frame proves its base).
+    /// A use older than the pin window starts afresh.
+    pub fn note_restore(&self, from: u64) {
+        let now = std::time::Instant::now();
+        let mut u = self.restore_use.lock().unwrap_or_else(|e| e.into_inner());
+        let low = match *u {
+            Some((f, at)) if now.duration_since(at) < RESTORE_USE_FRESH => f.min(from),
+            _ => from,
+        };
+        *u = Some((low, now));
+    }
+
+    /// The lowest frame a restore used within `window` needs.
+    pub fn restore_pinned_from(&self, window: std::time::Duration) -> Option<u64> {
+        let u = *self.restore_use.lock().unwrap_or_else(|e| e.into_inner());
+        u.filter(|(_, at)| at.elapsed() < window).map(|(f, _)| f)
+    }
+
+    /// Drop the snapshot on offer when the log no longer holds every frame
+    /// after it and no restore used it within `window`: it pins nothing
+    /// then, and the next receiver gets a fresh one.
+    pub fn forget_unused_below(&self, first: u64, window: std::time::Duration) {
+        let stale = self.offered_at().is_some_and(|at| at + 1 < first);
+        if stale && self.restore_pinned_from(window).is_none() {
+            self.forget();
         }
     }
 
@@ -264,6 +301,7 @@ impl SnapshotSource {
                     .map_err(|e| SnapshotError::Protocol(e.to_string()))?;
                 match offered {
                     Ok(o) => {
+                        self.note_restore(o.base.at);
                         let resp = SnapshotResp::Manifest {
                             base: o.base,
                             len: o.bytes.len() as u64,
@@ -284,6 +322,7 @@ impl SnapshotSource {
                         .and_then(|o| o.manifest.files.iter().find(|f| f.path == path))
                         .map(|f| (self.dir.join(at.to_string()).join(&f.path), f.len))
                 };
+                self.note_restore(at);
                 let Some((full, len)) = file else {
                     let why = format!("no file {path:?} in a snapshot at {at} on offer");
                     net::write_msg(&mut send, &SnapshotResp::Refused(why)).await?;

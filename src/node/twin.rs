@@ -47,6 +47,9 @@ pub struct TwinStatus {
     pub epoch: u64,
     /// The twinlog version serving.
     pub build: String,
+    /// The twin's retention: its limits, the log's bytes, what it dropped.
+    #[serde(default)]
+    pub retention: super::twin_retention::TwinRetentionStatus,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -90,6 +93,8 @@ pub struct Twin {
     /// This box's certificate fingerprint, to name when the primary
     /// refuses it.
     fingerprint: Mutex<Option<String>>,
+    /// The retention that drops old segments here, once set.
+    retainer: Mutex<Option<Arc<super::twin_retention::TwinRetainer>>>,
 }
 
 /// What the writer thread is told.
@@ -127,7 +132,14 @@ impl Twin {
             store: Mutex::new(None),
             base: Mutex::new(None),
             fingerprint: Mutex::new(None),
+            retainer: Mutex::new(None),
         })
+    }
+
+    /// The retention whose state the status shows (its pass runs on its
+    /// own, see [`super::twin_retention::TwinRetainer::run`]).
+    pub fn set_retainer(&self, r: Arc<super::twin_retention::TwinRetainer>) {
+        *self.retainer.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     }
 
     /// Fetch and install a snapshot when the primary says this twin is
@@ -242,6 +254,18 @@ impl Twin {
         if let Some(store) = self.store() {
             s.store = store.health();
         }
+        let retainer = self
+            .retainer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.retention = match retainer {
+            Some(r) => r.status(),
+            None => super::twin_retention::TwinRetentionStatus {
+                log_bytes: self.log.bytes(),
+                ..Default::default()
+            },
+        };
         s
     }
 

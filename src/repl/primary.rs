@@ -123,6 +123,9 @@ pub struct PrimaryCore {
     marks: VecDeque<(u64, std::time::Instant, u64)>,
     transmit: VecDeque<PrimaryMsg>,
     actions: VecDeque<PrimaryAction>,
+    /// From each publication to the twin's ack covering it, not yet taken
+    /// by the driver.
+    ack_delays: VecDeque<Duration>,
 }
 
 impl PrimaryCore {
@@ -143,6 +146,7 @@ impl PrimaryCore {
             marks: VecDeque::new(),
             transmit: VecDeque::new(),
             actions: VecDeque::new(),
+            ack_delays: VecDeque::new(),
         }
     }
 
@@ -283,7 +287,7 @@ impl PrimaryCore {
         self.heard = now;
         match msg {
             TwinMsg::Hello { .. } => self.refuse(Refusal::Protocol("a second Hello".into())),
-            TwinMsg::Ack { durable } => self.handle_ack(durable),
+            TwinMsg::Ack { durable } => self.handle_ack(durable, now),
             TwinMsg::Store(health) => match self.state {
                 PrimaryState::Streaming => self.actions.push_back(PrimaryAction::TwinStore(health)),
                 PrimaryState::Closed => {}
@@ -298,7 +302,7 @@ impl PrimaryCore {
         }
     }
 
-    fn handle_ack(&mut self, durable: u64) {
+    fn handle_ack(&mut self, durable: u64, now: Now) {
         match self.state {
             PrimaryState::Streaming => {}
             PrimaryState::Closed => return,
@@ -313,7 +317,11 @@ impl PrimaryCore {
         // An older or repeated ack says nothing new.
         if durable > self.acked {
             self.acked = durable;
-            while self.marks.front().is_some_and(|m| m.0 <= durable) {
+            while let Some(m) = self.marks.front().filter(|m| m.0 <= durable) {
+                if self.ack_delays.len() < MAX_APPEND_MARKS {
+                    self.ack_delays
+                        .push_back(now.at.saturating_duration_since(m.1));
+                }
                 self.marks.pop_front();
             }
             self.actions.push_back(PrimaryAction::Acked(durable));
@@ -377,6 +385,12 @@ impl PrimaryCore {
     /// The next thing the driver must do.
     pub fn poll_action(&mut self) -> Option<PrimaryAction> {
         self.actions.pop_front()
+    }
+
+    /// The time from each publication to the twin's ack that covered it,
+    /// since the last call.
+    pub fn take_ack_delays(&mut self) -> impl Iterator<Item = Duration> + '_ {
+        self.ack_delays.drain(..)
     }
 
     /// The twin's lag as seen from here.

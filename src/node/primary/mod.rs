@@ -89,6 +89,8 @@ pub struct Primary {
     lag_at_end: Mutex<Option<LagAtEnd>>,
     /// `twin` appends waiting for the twin now.
     twin_waiting: std::sync::atomic::AtomicU64,
+    /// From a publication to the twin's ack covering it.
+    ack_delay: crate::metrics::Histogram,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -167,11 +169,17 @@ impl Primary {
             twin_first: std::sync::atomic::AtomicU64::new(0),
             lag_at_end: Mutex::new(None),
             twin_waiting: std::sync::atomic::AtomicU64::new(0),
+            ack_delay: Default::default(),
         })
     }
 
     pub fn log(&self) -> &Arc<Log> {
         &self.log
+    }
+
+    /// From each publication to the twin's ack covering it, since start.
+    pub fn ack_delay(&self) -> &crate::metrics::Histogram {
+        &self.ack_delay
     }
 
     /// Status as `primary status` shows it.
@@ -380,6 +388,9 @@ impl Primary {
         loop {
             while let Some(m) = core.poll_transmit() {
                 net::write_msg(&mut ctl_send, &m).await?;
+            }
+            for d in core.take_ack_delays() {
+                self.ack_delay.observe(d);
             }
             while let Some(action) = core.poll_action() {
                 match action {
