@@ -532,3 +532,46 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
     );
     drop(applier);
 }
+
+/// A snapshot the twin staged from the primary before an erase its store
+/// then applies may hold erased data: it is dropped there and then.
+#[test]
+fn a_snapshot_staged_before_an_erase_is_dropped_when_the_erase_applies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Arc::new(Log::open(dir.path().join("log")).expect("log"));
+    let host = StoreHost::open(
+        log.clone(),
+        &dir.path().join("store"),
+        StoreOptions::default(),
+    )
+    .expect("store");
+    host.create_repo("r").expect("create");
+    let twin = Twin::new(
+        log.clone(),
+        Arc::new(Epoch::in_memory(0)),
+        "127.0.0.1:9".parse().expect("addr"),
+        TwinConfig::default(),
+    );
+    let paths = InstallPaths::new(dir.path());
+    install::stage_base(
+        &paths,
+        &SnapshotBase {
+            at: 1,
+            crc_at: 0,
+            history: log.history().0,
+        },
+    )
+    .expect("stage");
+    std::fs::write(paths.files().join("held"), b"erased-later").expect("write");
+    twin.set_snapshots(TwinSnapshots {
+        paths: InstallPaths::new(dir.path()),
+        store: host.clone(),
+    })
+    .expect("snapshots");
+    // The Erase frame arrives as the primary's frames do, and applies.
+    let f = frames::erase_frame(2, &["r".to_owned()]).expect("frame");
+    log.append_at(log.head_seq() + 1, f.kind.as_u16(), &f.meta, &f.blob)
+        .expect("append_at");
+    host.catch_up().expect("apply");
+    assert!(!paths.staging().exists(), "the staged snapshot is gone");
+}

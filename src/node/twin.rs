@@ -147,6 +147,26 @@ impl Twin {
     pub fn set_snapshots(&self, s: TwinSnapshots) -> Result<(), crate::store::StoreError> {
         *self.base.lock().unwrap_or_else(|e| e.into_inner()) = install::read_base(&s.paths.base())?;
         self.set_store(s.store.clone());
+        // A snapshot staged from the primary before an erase this store has
+        // now applied may hold erased data: it goes, and a fetch that needs
+        // one takes a new one.
+        let paths = InstallPaths {
+            data: s.paths.data.clone(),
+        };
+        s.store.on_erase(Arc::new(move |erase_seq| {
+            // A base that does not read says nothing of its age: drop it too.
+            let keep = match install::read_base(&paths.staged_base()) {
+                Ok(Some(b)) => b.at >= erase_seq,
+                Ok(None) => !paths.staging().exists(),
+                Err(_) => false,
+            };
+            if !keep {
+                match std::fs::remove_dir_all(paths.staging()) {
+                    Ok(()) => tracing::info!(erase_seq, "dropped a staged snapshot taken before an erase"),
+                    Err(e) => tracing::error!(error = %e, "dropping a staged snapshot taken before an erase"),
+                }
+            }
+        }));
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));
         Ok(())
     }
