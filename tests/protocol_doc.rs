@@ -262,6 +262,14 @@ fn documented_client_indices_are_the_encoder_s() {
                 durability: Durability::Twin,
             },
         ),
+        (
+            "EraseBeforeTime",
+            Request::EraseBeforeTime {
+                before_unix_ms: 1,
+                repos: Vec::new(),
+                durability: Durability::Twin,
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(
@@ -314,6 +322,17 @@ fn documented_client_indices_are_the_encoder_s() {
         (
             "Store",
             Response::Store(twinlog::repl::StoreHealth::default()),
+        ),
+        (
+            "Erased",
+            Response::Erased {
+                seq: 1,
+                durability: Durability::Twin,
+                twin_wait_us: 0,
+                before: 1,
+                frames: 0,
+                bytes: 0,
+            },
         ),
     ];
     for (name, r) in responses {

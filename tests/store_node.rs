@@ -565,9 +565,13 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     );
 
     let head = p.primary.log().head_seq();
-    c.erase(head + 1, &["secret".to_owned()], Durability::Twin)
+    let erased = c
+        .erase(head + 1, &["secret".to_owned()], Durability::Twin)
         .await
         .expect("erase");
+    // Three packs and three pushes, each with the repository's name.
+    assert_eq!((erased.before, erased.frames), (head + 1, 6), "{erased:?}");
+    assert!(erased.bytes > 3 * 5000, "{erased:?}");
     converge(&p).await;
     let mut found = Vec::new();
     found.extend(files_containing(dir.path(), marker));
@@ -595,6 +599,20 @@ async fn an_erase_leaves_no_byte_on_either_box() {
             .await,
         Err(ClientError::Api(ApiError::BadRequest(_)))
     ));
+    // Before a time: every segment so far was last written before a
+    // minute from now, so the erase reaches the head, and finds nothing
+    // more of the repository to erase.
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+        + 60_000;
+    let again = c
+        .erase_before_time(later, &["secret".to_owned()], Durability::Twin)
+        .await
+        .expect("erase by time");
+    assert_eq!(again.before, again.seq, "{again:?}");
+    assert_eq!(again.frames, 0, "{again:?}");
 
     // A box restored from the twin afterwards brings back no erased byte.
     let restorer = Arc::new(Identity::mint().expect("mint"));

@@ -137,3 +137,22 @@ mod tests {
         assert!(seq("-1").is_err());
     }
 }
+
+/// What an erase is before: a sequence, or a time.
+#[derive(Clone, Copy, Debug)]
+pub enum Before {
+    Seq(u64),
+    /// Milliseconds since the Unix epoch.
+    Time(u64),
+}
+
+/// `--before`: a sequence (`1200`) or an RFC 3339 UTC time
+/// (`2026-11-01T00:00Z`, `2026-11-01`).
+pub fn before(s: &str) -> Result<Before, String> {
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return seq(s).map(Before::Seq);
+    }
+    twinlog::daemon::parse_utc(s)
+        .map(Before::Time)
+        .ok_or_else(|| "neither a sequence (1200) nor a UTC time (2026-11-01T00:00Z)".into())
+}

@@ -119,14 +119,17 @@ pub enum RepoCmd {
         #[arg(value_parser = args::lfs_oid)]
         oid: [u8; 32],
     },
-    /// Erase these repositories' data frames before a sequence.
+    /// Erase these repositories' data frames before a sequence or a time.
     ///
     /// In place, on this box and on the twin; their stores drop the data
-    /// too.
+    /// too. Says how many frames and bytes it erased.
     Erase {
-        /// Frames before this sequence (`head + 1`: everything so far)
-        #[arg(long, value_parser = args::seq, value_name = "SEQ")]
-        before: u64,
+        /// Frames before this sequence (`head + 1`: everything so far), or
+        /// written before this UTC time (2026-11-01T00:00Z), to a
+        /// segment's precision: the frames of every segment last written
+        /// before it
+        #[arg(long, value_parser = args::before, value_name = "SEQ|TIME")]
+        before: args::Before,
         /// The repositories' names
         #[arg(required = true, value_parser = args::repo_name)]
         names: Vec<String>,
@@ -337,19 +340,39 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
             println!("deleted {} at {} ({:?})", hex(&oid), a.seq, a.durability);
         }
         RepoCmd::Erase { before, names } => {
-            let a = client
-                .erase(before, &names, Durability::Twin)
-                .await
-                .map_err(DaemonError::request(format!(
-                    "erase of {} before {before}",
-                    names.join(", ")
-                )))?;
+            let what = match before {
+                args::Before::Seq(s) => format!("before {s}"),
+                args::Before::Time(ms) => format!("written before {}", twinlog::daemon::utc(ms)),
+            };
+            let asked = match before {
+                args::Before::Seq(s) => client.erase(s, &names, Durability::Twin).await,
+                args::Before::Time(ms) => {
+                    client.erase_before_time(ms, &names, Durability::Twin).await
+                }
+            };
+            let e = asked.map_err(DaemonError::request(format!(
+                "erase of {} {what}",
+                names.join(", ")
+            )))?;
             println!(
-                "erase of {} before {before} appended at {} and carried out ({:?})",
+                "erased {} frames ({} bytes) of {} before {} in the log, and their data in the store; \
+                 the Erase frame is {} and is carried out {}",
+                e.frames,
+                e.bytes,
                 names.join(", "),
-                a.seq,
-                a.durability
+                e.before,
+                e.seq,
+                match e.durability {
+                    Durability::Twin => "on both boxes",
+                    Durability::Local => "on the primary (the twin carries it out when its store applies it)",
+                }
             );
+            if e.frames == 0 {
+                println!(
+                    "nothing was erased: no data frame of these repositories is before {}",
+                    e.before
+                );
+            }
         }
         RepoCmd::Have { name, oids } => {
             let have = client

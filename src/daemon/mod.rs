@@ -646,6 +646,47 @@ pub fn utc(unix_ms: u64) -> String {
     )
 }
 
+/// An RFC 3339 UTC time (`2026-11-01`, `2026-11-01T00:00Z`,
+/// `2026-11-01T00:00:00Z`, or with `+00:00`) as ms since the Unix epoch;
+/// None for anything else.
+pub fn parse_utc(s: &str) -> Option<u64> {
+    let s = s
+        .strip_suffix('Z')
+        .or_else(|| s.strip_suffix("+00:00"))
+        .unwrap_or(s);
+    let (date, time) = s.split_once('T').unwrap_or((s, "00:00:00"));
+    let num = |t: &str| -> Option<i64> {
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        t.parse().ok()
+    };
+    let mut d = date.split('-');
+    let (year, month, day) = (num(d.next()?)?, num(d.next()?)?, num(d.next()?)?);
+    if d.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let mut t = time.split(':');
+    let (h, m) = (num(t.next()?)?, num(t.next()?)?);
+    let sec = match t.next() {
+        Some(x) => num(x)?,
+        None => 0,
+    };
+    if t.next().is_some() || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    // Days from a civil date (Howard Hinnant's algorithm), utc's inverse.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + m * 60 + sec;
+    u64::try_from(secs).ok().map(|s| s * 1000)
+}
+
 /// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
 /// then what `more` adds from the same status) on `addr` until `shutdown`.
 ///
@@ -1428,4 +1469,32 @@ pub fn check_log(dir: &Path) -> Result<LogCheck, DaemonError> {
         }
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::{parse_utc, utc};
+
+    #[test]
+    fn times_print_and_parse_as_rfc_3339_utc() {
+        for ms in [0, 951_782_400_000, 1_764_480_000_000, 4_102_444_799_000] {
+            assert_eq!(parse_utc(&utc(ms)), Some(ms), "{}", utc(ms));
+        }
+        assert_eq!(utc(1_764_479_520_000), "2025-11-30T05:12:00Z");
+        assert_eq!(parse_utc("2026-11-01T00:00Z"), parse_utc("2026-11-01"));
+        assert_eq!(
+            parse_utc("2026-11-01T00:00:00+00:00"),
+            parse_utc("2026-11-01")
+        );
+        for bad in [
+            "",
+            "2026-13-01",
+            "2026-11-01T24:00Z",
+            "yesterday",
+            "2026-11",
+            "1e3",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
+    }
 }

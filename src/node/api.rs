@@ -104,6 +104,14 @@ pub enum Request {
         force: bool,
         durability: Durability,
     },
+    /// `Erase`, of the frames written before a time (ms since the Unix
+    /// epoch), to a segment's precision: the frames of every segment last
+    /// written before it. `Erased` names the sequence it became.
+    EraseBeforeTime {
+        before_unix_ms: u64,
+        repos: Vec<String>,
+        durability: Durability,
+    },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a
@@ -185,6 +193,17 @@ pub enum Response {
     },
     /// The store's health after a retry.
     Store(crate::repl::StoreHealth),
+    /// An erase: its frame at `seq`, as durable and carried out as
+    /// `durability` says, of the frames before `before`; `frames` data
+    /// frames of `bytes` bytes were erased in this box's log.
+    Erased {
+        seq: u64,
+        durability: Durability,
+        twin_wait_us: u64,
+        before: u64,
+        frames: u64,
+        bytes: u64,
+    },
 }
 
 /// A request's failure, by name.

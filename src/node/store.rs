@@ -75,6 +75,17 @@ impl std::ops::DerefMut for StoreGuard<'_> {
     }
 }
 
+/// What an erase did on this box.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EraseDone {
+    /// The Erase frame's seq.
+    pub seq: u64,
+    /// Frames this erase rewrote as erased in the log, and the bytes of
+    /// meta and blob they held.
+    pub frames: u64,
+    pub bytes: u64,
+}
+
 /// What a push wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PushDone {
@@ -536,6 +547,11 @@ impl StoreHost {
     /// the store of every box that applies the frame. `before` past the
     /// frame's own seq could never apply, and is refused here.
     pub fn erase(&self, before: u64, repos: &[String]) -> Result<u64, StoreError> {
+        self.erase_counted(before, repos).map(|e| e.seq)
+    }
+
+    /// [`StoreHost::erase`], saying what it erased in this box's log.
+    pub fn erase_counted(&self, before: u64, repos: &[String]) -> Result<EraseDone, StoreError> {
         let f = frames::erase_frame(before, repos)?;
         let mut store = self.lock()?;
         self.caught_up(&mut store, false)?;
@@ -551,7 +567,27 @@ impl StoreHost {
         }
         let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
         self.applied_after(&mut store, seq)?;
-        Ok(seq)
+        let (frames, bytes) = store.last_erased();
+        Ok(EraseDone { seq, frames, bytes })
+    }
+
+    /// The first seq from which frames may have been written at or after
+    /// `unix_ms`: every frame before it sits in a segment last written
+    /// before then. To a segment's precision, and never past what the
+    /// time allows: an erase before it erases no frame written later.
+    pub fn seq_written_before(&self, unix_ms: u64) -> u64 {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms);
+        let mut before = self.log.first_seq();
+        for (first, last, _) in self.log.layout() {
+            let written =
+                std::fs::metadata(crate::log::format::segment_path(self.log.dir(), first))
+                    .and_then(|m| m.modified());
+            match written {
+                Ok(t) if t < at && last >= first => before = last + 1,
+                _ => break,
+            }
+        }
+        before
     }
 
     /// Append a checked frame that needs nothing of the store's state, and

@@ -15,6 +15,41 @@ use crate::objects::ObjType;
 use crate::store::import::{self, GitImport};
 use crate::store::Result as StoreResult;
 
+/// An acknowledged erase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Erased {
+    /// The Erase frame's seq.
+    pub seq: u64,
+    pub durability: Durability,
+    pub twin_wait: std::time::Duration,
+    /// The frames before this sequence were erased.
+    pub before: u64,
+    /// Data frames erased in the primary's log, and their bytes.
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+fn erased(resp: Response) -> Result<Erased, ClientError> {
+    match resp {
+        Response::Erased {
+            seq,
+            durability,
+            twin_wait_us,
+            before,
+            frames,
+            bytes,
+        } => Ok(Erased {
+            seq,
+            durability,
+            twin_wait: std::time::Duration::from_micros(twin_wait_us),
+            before,
+            frames,
+            bytes,
+        }),
+        other => Err(ClientError::Unexpected(format!("{other:?}"))),
+    }
+}
+
 /// An acknowledged push.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pushed {
@@ -154,13 +189,29 @@ impl Client {
         before: u64,
         repos: &[String],
         durability: Durability,
-    ) -> Result<Appended, ClientError> {
+    ) -> Result<Erased, ClientError> {
         let req = Request::Erase {
             before,
             repos: repos.to_vec(),
             durability,
         };
-        Client::appended(self.call(&req, &[]).await?.0)
+        erased(self.call(&req, &[]).await?.0)
+    }
+
+    /// Erase the data frames of `repos` written before `unix_ms`, to a
+    /// segment's precision; the answer names the sequence it became.
+    pub async fn erase_before_time(
+        &self,
+        unix_ms: u64,
+        repos: &[String],
+        durability: Durability,
+    ) -> Result<Erased, ClientError> {
+        let req = Request::EraseBeforeTime {
+            before_unix_ms: unix_ms,
+            repos: repos.to_vec(),
+            durability,
+        };
+        erased(self.call(&req, &[]).await?.0)
     }
 
     /// Try the primary's stopped store again now; answers its health.

@@ -175,6 +175,9 @@ pub struct Store {
     opts: StoreOptions,
     /// The newest Erase frame this store applied since it was opened.
     last_erase: u64,
+    /// What the last Erase frame applied here erased in the log: frames
+    /// and bytes.
+    last_erased: (u64, u64),
 }
 
 /// fsync the directory holding `path`.
@@ -306,6 +309,7 @@ impl Store {
             marker,
             skips,
             last_erase: 0,
+            last_erased: (0, 0),
             repos,
             opts,
         })
@@ -440,6 +444,12 @@ impl Store {
         self.last_erase
     }
 
+    /// What the last Erase frame applied here erased in the log: frames
+    /// rewritten as erased, and the bytes of meta and blob they held.
+    pub fn last_erased(&self) -> (u64, u64) {
+        self.last_erased
+    }
+
     /// The frames this store skipped, oldest first.
     pub fn skipped(&self) -> Vec<SkipRecord> {
         self.skips.all().cloned().collect()
@@ -565,6 +575,7 @@ impl Store {
                     }
                 }
                 self.last_erase = seq;
+                self.last_erased = (erased.frames, erased.bytes);
             }
             Some(Kind::StoreSkip) => {
                 let body: frames::SkipBody =

@@ -554,6 +554,14 @@ impl Primary {
                 repos,
                 durability,
             } => self.erase(before, repos, durability).await,
+            Request::EraseBeforeTime {
+                before_unix_ms,
+                repos,
+                durability,
+            } => {
+                self.erase_before_time(before_unix_ms, repos, durability)
+                    .await
+            }
             Request::RetainFrom { seq, force } => {
                 let me = self.clone();
                 match tokio::task::spawn_blocking(move || me.retain_from(seq, force)).await {

@@ -56,17 +56,62 @@ impl Primary {
                 head + 1
             )));
         }
+        let done = Arc::new(std::sync::Mutex::new(
+            crate::node::store::EraseDone::default(),
+        ));
+        let done2 = done.clone();
         let answer = self
-            .store_write(move |host| host.erase(before, &repos), durability)
+            .store_write(
+                move |host| {
+                    let d = host.erase_counted(before, &repos)?;
+                    *done2.lock().unwrap_or_else(|e| e.into_inner()) = d;
+                    Ok(d.seq)
+                },
+                durability,
+            )
             .await;
-        match answer {
+        let answer = match answer {
             Response::Appended {
                 seq,
                 durability: Durability::Twin,
                 twin_wait_us,
             } => self.carried_out_on_twin(seq, twin_wait_us).await,
             other => other,
+        };
+        let d = *done.lock().unwrap_or_else(|e| e.into_inner());
+        match answer {
+            Response::Appended {
+                seq,
+                durability,
+                twin_wait_us,
+            } => Response::Erased {
+                seq,
+                durability,
+                twin_wait_us,
+                before,
+                frames: d.frames,
+                bytes: d.bytes,
+            },
+            other => other,
         }
+    }
+
+    /// An erase of what was written before a time: the time becomes the
+    /// first sequence written after it, to a segment's precision (see
+    /// `StoreHost::seq_written_before`), and the erase goes as one before
+    /// that sequence, which the answer names.
+    pub(super) async fn erase_before_time(
+        &self,
+        before_unix_ms: u64,
+        repos: Vec<String>,
+        durability: Durability,
+    ) -> Response {
+        let host = match self.store() {
+            Ok(h) => h,
+            Err(e) => return Response::Error(e),
+        };
+        let before = host.seq_written_before(before_unix_ms);
+        self.erase(before, repos, durability).await
     }
 
     /// An erase is carried out on the twin once its store applied the
