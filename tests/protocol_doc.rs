@@ -270,6 +270,22 @@ fn documented_client_indices_are_the_encoder_s() {
                 durability: Durability::Twin,
             },
         ),
+        ("ListRepos", Request::ListRepos),
+        (
+            "DeleteRepo",
+            Request::DeleteRepo {
+                repo: "r".into(),
+                durability: Durability::Twin,
+            },
+        ),
+        ("ListDocs", Request::ListDocs),
+        (
+            "DeleteDoc",
+            Request::DeleteDoc {
+                name: "d".into(),
+                durability: Durability::Twin,
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(

@@ -277,6 +277,53 @@ async fn converge(p: &Pair) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repositories_and_documents_are_listed_and_deleted_on_both_boxes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    for r in ["b/two", "a/one", "build.tmp"] {
+        c.create_repo(r, Durability::Twin).await.expect("create");
+    }
+    c.put_doc("policy.toml", b"x = 1", Durability::Twin)
+        .await
+        .expect("put");
+    c.put_doc("a.tmp", b"", Durability::Twin)
+        .await
+        .expect("put");
+    assert_eq!(
+        c.list_repos().await.expect("list"),
+        vec!["a/one", "b/two", "build.tmp"]
+    );
+    assert_eq!(
+        c.list_docs().await.expect("list"),
+        vec!["a.tmp", "policy.toml"]
+    );
+    c.delete_repo("b/two", Durability::Twin)
+        .await
+        .expect("delete");
+    c.delete_doc("policy.toml", Durability::Twin)
+        .await
+        .expect("delete");
+    assert!(matches!(
+        c.delete_repo("b/two", Durability::Twin).await,
+        Err(ClientError::Api(ApiError::NoRepo(_)))
+    ));
+    assert!(matches!(
+        c.delete_doc("policy.toml", Durability::Twin).await,
+        Err(ClientError::Api(ApiError::NoDoc(_)))
+    ));
+    assert_eq!(
+        c.list_repos().await.expect("list"),
+        vec!["a/one", "build.tmp"]
+    );
+    assert_eq!(c.list_docs().await.expect("list"), vec!["a.tmp"]);
+    converge(&p).await;
+    let ts = p.twin_store.lock().expect("store");
+    assert_eq!(ts.docs().expect("docs"), vec!["a.tmp"]);
+    assert!(ts.repo("b/two").is_err());
+}
+
 /// Wait until `cond` holds, polling state; fail with `what` after 20 s.
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -21,6 +21,18 @@ pub enum RepoCmd {
         #[arg(value_parser = args::repo_name)]
         name: String,
     },
+    /// The repositories, one name a line.
+    List,
+    /// Delete a repository from the store, on both boxes.
+    ///
+    /// Its objects, refs and large objects go from both stores; its frames
+    /// stay in the log until retention drops them. To remove its data from
+    /// the log too, `erase` it first.
+    Delete {
+        /// The repository's name
+        #[arg(value_parser = args::repo_name)]
+        name: String,
+    },
     /// Import a git repository's objects and refs (git must be installed).
     ///
     /// A repository the store holds already is brought up to date: only
@@ -171,6 +183,25 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
                 .await
                 .map_err(DaemonError::request(format!("create {name}")))?;
             println!("created {name} at {} ({:?})", a.seq, a.durability);
+        }
+        RepoCmd::List => {
+            let names = client
+                .list_repos()
+                .await
+                .map_err(DaemonError::request("the repositories".to_string()))?;
+            for n in names {
+                println!("{n}");
+            }
+        }
+        RepoCmd::Delete { name } => {
+            let a = client
+                .delete_repo(&name, Durability::Twin)
+                .await
+                .map_err(DaemonError::request(format!("delete of {name}")))?;
+            println!(
+                "deleted {name} from the store at {} ({:?}); its frames stay in the log until retention drops them",
+                a.seq, a.durability
+            );
         }
         RepoCmd::Import {
             name,
@@ -397,6 +428,14 @@ pub enum DocCmd {
         /// The file to store
         file: PathBuf,
     },
+    /// The control documents, one name a line.
+    List,
+    /// Delete a control document, on both boxes.
+    Delete {
+        /// The document's name
+        #[arg(value_parser = args::doc_name)]
+        name: String,
+    },
     /// A control document's bytes to stdout or a file.
     Get {
         /// The document's name
@@ -423,6 +462,22 @@ pub async fn run_doc(client: &Client, cmd: DocCmd) -> Result<(), DaemonError> {
                 a.seq,
                 a.durability
             );
+        }
+        DocCmd::List => {
+            let names = client
+                .list_docs()
+                .await
+                .map_err(DaemonError::request("the documents".to_string()))?;
+            for n in names {
+                println!("{n}");
+            }
+        }
+        DocCmd::Delete { name } => {
+            let a = client
+                .delete_doc(&name, Durability::Twin)
+                .await
+                .map_err(DaemonError::request(format!("delete of document {name}")))?;
+            println!("deleted document {name} at {} ({:?})", a.seq, a.durability);
         }
         DocCmd::Get { name, out } => {
             let found = client

@@ -33,6 +33,8 @@ pub enum Kind {
     /// An operator's decision that the store skips one frame it cannot
     /// apply: travels as a frame so every box makes the same decision.
     StoreSkip,
+    /// A control document deleted.
+    DocDelete,
     /// A kind of twinlog's reserved range this version does not name.
     Reserved(u16),
     /// An application's own kind, `0x8000..=0xffff`.
@@ -56,6 +58,7 @@ impl Kind {
             Kind::Erase => 8,
             Kind::Record => 9,
             Kind::StoreSkip => 10,
+            Kind::DocDelete => 11,
             Kind::Reserved(v) | Kind::App(v) => v,
         }
     }
@@ -75,6 +78,7 @@ impl Kind {
             8 => Kind::Erase,
             9 => Kind::Record,
             10 => Kind::StoreSkip,
+            11 => Kind::DocDelete,
             v if v < APP_KIND_FIRST => Kind::Reserved(v),
             v => Kind::App(v),
         })

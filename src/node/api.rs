@@ -112,6 +112,22 @@ pub enum Request {
         repos: Vec<String>,
         durability: Durability,
     },
+    /// The repositories' names, sorted: `Listing` of `[string]`.
+    ListRepos,
+    /// Delete a repository from the store (a RepoStore Purge frame);
+    /// `NoRepo` when there is none. `Appended`.
+    DeleteRepo {
+        repo: String,
+        durability: Durability,
+    },
+    /// The control documents' names, sorted: `Listing` of `[string]`.
+    ListDocs,
+    /// Delete a control document (a DocDelete frame); `NoDoc` when there is
+    /// none. `Appended`.
+    DeleteDoc {
+        name: String,
+        durability: Durability,
+    },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a
@@ -260,6 +276,9 @@ pub enum ApiError {
     /// store applied it (the boxes would differ).
     #[error("skip of frame {seq} refused: {why}")]
     SkipRefused { seq: u64, why: String },
+    /// No such control document.
+    #[error("no document {0:?}")]
+    NoDoc(String),
     /// The erase at `seq` is durable on both boxes and carried out on the
     /// primary; the twin's store has not carried it out (yet): it will
     /// when its store applies the frame.
@@ -272,6 +291,7 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::StoreError as E;
         match e {
             E::NoRepo(r) => ApiError::NoRepo(r),
+            E::NoDoc(d) => ApiError::NoDoc(d),
             E::RepoExists(r) => ApiError::RepoExists(r),
             E::RefMoved {
                 name,

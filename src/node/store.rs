@@ -537,6 +537,34 @@ impl StoreHost {
         Ok(seq)
     }
 
+    /// Delete a repository (a RepoStore Purge frame): refused when there is
+    /// none. Its frames stay in the log until retention drops them; `erase`
+    /// is what removes its data from the log.
+    pub fn delete_repo(&self, repo: &str) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        self.caught_up(&mut store, false)?;
+        store.repo(repo)?;
+        let f = frames::repo_frame(repo, RepoOp::Purge)?;
+        let _m = self.log.mutation();
+        let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
+        self.applied_after(&mut store, seq)?;
+        Ok(seq)
+    }
+
+    /// Delete a control document: refused when there is none.
+    pub fn delete_doc(&self, name: &str) -> Result<u64, StoreError> {
+        let mut store = self.lock()?;
+        self.caught_up(&mut store, false)?;
+        if store.doc(name)?.is_none() {
+            return Err(StoreError::NoDoc(name.to_owned()));
+        }
+        let f = frames::doc_delete_frame(name)?;
+        let _m = self.log.mutation();
+        let seq = self.log.append_raw(f.kind.as_u16(), &f.meta, &f.blob)?;
+        self.applied_after(&mut store, seq)?;
+        Ok(seq)
+    }
+
     /// Write a control document.
     pub fn put_doc(&self, name: &str, content: &[u8]) -> Result<u64, StoreError> {
         let f = frames::doc_frame(name, content)?;

@@ -214,6 +214,42 @@ impl Client {
         erased(self.call(&req, &[]).await?.0)
     }
 
+    /// The repositories' names, sorted.
+    pub async fn list_repos(&self) -> Result<Vec<String>, ClientError> {
+        self.listing(&Request::ListRepos).await
+    }
+
+    /// The control documents' names, sorted.
+    pub async fn list_docs(&self) -> Result<Vec<String>, ClientError> {
+        self.listing(&Request::ListDocs).await
+    }
+
+    /// Delete a repository from the store.
+    pub async fn delete_repo(
+        &self,
+        repo: &str,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::DeleteRepo {
+            repo: repo.to_owned(),
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
+    /// Delete a control document.
+    pub async fn delete_doc(
+        &self,
+        name: &str,
+        durability: Durability,
+    ) -> Result<Appended, ClientError> {
+        let req = Request::DeleteDoc {
+            name: name.to_owned(),
+            durability,
+        };
+        Client::appended(self.call(&req, &[]).await?.0)
+    }
+
     /// Try the primary's stopped store again now; answers its health.
     pub async fn store_retry(&self) -> Result<crate::repl::StoreHealth, ClientError> {
         match self.call(&Request::StoreRetry, &[]).await?.0 {

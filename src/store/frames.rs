@@ -223,6 +223,16 @@ pub fn skip_frame(seq: u64, crc: u32, reason: &str) -> Result<FrameParts> {
     })
 }
 
+/// A DocDelete frame: delete control document `name`.
+pub fn doc_delete_frame(name: &str) -> Result<FrameParts> {
+    check_doc_name(name)?;
+    Ok(FrameParts {
+        kind: Kind::DocDelete,
+        meta: encode_meta("", name.as_bytes())?,
+        blob: Vec::new(),
+    })
+}
+
 /// A ControlDoc frame.
 pub fn doc_frame(name: &str, content: &[u8]) -> Result<FrameParts> {
     check_doc_name(name)?;

@@ -69,6 +69,8 @@ pub enum StoreError {
     },
     #[error("no repository {0:?}")]
     NoRepo(String),
+    #[error("no document {0:?}")]
+    NoDoc(String),
     #[error("repository {0:?} exists")]
     RepoExists(String),
     #[error("{what} of {len} bytes exceeds the limit of {max}")]
@@ -215,7 +217,8 @@ pub fn is_store_kind(kind: u16) -> bool {
             | Kind::LfsDelete
             | Kind::ControlDoc
             | Kind::Erase
-            | Kind::StoreSkip)
+            | Kind::StoreSkip
+            | Kind::DocDelete)
     )
 }
 
@@ -552,6 +555,15 @@ impl Store {
                 let content = log.read(seq)?.blob;
                 self.write_doc(&name, &content)?;
             }
+            Some(Kind::DocDelete) => {
+                let meta = Meta::decode(&loc.meta)?;
+                let name = String::from_utf8(meta.detail).map_err(|_| StoreError::BadFrame {
+                    seq,
+                    why: "a document name that is not UTF-8".into(),
+                })?;
+                frames::check_doc_name(&name)?;
+                self.delete_doc(&name)?;
+            }
             Some(Kind::Erase) => {
                 let body: frames::EraseBody =
                     frames::decode_small(seq, &self.small_blob(log, seq, &loc)?)?;
@@ -686,6 +698,30 @@ impl Store {
         sync_dir(&path)?;
         sync_dir(&tmp)?;
         Ok(())
+    }
+
+    /// Delete a control document, durably; deleting one that is not there
+    /// changes nothing (a replay).
+    fn delete_doc(&self, name: &str) -> Result<()> {
+        let path = self.dir.join("docs").join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(sync_dir(&path)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The control documents' names, sorted.
+    pub fn docs(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(self.dir.join("docs"))? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if frames::check_doc_name(&name).is_ok() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     /// The repositories, by name.

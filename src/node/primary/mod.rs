@@ -588,6 +588,14 @@ impl Primary {
                 durability,
             } => self.put_doc(name, len, durability, &mut recv).await,
             Request::StoreRetry => self.store_retry().await,
+            Request::DeleteRepo { repo, durability } => {
+                self.store_write(move |host| host.delete_repo(&repo), durability)
+                    .await
+            }
+            Request::DeleteDoc { name, durability } => {
+                self.store_write(move |host| host.delete_doc(&name), durability)
+                    .await
+            }
             Request::StoreSkip {
                 seq,
                 reason,
@@ -598,7 +606,9 @@ impl Primary {
             | Request::PushHistory { .. }
             | Request::ReadObject { .. }
             | Request::Have { .. }
-            | Request::GetDoc { .. } => return self.store_read(req, send).await,
+            | Request::GetDoc { .. }
+            | Request::ListRepos
+            | Request::ListDocs => return self.store_read(req, send).await,
         };
         net::write_msg(&mut send, &response).await?;
         let _ = send.finish();

@@ -24,7 +24,7 @@ impl Primary {
 
     /// One store frame written on a blocking thread under the store's lock,
     /// then answered as durable as asked.
-    async fn store_write(
+    pub(super) async fn store_write(
         &self,
         write: impl FnOnce(&StoreHost) -> Result<u64, crate::store::StoreError> + Send + 'static,
         durability: Durability,
@@ -464,6 +464,11 @@ fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), A
         )
     };
     Ok(match req {
+        Request::ListRepos => {
+            let names: Vec<String> = store.repos().map(str::to_owned).collect();
+            listing(encode(&names)?)
+        }
+        Request::ListDocs => listing(encode(&store.docs()?)?),
         Request::Refs { repo } => {
             let refs: crate::node::api::RefsListing = store.refs(&repo)?.into_iter().collect();
             listing(encode(&refs)?)
