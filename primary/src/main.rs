@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
 use twinlog::daemon::{self, Address, DaemonError, IoAt};
 use twinlog::net::Fingerprint;
 use twinlog::node::{Client, Durability};
@@ -224,6 +225,21 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Print a completion script for a shell to stdout.
+    ///
+    /// For bash: `primary completions bash | sudo tee
+    /// /usr/share/bash-completion/completions/primary`.
+    Completions {
+        /// The shell the script is for
+        shell: Shell,
+    },
+    /// Write the manual pages: primary.1 and one per subcommand.
+    Man {
+        /// The directory to write them to, created if missing (e.g.
+        /// /usr/local/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -299,6 +315,16 @@ fn durability_said(d: Durability) -> &'static str {
         Durability::Twin => "durable on both boxes",
         Durability::Local => "durable on this box",
     }
+}
+
+/// Print `primary`'s completion script for `shell`. It is built in memory
+/// first: the generator panics on a failed write, and a closed stdout
+/// (`| head`) must be an error like any other.
+fn completions(shell: Shell) -> Result<(), DaemonError> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "primary", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout(), &script)
+        .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))
 }
 
 async fn run(cmd: Cmd) -> Result<(), DaemonError> {
@@ -499,6 +525,15 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 None => std::io::Write::write_all(&mut std::io::stdout(), &e.blob)
                     .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))?,
             }
+        }
+        Cmd::Completions { shell } => completions(shell)?,
+        Cmd::Man { out } => {
+            std::fs::create_dir_all(&out).at("creating", &out)?;
+            clap_mangen::generate_to(Cli::command(), &out).at("writing manual pages to", &out)?;
+            println!(
+                "wrote primary.1 and a page per subcommand to {}",
+                out.display()
+            );
         }
     }
     Ok(())
