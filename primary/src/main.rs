@@ -581,6 +581,19 @@ mod tests {
     }
 
     #[test]
+    fn history_dates_are_rfc3339_utc_to_the_second() {
+        // `repo history` prints a push's time with this.
+        for (ms, date) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (1_796_015_523_999, "2026-11-30T05:12:03Z"),
+            (1_709_251_199_000, "2024-02-29T23:59:59Z"),
+            (951_868_800_000, "2000-03-01T00:00:00Z"),
+        ] {
+            assert_eq!(daemon::utc(ms), date, "{ms} ms");
+        }
+    }
+
+    #[test]
     fn config_is_accepted_after_nested_commands() {
         let cli = Cli::try_parse_from(["primary", "repo", "refs", "acme/widgets", "-c", "p.toml"])
             .expect("parse");
