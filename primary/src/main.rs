@@ -4,7 +4,8 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
 use twinlog::daemon::{self, Address, DaemonError, IoAt};
 use twinlog::net::Fingerprint;
 use twinlog::node::{Client, Durability};
@@ -224,6 +225,21 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Print a completion script for a shell to stdout.
+    ///
+    /// For bash: `primary completions bash | sudo tee
+    /// /usr/share/bash-completion/completions/primary`.
+    Completions {
+        /// The shell the script is for
+        shell: Shell,
+    },
+    /// Write the manual pages: primary.1 and one per subcommand.
+    Man {
+        /// The directory to write them to, created if missing (e.g.
+        /// /usr/local/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -299,6 +315,16 @@ fn durability_said(d: Durability) -> &'static str {
         Durability::Twin => "durable on both boxes",
         Durability::Local => "durable on this box",
     }
+}
+
+/// Print `primary`'s completion script for `shell`. It is built in memory
+/// first: the generator panics on a failed write, and a closed stdout
+/// (`| head`) must be an error like any other.
+fn completions(shell: Shell) -> Result<(), DaemonError> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "primary", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout(), &script)
+        .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))
 }
 
 async fn run(cmd: Cmd) -> Result<(), DaemonError> {
@@ -500,6 +526,15 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                     .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))?,
             }
         }
+        Cmd::Completions { shell } => completions(shell)?,
+        Cmd::Man { out } => {
+            std::fs::create_dir_all(&out).at("creating", &out)?;
+            clap_mangen::generate_to(Cli::command(), &out).at("writing manual pages to", &out)?;
+            println!(
+                "wrote primary.1 and a page per subcommand to {}",
+                out.display()
+            );
+        }
     }
     Ok(())
 }
@@ -543,6 +578,19 @@ mod tests {
                 assert!(arg.get_help().is_some(), "{path}: {id} has no help");
             }
         });
+    }
+
+    #[test]
+    fn history_dates_are_rfc3339_utc_to_the_second() {
+        // `repo history` prints a push's time with this.
+        for (ms, date) in [
+            (0, "1970-01-01T00:00:00Z"),
+            (1_796_015_523_999, "2026-11-30T05:12:03Z"),
+            (1_709_251_199_000, "2024-02-29T23:59:59Z"),
+            (951_868_800_000, "2000-03-01T00:00:00Z"),
+        ] {
+            assert_eq!(daemon::utc(ms), date, "{ms} ms");
+        }
     }
 
     #[test]

@@ -273,7 +273,7 @@ pub async fn run(client: &Client, cmd: RepoCmd) -> Result<(), DaemonError> {
                 .await
                 .map_err(DaemonError::request(format!("history of {name}")))?;
             for p in pushes {
-                println!("push {} at {} ms", p.seq, p.at_ms);
+                println!("push {} at {}", p.seq, twinlog::daemon::utc(p.at_ms));
                 for u in p.updates {
                     println!("  {} {} {}", show(u.old), show(u.new), u.name);
                 }

@@ -337,3 +337,57 @@ fn restore_names_the_twin_address_it_cannot_reach() {
     let o = p.run(&["restore", "--from", &nobody, "--twin-fingerprint", &fp]);
     exits(&o, 1, "restore --from");
 }
+
+#[test]
+fn completions_for_bash_name_the_subcommands() {
+    let out = primary(&["completions", "bash"]);
+    exits(&out, 0, "completions bash");
+    let script = stdout(&out);
+    for sub in ["serve", "restore", "repo", "history", "completions", "man"] {
+        assert!(script.contains(sub), "no {sub} in:\n{script}");
+    }
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let out = primary(&["completions", shell]);
+        exits(&out, 0, shell);
+        assert!(stdout(&out).contains("restore"), "{shell}");
+    }
+    exits(
+        &primary(&["completions", "tcsh"]),
+        2,
+        "a shell clap_complete lacks",
+    );
+}
+
+#[test]
+fn man_writes_a_roff_page_for_the_binary_and_each_subcommand() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("man1");
+    let out = primary(&["man", "--out", out_dir.to_str().expect("utf-8 path")]);
+    exits(&out, 0, "man --out");
+    for page in [
+        "primary-repo.1",
+        "primary-repo-history.1",
+        "primary-restore.1",
+    ] {
+        assert!(out_dir.join(page).is_file(), "no {page}");
+    }
+    let top = std::fs::read_to_string(out_dir.join("primary.1")).expect("primary.1");
+    // clap_mangen defines a string (`.ie`/`.el`) before the title line.
+    let th = top
+        .lines()
+        .find(|l| !l.starts_with(".ie") && !l.starts_with(".el"))
+        .unwrap_or_default();
+    assert!(th.starts_with(".TH primary 1"), "{top}");
+    assert!(top.contains("restore"), "{top}");
+}
+
+#[test]
+fn man_names_the_directory_it_cannot_create() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"").expect("write");
+    let under = file.join("man1");
+    let out = primary(&["man", "--out", under.to_str().expect("utf-8 path")]);
+    exits(&out, 1, "man --out under a file");
+    assert!(stderr(&out).contains("a-file"), "{}", stderr(&out));
+}

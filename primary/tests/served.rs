@@ -112,7 +112,8 @@ fn line_with<'a>(text: &'a str, part: &str) -> &'a str {
 }
 
 #[test]
-fn import_brings_an_existing_repository_up_to_date_sending_only_what_it_lacks() {
+fn import_brings_an_existing_repository_up_to_date_sending_only_what_it_lacks_and_history_dates_each_push(
+) {
     let p = Primary::init();
     let _d = p.serve();
     let g = p.path("widgets");
@@ -166,6 +167,20 @@ fn import_brings_an_existing_repository_up_to_date_sending_only_what_it_lacks() 
         history.contains(&format!("{first_head} {head} refs/heads/main")),
         "main moved from where it was: {history}"
     );
+    // Each push is dated in RFC 3339 UTC, `push 7 at 2026-11-30T05:12:03Z`.
+    let dates: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.strip_prefix("push ")?.split_once(" at "))
+        .map(|(_, at)| at)
+        .collect();
+    assert!(!dates.is_empty(), "{history}");
+    for at in dates {
+        let b = at.as_bytes();
+        assert!(
+            b.len() == 20 && b[4] == b'-' && b[10] == b'T' && b[19] == b'Z' && at.starts_with("20"),
+            "not an RFC 3339 UTC date: {at:?} in {history}"
+        );
+    }
 
     // A new repository is created by the import itself.
     let o = p.run(&["repo", "import", "acme/fresh", "--git", g_s]);

@@ -3,8 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
-use twinlog::daemon::{self, Address, DaemonError, TwinConfig};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
+use twinlog::daemon::{self, Address, DaemonError, IoAt, TwinConfig};
 use twinlog::net::Fingerprint;
 
 /// The environment variable `--config` falls back to.
@@ -131,6 +132,31 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a completion script for a shell to stdout.
+    ///
+    /// For bash: `twin completions bash | sudo tee
+    /// /usr/share/bash-completion/completions/twin`.
+    Completions {
+        /// The shell the script is for
+        shell: Shell,
+    },
+    /// Write the manual pages: twin.1 and one per subcommand.
+    Man {
+        /// The directory to write them to, created if missing (e.g.
+        /// /usr/local/share/man/man1)
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// Print `twin`'s completion script for `shell`. It is built in memory
+/// first: the generator panics on a failed write, and a closed stdout
+/// (`| head`) must be an error like any other.
+fn completions(shell: Shell) -> Result<(), DaemonError> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "twin", &mut script);
+    std::io::Write::write_all(&mut std::io::stdout(), &script)
+        .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))
 }
 
 async fn run(cmd: Cmd) -> Result<(), DaemonError> {
@@ -190,6 +216,15 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             } else {
                 print!("{}", daemon::render_twin_status(&status));
             }
+        }
+        Cmd::Completions { shell } => completions(shell)?,
+        Cmd::Man { out } => {
+            std::fs::create_dir_all(&out).at("creating", &out)?;
+            clap_mangen::generate_to(Cli::command(), &out).at("writing manual pages to", &out)?;
+            println!(
+                "wrote twin.1 and a page per subcommand to {}",
+                out.display()
+            );
         }
     }
     Ok(())

@@ -304,3 +304,30 @@ fn a_running_twin_answers_status_and_is_promoted_only_once_stopped() {
     let o = t.run(&["promote", "--listen", &listen, "--metrics", &pmetrics]);
     exits(&o, 3, "promoting twice");
 }
+
+#[test]
+fn completions_for_bash_name_the_subcommands() {
+    let out = twin(&["completions", "bash"]);
+    exits(&out, 0, "completions bash");
+    let script = stdout(&out);
+    for sub in ["serve", "promote", "pin-restore", "completions", "man"] {
+        assert!(script.contains(sub), "no {sub} in:\n{script}");
+    }
+}
+
+#[test]
+fn man_writes_a_roff_page_for_the_binary_and_each_subcommand() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = twin(&["man", "--out", dir.path().to_str().expect("utf-8 path")]);
+    exits(&out, 0, "man --out");
+    for page in ["twin-serve.1", "twin-promote.1", "twin-pin-restore.1"] {
+        assert!(dir.path().join(page).is_file(), "no {page}");
+    }
+    let top = std::fs::read_to_string(dir.path().join("twin.1")).expect("twin.1");
+    // clap_mangen defines a string (`.ie`/`.el`) before the title line.
+    let th = top
+        .lines()
+        .find(|l| !l.starts_with(".ie") && !l.starts_with(".el"))
+        .unwrap_or_default();
+    assert!(th.starts_with(".TH twin 1"), "{top}");
+}
