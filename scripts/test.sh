@@ -5,7 +5,8 @@
 # - pyarrow: tests/pushlog.rs reads a sealed push log with it, as an
 #   outside Arrow reader;
 # - git: the import tests build real repositories;
-# - systemd-analyze: primary/tests/systemd.rs verifies the shipped units.
+# - systemd-analyze: primary/tests/systemd.rs verifies the shipped units;
+# - mkfs.ext4: tests/full_disk.rs fills a small loop-mounted file system.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,7 @@ as_root() {
 missing=()
 command -v git >/dev/null || missing+=(git)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}" >&2
   as_root apt-get update -qq
