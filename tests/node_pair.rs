@@ -397,3 +397,54 @@ async fn a_superseded_primary_is_refused_by_epoch() {
     assert!(twin.status().last_error.is_none());
     let _ = p.stop.send(true);
 }
+
+/// A server that announces more than it sends, or more than any frame may
+/// be, is refused by name: the client never allocates what was announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_caps_every_length_a_server_announces() {
+    use twinlog::node::api::{Request, Response};
+    let ids = ids();
+    let pins = Arc::new(Pins::new().pin(ids.client.fingerprint(), Role::Client));
+    let server = net::server(([127, 0, 0, 1], 0).into(), &ids.primary, pins).expect("server");
+    let addr = server.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let Some(incoming) = server.accept().await else {
+            return;
+        };
+        let Ok(conn) = incoming.await else { return };
+        // Two requests, two lies.
+        for announced in [1u64 << 40, 100] {
+            let Ok((mut send, mut recv)) = conn.accept_bi().await else {
+                return;
+            };
+            let _ = net::read_msg::<Request>(&mut recv).await;
+            let _ = net::write_msg(
+                &mut send,
+                &Response::Frame {
+                    seq: 1,
+                    kind: 0x8001,
+                    meta: Vec::new(),
+                    blob_len: announced,
+                    payload_crc: 0,
+                },
+            )
+            .await;
+            let _ = send.write_all(b"only ten..").await;
+            let _ = send.finish();
+        }
+        conn.closed().await;
+    });
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), addr)
+        .await
+        .expect("connect");
+    let err = client.read(1).await.expect_err("a terabyte is refused");
+    assert!(
+        matches!(&err, ClientError::Unexpected(why) if why.contains("at most")),
+        "{err}"
+    );
+    let err = client.read(1).await.expect_err("a short blob is refused");
+    assert!(
+        matches!(&err, ClientError::Unexpected(why) if why.contains("sent 10")),
+        "{err}"
+    );
+}

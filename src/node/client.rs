@@ -21,6 +21,44 @@ pub enum ClientError {
     Import(String),
 }
 
+/// The largest blob [`Client::read`] and [`Tailing::next`] take whole: a
+/// frame larger than this is refused by name before anything is read.
+pub const MAX_WHOLE_BLOB: u64 = 1 << 30;
+
+/// Read the `len` bytes a server announced, capped at `max`: refused by
+/// name past it, and memory grows with the bytes that arrive, never with
+/// what was announced, so a server that lies about a length cannot make
+/// this side allocate what it never sends.
+pub(crate) async fn read_announced(
+    recv: &mut quinn::RecvStream,
+    len: u64,
+    max: u64,
+    what: &str,
+) -> Result<Vec<u8>, ClientError> {
+    if len > max {
+        return Err(ClientError::Unexpected(format!(
+            "the server announced {what} of {len} bytes; at most {max} are taken"
+        )));
+    }
+    let mut out = Vec::with_capacity(len.min(1 << 20) as usize);
+    while (out.len() as u64) < len {
+        let want = ((len - out.len() as u64).min(1 << 20)) as usize;
+        match recv.read_chunk(want, true).await {
+            Ok(Some(chunk)) => out.extend_from_slice(&chunk.bytes),
+            Ok(None) => {
+                return Err(ClientError::Unexpected(format!(
+                    "{what}: the server announced {len} bytes and sent {}",
+                    out.len()
+                )))
+            }
+            Err(e) => {
+                return Err(NetError::Io(std::io::Error::other(e.to_string())).into());
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// How long [`Client::connect`] waits for the handshake.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -211,8 +249,7 @@ impl Client {
         else {
             return Err(ClientError::Unexpected(format!("{resp:?}")));
         };
-        let mut blob = vec![0u8; blob_len as usize];
-        recv.read_exact(&mut blob).await.map_err(NetError::from)?;
+        let blob = read_announced(&mut recv, blob_len, MAX_WHOLE_BLOB, "a frame").await?;
         Ok(Entry {
             seq,
             kind,
@@ -259,11 +296,8 @@ impl Tailing {
                 blob_len,
                 payload_crc,
             } => {
-                let mut blob = vec![0u8; blob_len as usize];
-                self.recv
-                    .read_exact(&mut blob)
-                    .await
-                    .map_err(NetError::from)?;
+                let blob =
+                    read_announced(&mut self.recv, blob_len, MAX_WHOLE_BLOB, "a frame").await?;
                 Ok(Some(Entry {
                     seq,
                     kind,

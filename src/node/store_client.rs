@@ -121,13 +121,7 @@ impl Client {
         let Response::Listing { len } = resp else {
             return Err(ClientError::Unexpected(format!("{resp:?}")));
         };
-        if len > MAX_LISTING {
-            return Err(ClientError::Unexpected(format!(
-                "a listing of {len} bytes; at most {MAX_LISTING}"
-            )));
-        }
-        let mut bytes = vec![0u8; len as usize];
-        recv.read_exact(&mut bytes).await.map_err(NetError::from)?;
+        let bytes = super::client::read_announced(&mut recv, len, MAX_LISTING, "a listing").await?;
         postcard::from_bytes(&bytes).map_err(|e| ClientError::Unexpected(format!("listing: {e}")))
     }
 
@@ -167,11 +161,13 @@ impl Client {
             Response::Object { obj_type, len } => {
                 let t = ObjType::from_u8(obj_type)
                     .ok_or_else(|| ClientError::Unexpected(format!("object type {obj_type}")))?;
-                if len > crate::store::frames::MAX_OBJECT_BYTES {
-                    return Err(ClientError::Unexpected(format!("an object of {len} bytes")));
-                }
-                let mut data = vec![0u8; len as usize];
-                recv.read_exact(&mut data).await.map_err(NetError::from)?;
+                let data = super::client::read_announced(
+                    &mut recv,
+                    len,
+                    crate::store::frames::MAX_OBJECT_BYTES,
+                    "an object",
+                )
+                .await?;
                 if crate::store::frames::git_oid(t, &data) != oid {
                     return Err(ClientError::Unexpected(
                         "the object does not hash to its id".into(),
@@ -373,13 +369,15 @@ impl Client {
         let (resp, mut recv) = self.call(&req, &[]).await?;
         match resp {
             Response::Absent => Ok(None),
-            Response::Object { len, .. } if len <= crate::store::frames::MAX_DOC_BYTES => {
-                let mut content = vec![0u8; len as usize];
-                recv.read_exact(&mut content)
-                    .await
-                    .map_err(NetError::from)?;
-                Ok(Some(content))
-            }
+            Response::Object { len, .. } => Ok(Some(
+                super::client::read_announced(
+                    &mut recv,
+                    len,
+                    crate::store::frames::MAX_DOC_BYTES,
+                    "a document",
+                )
+                .await?,
+            )),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
