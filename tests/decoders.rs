@@ -983,6 +983,8 @@ fn config_seeds() -> Vec<Vec<u8>> {
         metrics: "127.0.0.1:9400".parse().expect("addr"),
         twin_fingerprint: Some(Fingerprint([1; 32])),
         client_fingerprints: vec![Fingerprint([2; 32])],
+        writer_fingerprints: vec![Fingerprint([4; 32])],
+        reader_fingerprints: Vec::new(),
         durability: DurabilitySection {
             policy: Policy::Fallback,
             timeout_ms: 250,

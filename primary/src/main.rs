@@ -29,6 +29,18 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// What a pinned client may ask.
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleArg {
+    /// Reads, tails, status and the store's reads
+    Read,
+    /// Also appends of application kinds and the store's writes
+    Write,
+    /// Also erase, retain, store retry and skip, repository deletion and
+    /// raw appends of reserved kinds
+    Admin,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum DurabilityArg {
     /// Durable on this box
@@ -77,8 +89,23 @@ enum Cmd {
     PinClient {
         #[command(flatten)]
         config: ConfigArg,
+        /// What the client may ask (pinning again changes its role)
+        #[arg(long, value_enum, default_value = "write")]
+        role: RoleArg,
         /// The client's certificate fingerprint
         fingerprint: Fingerprint,
+    },
+    /// Unpin a client, whatever its role.
+    Unpin {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The client's certificate fingerprint
+        fingerprint: Fingerprint,
+    },
+    /// The peers this primary pins: the twin and each client with its role.
+    Pins {
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// Run the daemon until SIGTERM.
     Serve {
@@ -345,8 +372,21 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         } => print!("{}", daemon::pin_twin(config.path()?, fingerprint)?),
         Cmd::PinClient {
             config,
+            role,
             fingerprint,
-        } => print!("{}", daemon::pin_client(config.path()?, fingerprint)?),
+        } => {
+            let role = match role {
+                RoleArg::Read => twinlog::node::api::ClientRole::Read,
+                RoleArg::Write => twinlog::node::api::ClientRole::Write,
+                RoleArg::Admin => twinlog::node::api::ClientRole::Admin,
+            };
+            print!("{}", daemon::pin_client(config.path()?, fingerprint, role)?)
+        }
+        Cmd::Unpin {
+            config,
+            fingerprint,
+        } => print!("{}", daemon::unpin_client(config.path()?, fingerprint)?),
+        Cmd::Pins { config } => print!("{}", daemon::primary_pins(config.path()?)?),
         Cmd::Serve { config, log_json } => {
             daemon::init_tracing(log_json);
             let cfg = config.load()?;

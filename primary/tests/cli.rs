@@ -286,12 +286,43 @@ fn pins_print_what_they_changed_and_ask_for_a_restart() {
     exits(&o, 0, "pin-client");
     let out = stdout(&o);
     assert!(
-        out.contains("client_fingerprints: [") && out.contains(&client) && out.contains("restart"),
+        out.contains("writer_fingerprints: [] -> [")
+            && out.contains(&client)
+            && out.contains("restart"),
+        "a client is a writer unless told: {out}"
+    );
+    // Another role moves it, and says so.
+    let o = p.run(&["pin-client", "--role", "read", &client]);
+    exits(&o, 0, "pin-client --role read");
+    let out = stdout(&o);
+    assert!(
+        out.contains("writer_fingerprints: [") && out.contains("reader_fingerprints: [] -> ["),
+        "{out}"
+    );
+    let o = p.run(&["pins"]);
+    exits(&o, 0, "pins");
+    let out = stdout(&o);
+    assert!(
+        out.contains(&format!("{fp}  twin")) && out.contains(&format!("{client}  client (read)")),
         "{out}"
     );
     let cfg = twinlog::daemon::PrimaryConfig::load(&p.config).expect("load");
     assert_eq!(cfg.twin_fingerprint.map(|f| f.to_string()), Some(fp));
-    assert_eq!(cfg.client_fingerprints.len(), 2);
+    assert_eq!(
+        cfg.client_fingerprints.len(),
+        1,
+        "the admin client init made"
+    );
+    assert_eq!(cfg.reader_fingerprints.len(), 1);
+    let o = p.run(&["unpin", &client]);
+    exits(&o, 0, "unpin");
+    assert!(
+        stdout(&o).contains("reader_fingerprints: ["),
+        "{}",
+        stdout(&o)
+    );
+    let cfg = twinlog::daemon::PrimaryConfig::load(&p.config).expect("load");
+    assert!(cfg.reader_fingerprints.is_empty() && cfg.writer_fingerprints.is_empty());
 }
 
 #[test]

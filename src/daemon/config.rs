@@ -340,9 +340,18 @@ pub struct PrimaryConfig {
     /// The twin's certificate fingerprint (`twin init` prints it).
     #[serde(deserialize_with = "de_fp", serialize_with = "ser_fp", default)]
     pub twin_fingerprint: Option<Fingerprint>,
-    /// Clients allowed to append and read.
+    /// Admin clients: every request, erase, retain and raw appends of
+    /// twinlog's reserved kinds included (the admin client `init` made is
+    /// one).
     #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
     pub client_fingerprints: Vec<Fingerprint>,
+    /// Writer clients: appends of application kinds and the store's writes
+    /// (create, push, large objects, documents), and every read.
+    #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
+    pub writer_fingerprints: Vec<Fingerprint>,
+    /// Read-only clients: reads, tails, status and the store's reads.
+    #[serde(deserialize_with = "de_fps", serialize_with = "ser_fps", default)]
+    pub reader_fingerprints: Vec<Fingerprint>,
     #[serde(default)]
     pub durability: DurabilitySection,
     #[serde(
@@ -408,11 +417,15 @@ impl PrimaryConfig {
     /// The file, with a comment on every key.
     pub fn render(&self) -> String {
         let fp = |f: &Option<Fingerprint>| f.map(|f| f.to_string()).unwrap_or_default();
-        let clients: Vec<String> = self
-            .client_fingerprints
-            .iter()
-            .map(|f| format!("\"{f}\""))
-            .collect();
+        let list = |fps: &[Fingerprint]| {
+            fps.iter()
+                .map(|f| format!("\"{f}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let clients = list(&self.client_fingerprints);
+        let writers = list(&self.writer_fingerprints);
+        let readers = list(&self.reader_fingerprints);
         format!(
             r#"# twinlog primary configuration.
 
@@ -424,8 +437,14 @@ listen = "{listen}"
 metrics = "{metrics}"
 # The twin's certificate fingerprint, as `twin init` printed it.
 twin_fingerprint = "{twin}"
-# Clients allowed to append and read (the admin client `init` made is one).
+# Clients, by role (`primary pin-client --role`). Admin: every request,
+# erase, retain and raw appends of twinlog's reserved kinds included (the
+# admin client `init` made is one).
 client_fingerprints = [{clients}]
+# Writers: appends of application kinds, the store's writes, every read.
+writer_fingerprints = [{writers}]
+# Readers: reads, tails, status and the store's reads.
+reader_fingerprints = [{readers}]
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
 
@@ -447,7 +466,9 @@ max_bytes = {max_bytes}
             listen = self.listen,
             metrics = self.metrics,
             twin = fp(&self.twin_fingerprint),
-            clients = clients.join(", "),
+            clients = clients,
+            writers = writers,
+            readers = readers,
             segment = self.segment_bytes,
             policy = match self.durability.policy {
                 Policy::Wait => "wait",
@@ -529,6 +550,8 @@ mod tests {
             metrics: "127.0.0.1:9400".parse().expect("addr"),
             twin_fingerprint: Some(Fingerprint([1; 32])),
             client_fingerprints: vec![Fingerprint([2; 32])],
+            writer_fingerprints: vec![Fingerprint([4; 32])],
+            reader_fingerprints: vec![Fingerprint([5; 32])],
             durability: DurabilitySection {
                 policy: Policy::Fallback,
                 timeout_ms: 250,

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
+use crate::node::api::ClientRole;
 use crate::node::epoch::Epoch;
 use crate::node::{
     ClientError, Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
@@ -298,6 +299,8 @@ pub fn init_primary(
         metrics,
         twin_fingerprint: twin,
         client_fingerprints: vec![admin.fingerprint()],
+        writer_fingerprints: Vec::new(),
+        reader_fingerprints: Vec::new(),
         durability: Default::default(),
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
         timers: Default::default(),
@@ -423,19 +426,113 @@ pub fn pin_twin(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonErr
 }
 
 /// Pin a client on a primary's configuration.
-pub fn pin_client(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
+pub fn pin_client(
+    config_path: &Path,
+    fp: Fingerprint,
+    role: ClientRole,
+) -> Result<Pinned, DaemonError> {
     let mut cfg = PrimaryConfig::load(config_path)?;
     let mut changes = Vec::new();
-    if !cfg.client_fingerprints.contains(&fp) {
-        let old = shown_list(&cfg.client_fingerprints);
-        cfg.client_fingerprints.push(fp);
-        changes.push(Change {
-            key: "client_fingerprints",
-            old,
-            new: shown_list(&cfg.client_fingerprints),
-        });
+    for (key, list, in_role) in client_lists(&mut cfg) {
+        let want = in_role == role;
+        if list.contains(&fp) != want {
+            let old = shown_list(list);
+            if want {
+                list.push(fp);
+            } else {
+                list.retain(|f| *f != fp);
+            }
+            changes.push(Change {
+                key,
+                old,
+                new: shown_list(list),
+            });
+        }
     }
     pinned(config_path, "primary serve", changes, || cfg.render())
+}
+
+/// The primary's client lists: key, fingerprints, role.
+fn client_lists(cfg: &mut PrimaryConfig) -> [(&'static str, &mut Vec<Fingerprint>, ClientRole); 3] {
+    [
+        (
+            "client_fingerprints",
+            &mut cfg.client_fingerprints,
+            ClientRole::Admin,
+        ),
+        (
+            "writer_fingerprints",
+            &mut cfg.writer_fingerprints,
+            ClientRole::Write,
+        ),
+        (
+            "reader_fingerprints",
+            &mut cfg.reader_fingerprints,
+            ClientRole::Read,
+        ),
+    ]
+}
+
+/// Unpin a client, whatever its role.
+pub fn unpin_client(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
+    let mut cfg = PrimaryConfig::load(config_path)?;
+    let mut changes = Vec::new();
+    for (key, list, _) in client_lists(&mut cfg) {
+        if list.contains(&fp) {
+            let old = shown_list(list);
+            list.retain(|f| *f != fp);
+            changes.push(Change {
+                key,
+                old,
+                new: shown_list(list),
+            });
+        }
+    }
+    pinned(config_path, "primary serve", changes, || cfg.render())
+}
+
+/// The peers a primary pins, one line each: fingerprint and role.
+pub fn primary_pins(config_path: &Path) -> Result<String, DaemonError> {
+    let mut cfg = PrimaryConfig::load(config_path)?;
+    let mut out = String::new();
+    if let Some(fp) = cfg.twin_fingerprint {
+        out.push_str(&format!("{fp}  twin\n"));
+    }
+    for (_, list, role) in client_lists(&mut cfg) {
+        for fp in list.iter() {
+            out.push_str(&format!("{fp}  client ({role})\n"));
+        }
+    }
+    Ok(out)
+}
+
+/// The peers a twin pins, one line each: fingerprint and role.
+pub fn twin_pins(config_path: &Path) -> Result<String, DaemonError> {
+    let cfg = TwinConfig::load(config_path)?;
+    let mut out = String::new();
+    if let Some(fp) = cfg.primary_fingerprint {
+        out.push_str(&format!("{fp}  primary\n"));
+    }
+    for fp in &cfg.restore_fingerprints {
+        out.push_str(&format!("{fp}  restore\n"));
+    }
+    Ok(out)
+}
+
+/// Unpin a box being restored.
+pub fn unpin_restore(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
+    let mut cfg = TwinConfig::load(config_path)?;
+    let mut changes = Vec::new();
+    if cfg.restore_fingerprints.contains(&fp) {
+        let old = shown_list(&cfg.restore_fingerprints);
+        cfg.restore_fingerprints.retain(|f| *f != fp);
+        changes.push(Change {
+            key: "restore_fingerprints",
+            old,
+            new: shown_list(&cfg.restore_fingerprints),
+        });
+    }
+    pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
 /// Pin the primary on a twin's configuration.
@@ -830,8 +927,17 @@ pub async fn serve_primary(
         Some(fp) => pins = pins.pin(fp, Role::Twin),
         None => tracing::warn!("no twin_fingerprint configured: nothing is replicated"),
     }
-    for fp in &cfg.client_fingerprints {
-        pins = pins.pin(*fp, Role::Client);
+    let mut roles = std::collections::HashMap::new();
+    // A fingerprint in two lists has the lesser role.
+    for (fps, role) in [
+        (&cfg.client_fingerprints, ClientRole::Admin),
+        (&cfg.writer_fingerprints, ClientRole::Write),
+        (&cfg.reader_fingerprints, ClientRole::Read),
+    ] {
+        for fp in fps {
+            pins = pins.pin(*fp, Role::Client);
+            roles.insert(*fp, role);
+        }
     }
     let pins = Arc::new(pins);
     let listen = resolve("listen", &cfg.listen)?;
@@ -851,6 +957,7 @@ pub async fn serve_primary(
         },
         Some(store.clone()),
     );
+    node.set_client_roles(roles);
     node.set_retention(crate::node::retention::Retention {
         max_bytes: cfg.retention.max_bytes,
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
@@ -1402,6 +1509,8 @@ pub fn promote(
         metrics,
         twin_fingerprint: None,
         client_fingerprints: vec![admin.fingerprint()],
+        writer_fingerprints: Vec::new(),
+        reader_fingerprints: Vec::new(),
         durability: Default::default(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,

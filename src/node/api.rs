@@ -16,6 +16,63 @@ pub enum Durability {
     Twin,
 }
 
+/// What a pinned client may ask, set per fingerprint (`pin-client
+/// --role`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ClientRole {
+    /// Reads, tails, status and the store's reads.
+    Read,
+    /// Also appends of application kinds and the store's writes: create,
+    /// push, large objects, documents.
+    Write,
+    /// Also erase, retain, store retry and skip, repository deletion, and
+    /// raw appends of twinlog's reserved kinds.
+    Admin,
+}
+
+impl std::fmt::Display for ClientRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ClientRole::Read => "read",
+            ClientRole::Write => "write",
+            ClientRole::Admin => "admin",
+        })
+    }
+}
+
+impl Request {
+    /// The least role that may make this request.
+    pub fn needs(&self) -> ClientRole {
+        match self {
+            Request::Read { .. }
+            | Request::Status
+            | Request::Tail { .. }
+            | Request::Refs { .. }
+            | Request::PushHistory { .. }
+            | Request::ReadObject { .. }
+            | Request::Have { .. }
+            | Request::LfsGet { .. }
+            | Request::GetDoc { .. }
+            | Request::ListRepos
+            | Request::ListDocs => ClientRole::Read,
+            Request::Append { kind, .. } if *kind < crate::log::APP_KIND_FIRST => ClientRole::Admin,
+            Request::Append { .. }
+            | Request::CreateRepo { .. }
+            | Request::Push { .. }
+            | Request::LfsPut { .. }
+            | Request::LfsDelete { .. }
+            | Request::PutDoc { .. }
+            | Request::DeleteDoc { .. } => ClientRole::Write,
+            Request::Erase { .. }
+            | Request::EraseBeforeTime { .. }
+            | Request::RetainFrom { .. }
+            | Request::StoreRetry
+            | Request::StoreSkip { .. }
+            | Request::DeleteRepo { .. } => ClientRole::Admin,
+        }
+    }
+}
+
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {

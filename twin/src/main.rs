@@ -94,6 +94,18 @@ enum Cmd {
         /// The restoring box's fingerprint
         fingerprint: Fingerprint,
     },
+    /// Unpin a box being restored.
+    UnpinRestore {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The restoring box's fingerprint
+        fingerprint: Fingerprint,
+    },
+    /// The peers this twin pins: its primary and the boxes it restores.
+    Pins {
+        #[command(flatten)]
+        config: ConfigArg,
+    },
     /// Follow the primary until SIGTERM.
     Serve {
         #[command(flatten)]
@@ -183,6 +195,11 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             "{}",
             daemon::pin_restore(config.path()?, fingerprint, listen)?
         ),
+        Cmd::UnpinRestore {
+            config,
+            fingerprint,
+        } => print!("{}", daemon::unpin_restore(config.path()?, fingerprint)?),
+        Cmd::Pins { config } => print!("{}", daemon::twin_pins(config.path()?)?),
         Cmd::Promote {
             config,
             listen,

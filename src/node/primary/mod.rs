@@ -8,7 +8,7 @@ use std::time::Duration;
 use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, watch};
 
-use super::api::{ApiError, Durability, Request, Response, Status};
+use super::api::{ApiError, ClientRole, Durability, Request, Response, Status};
 use super::retention::Retention;
 use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;
@@ -91,6 +91,9 @@ pub struct Primary {
     twin_waiting: std::sync::atomic::AtomicU64,
     /// From a publication to the twin's ack covering it.
     ack_delay: crate::metrics::Histogram,
+    /// Each pinned client's role; a client pinned and not named here is an
+    /// admin (a library user that pins through `Pins` alone).
+    client_roles: Mutex<std::collections::HashMap<crate::net::Fingerprint, ClientRole>>,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -169,8 +172,17 @@ impl Primary {
             twin_first: std::sync::atomic::AtomicU64::new(0),
             lag_at_end: Mutex::new(None),
             twin_waiting: std::sync::atomic::AtomicU64::new(0),
+            client_roles: Mutex::new(std::collections::HashMap::new()),
             ack_delay: Default::default(),
         })
+    }
+
+    /// The role of each pinned client named here (the others are admins).
+    pub fn set_client_roles(
+        &self,
+        roles: std::collections::HashMap<crate::net::Fingerprint, ClientRole>,
+    ) {
+        *self.client_roles.lock().unwrap_or_else(|e| e.into_inner()) = roles;
     }
 
     pub fn log(&self) -> &Arc<Log> {
@@ -497,6 +509,16 @@ impl Primary {
     }
 
     async fn client_session(self: Arc<Self>, conn: Connection) {
+        let role = match net::peer(&conn, &self.pins) {
+            Ok((fp, _)) => self
+                .client_roles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&fp)
+                .copied()
+                .unwrap_or(ClientRole::Admin),
+            Err(_) => ClientRole::Read,
+        };
         loop {
             if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
@@ -510,7 +532,7 @@ impl Primary {
             };
             let me = self.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.request(send, recv).await {
+                if let Err(e) = me.request(role, send, recv).await {
                     tracing::warn!(error = %e, "client request failed");
                 }
             });
@@ -519,6 +541,7 @@ impl Primary {
 
     async fn request(
         self: Arc<Self>,
+        role: ClientRole,
         mut send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), NetError> {
@@ -526,6 +549,16 @@ impl Primary {
         let Some(req) = net::read_msg::<Request>(&mut recv).await? else {
             return Ok(());
         };
+        if req.needs() > role {
+            // Refused before a byte of its body is read: nothing is written.
+            let why = ApiError::Forbidden(format!(
+                "this needs the {} role; this client's role is {role}",
+                req.needs()
+            ));
+            net::write_msg(&mut send, &Response::Error(why)).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
         let response = match req {
             Request::Append {
                 kind,
