@@ -112,6 +112,34 @@ fn decode_header(h: &[u8; 40]) -> Option<(u64, u64, u64, u32, u32)> {
     ))
 }
 
+/// The offset of the first whole record header at or after `from`, if
+/// any: what tells damage in place from a torn tail. Reads in pieces; the
+/// zero field at the header's end filters before the crc is computed.
+fn next_whole_header(file: &File, from: u64, file_len: u64) -> Result<Option<u64>> {
+    const PIECE: usize = 1 << 20;
+    let hl = RECORD_HEADER_LEN as usize;
+    let mut buf = vec![0u8; PIECE + hl];
+    let mut at = from;
+    while at + RECORD_HEADER_LEN <= file_len {
+        let n = ((file_len - at) as usize).min(PIECE + hl);
+        file.read_exact_at(&mut buf[..n], at)?;
+        let mut h = [0u8; 40];
+        for i in 0..=n - hl {
+            if buf[i + 36..i + 40] == [0; 4] {
+                h.copy_from_slice(&buf[i..i + hl]);
+                if let Some((_, body_len, _, _, _)) = decode_header(&h) {
+                    let body_at = at + (i + hl) as u64;
+                    if body_len <= file_len - body_at {
+                        return Ok(Some(at + i as u64));
+                    }
+                }
+            }
+        }
+        at += (n - hl + 1) as u64;
+    }
+    Ok(None)
+}
+
 impl Archive {
     /// Open or create the archive at `path`. A torn last record (a header
     /// that does not check, a body past the end or whose crc fails) is cut
@@ -157,6 +185,17 @@ impl Archive {
             let mut hb = [0u8; RECORD_HEADER_LEN as usize];
             file.read_exact_at(&mut hb, at)?;
             let Some((seq, body_len, objects, body_crc, kind)) = decode_header(&hb) else {
+                // A torn append leaves nothing whole after it; a whole
+                // record further on means this one was damaged in place,
+                // and cutting here would drop it and every one after.
+                if let Some(next) = next_whole_header(&file, at + 1, file_len)? {
+                    return Err(corrupt(
+                        at,
+                        format!(
+                            "a record header that does not check, with a whole record after it at {next}"
+                        ),
+                    ));
+                }
                 break;
             };
             let body_at = at + RECORD_HEADER_LEN;
@@ -462,6 +501,42 @@ mod tests {
             a.read_at(p.body_at, p.body_len).expect("read"),
             b"second pack body"
         );
+    }
+
+    /// A flip in a record's header with whole records after it is damage,
+    /// refused by name at its offset: cutting there as if it were a torn
+    /// tail would drop that pack and every one after it.
+    #[test]
+    fn a_damaged_header_before_the_tail_is_refused_not_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("archive");
+        let mut a = Archive::open(&path).expect("open");
+        append(&mut a, 1, b"first");
+        let second_at = a.len();
+        append(&mut a, 2, b"second");
+        let third_at = a.len();
+        append(&mut a, 3, b"third");
+        drop(a);
+        let full = std::fs::read(&path).expect("read");
+        for byte in second_at..second_at + RECORD_HEADER_LEN {
+            let mut bad = full.clone();
+            bad[byte as usize] ^= 0x04;
+            std::fs::write(&path, &bad).expect("write");
+            match Archive::open(&path) {
+                Err(StoreError::Corrupt { at, .. }) => assert_eq!(at, second_at, "flip at {byte}"),
+                other => panic!("flip at {byte}: {:?}", other.map(|a| a.packs().len())),
+            }
+            assert_eq!(
+                std::fs::read(&path).expect("read"),
+                bad,
+                "nothing is cut: flip at {byte}"
+            );
+        }
+        // The last record's header damaged is a torn tail, as before.
+        let mut bad = full.clone();
+        bad[third_at as usize + 3] ^= 0x04;
+        std::fs::write(&path, &bad).expect("write");
+        assert_eq!(Archive::open(&path).expect("open").packs().len(), 2);
     }
 
     #[test]
