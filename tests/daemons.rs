@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,40 +21,15 @@ use twinlog::log::Tail;
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, Durability};
 
-const ROLE_ENV: &str = "TWINLOG_TEST_DAEMON";
-const CONFIG_ENV: &str = "TWINLOG_TEST_CONFIG";
-
-/// The daemon half: runs only in a child started by `start`.
-#[test]
-fn daemon_child() {
-    let (Ok(role), Ok(config)) = (std::env::var(ROLE_ENV), std::env::var(CONFIG_ENV)) else {
-        return;
-    };
-    daemon::init_tracing(false);
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let shutdown = daemon::shutdown_on_signals().expect("signals");
-        let config = PathBuf::from(config);
-        let ran = match role.as_str() {
-            "primary" => {
-                daemon::serve_primary(PrimaryConfig::load(&config).expect("config"), shutdown).await
-            }
-            _ => daemon::serve_twin(TwinConfig::load(&config).expect("config"), shutdown).await,
-        };
-        ran.expect("daemon");
-    });
-}
-
 fn start(role: &str, config: &Path, log: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("log file");
-    Command::new(std::env::current_exe().expect("exe"))
-        .args(["--exact", "daemon_child", "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .env(CONFIG_ENV, config)
+    Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
+        .args(["daemon", role])
+        .arg(config)
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

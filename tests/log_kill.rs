@@ -1,6 +1,6 @@
-//! Real kills: this test binary re-executes itself as a writer process that
-//! appends to a log from several threads and reports every acknowledged
-//! frame on stdout; the parent kills it with SIGKILL at a random moment,
+//! Real kills: a writer process (`twinlog-test-child log-writer`) appends
+//! to a log from several threads and reports every acknowledged frame on
+//! stdout; the parent kills it with SIGKILL at a random moment,
 //! reopens the log and checks every acknowledged frame, then starts the next
 //! writer on the same directory.
 //!
@@ -9,101 +9,22 @@
 //! log, acknowledged or not.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use twinlog::log::Log;
 
-/// Set in the child: the log directory to append to.
-const CHILD_DIR_ENV: &str = "TWINLOG_KILL_CHILD_DIR";
-/// Set in the child: the round, part of every frame name.
-const CHILD_ROUND_ENV: &str = "TWINLOG_KILL_CHILD_ROUND";
+#[path = "support/kill_frames.rs"]
+mod kill_frames;
+
+use kill_frames::{bytes, content, SEGMENT};
+
 /// Replays a run: the seed of the kill delays.
 const SEED_ENV: &str = "TWINLOG_KILL_SEED";
 
-/// Small segments, so that rolls happen while the writer is killed.
-const SEGMENT: u64 = 64 << 10;
 const ROUNDS: u64 = 20;
-/// Writer 0 streams large blobs through `begin`; the others append small ones.
-const WRITERS: u64 = 4;
-const CHUNK: usize = 16 << 10;
-/// A writer whose parent failed to kill it stops by itself.
-const CHILD_LIFETIME: Duration = Duration::from_secs(10);
-
-/// Deterministic bytes: a xorshift stream seeded by `seed`.
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 32) as u8
-        })
-        .collect()
-}
-
-/// FNV-1a: a frame name's seed.
-fn hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The kind and blob of the frame called `name`. Writer 0's frames are large
-/// (up to twice a segment, so some get a segment sized for them), the
-/// others' small, some empty.
-fn content(name: &str) -> (u16, Vec<u8>) {
-    let h = hash(name);
-    let len = if name.contains("w0n") {
-        16_000 + (h % 120_000) as usize
-    } else {
-        (h % 2_500) as usize
-    };
-    (0x8000 + (h % 7) as u16, bytes(h, len))
-}
-
-/// The writer: appends until killed (or its lifetime ends), printing
-/// `ACK {seq} {name}` once each append has returned.
-#[test]
-fn child_writer() {
-    let Some(dir) = std::env::var_os(CHILD_DIR_ENV) else {
-        return;
-    };
-    let round = std::env::var(CHILD_ROUND_ENV).expect("child: round");
-    let log = Log::open_with(&dir, SEGMENT).expect("child: open");
-    let deadline = Instant::now() + CHILD_LIFETIME;
-    std::thread::scope(|s| {
-        for w in 0..WRITERS {
-            let (log, round) = (&log, &round);
-            s.spawn(move || {
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    let name = format!("r{round}w{w}n{n}");
-                    let (kind, blob) = content(&name);
-                    let seq = if w == 0 {
-                        let mut p = log
-                            .begin(None, kind, name.as_bytes(), blob.len() as u64)
-                            .expect("child: begin");
-                        for chunk in blob.chunks(CHUNK) {
-                            p.write(chunk).expect("child: write");
-                        }
-                        p.commit().expect("child: commit")
-                    } else {
-                        log.append_raw(kind, name.as_bytes(), &blob)
-                            .expect("child: append")
-                    };
-                    let mut out = std::io::stdout().lock();
-                    writeln!(out, "ACK {seq} {name}").expect("child: stdout");
-                    out.flush().expect("child: flush");
-                    n += 1;
-                }
-            });
-        }
-    });
-}
 
 /// A child process killed when dropped, should the parent fail first.
 struct Writer(Child);
@@ -118,11 +39,10 @@ impl Drop for Writer {
 /// Run one writer on `dir` for `delay`, SIGKILL it, and answer what it
 /// acknowledged: `(seq, name)` from every whole line it printed.
 fn run_writer(dir: &Path, round: u64, delay: Duration) -> Vec<(u64, String)> {
-    let exe = std::env::current_exe().expect("test binary");
-    let child = Command::new(exe)
-        .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_ROUND_ENV, round.to_string())
+    let child = Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
+        .arg("log-writer")
+        .arg(dir)
+        .arg(round.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -191,9 +111,6 @@ fn check(dir: &Path, acked: &BTreeMap<u64, String>, what: &str) -> u64 {
 /// times on one directory.
 #[test]
 fn acknowledged_frames_survive_sigkill() {
-    if std::env::var_os(CHILD_DIR_ENV).is_some() {
-        return;
-    }
     let seed = std::env::var(SEED_ENV)
         .ok()
         .and_then(|s| s.parse().ok())

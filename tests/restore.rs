@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+use twinlog::daemon;
 use twinlog::log::{Log, Tail};
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::epoch::Epoch;
@@ -278,72 +278,23 @@ async fn a_restored_box_holds_every_file_of_the_twin_s_store_whatever_the_names(
 
 // ---- The same with real processes, killed inside a large entry. ----
 
-const ROLE_ENV: &str = "TWINLOG_TEST_RESTORE_ROLE";
-const CONFIG_ENV: &str = "TWINLOG_TEST_RESTORE_CONFIG";
-const FROM_ENV: &str = "TWINLOG_TEST_RESTORE_FROM";
-const FP_ENV: &str = "TWINLOG_TEST_RESTORE_FP";
 const BIG: u64 = 300 << 20;
 
-/// The child half: a twin daemon, or one restore run printing its report.
-#[test]
-fn restore_child() {
-    let (Ok(role), Ok(config)) = (std::env::var(ROLE_ENV), std::env::var(CONFIG_ENV)) else {
-        return;
-    };
-    daemon::init_tracing(false);
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let config = PathBuf::from(config);
-        if role == "twin" {
-            let shutdown = daemon::shutdown_on_signals().expect("signals");
-            daemon::serve_twin(TwinConfig::load(&config).expect("config"), shutdown)
-                .await
-                .expect("twin");
-            return;
-        }
-        let cfg = PrimaryConfig::load(&config).expect("config");
-        let from: SocketAddr = std::env::var(FROM_ENV)
-            .expect("from")
-            .parse()
-            .expect("addr");
-        let fp = std::env::var(FP_ENV).expect("fp").parse().expect("fp");
-        let report = restore::restore(
-            RestoreOptions {
-                data_dir: cfg.data_dir.clone(),
-                segment_bytes: cfg.segment_bytes,
-                source: from,
-                source_fingerprint: fp,
-                identity: Arc::new(daemon::load_identity(&cfg.data_dir).expect("identity")),
-            },
-            Arc::new(|_| {}),
-        )
-        .await
-        .expect("restore");
-        println!("{}", serde_json::to_string(&report).expect("json"));
-    });
-}
-
-fn child(role: &str, config: &Path, extra: &[(&str, String)], log: &Path) -> Child {
+/// A child process (`twinlog-test-child`): `["daemon", "twin", config]`,
+/// or `["restore", config, twin address, twin fingerprint]`, printing its
+/// report.
+fn child(args: &[&std::ffi::OsStr], log: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("log file");
-    let mut c = Command::new(std::env::current_exe().expect("exe"));
-    c.args([
-        "--exact",
-        "restore_child",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(ROLE_ENV, role)
-    .env(CONFIG_ENV, config)
-    .stdout(Stdio::piped())
-    .stderr(log);
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    c.spawn().expect("spawn")
+    Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("spawn")
 }
 
 fn free_udp() -> SocketAddr {
@@ -409,11 +360,17 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
     daemon::pin_primary(&tcfg, Identity::mint().expect("mint").fingerprint()).expect("pin");
     fill_twin_log(&tdir.join(daemon::LOG_DIR));
     let logs = root.path().join("logs.txt");
-    let mut twin = child("twin", &tcfg, &[], &logs);
+    let mut twin = child(
+        &["daemon".as_ref(), "twin".as_ref(), tcfg.as_os_str()],
+        &logs,
+    );
     std::thread::sleep(Duration::from_millis(500));
-    let extra = [
-        (FROM_ENV, restore_addr.to_string()),
-        (FP_ENV, twin_fp.to_string()),
+    let (from, fp) = (restore_addr.to_string(), twin_fp.to_string());
+    let restore_args = [
+        "restore".as_ref(),
+        pcfg.as_os_str(),
+        from.as_ref(),
+        fp.as_ref(),
     ];
     // Each run killed once it has written past a point further on than
     // the last; each rerun's first record of the entry starts at or past
@@ -425,7 +382,7 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         let point = (kill * 25 + 10) * (1 << 20) + (seed >> 40) % (8 << 20);
-        let mut run = child("restore", &pcfg, &extra, &logs);
+        let mut run = child(&restore_args, &logs);
         let started = Instant::now();
         let mut first_seen = None;
         loop {
@@ -460,7 +417,7 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
             "run {kill}: {held} recorded, killed past {point}"
         );
     }
-    let done = child("restore", &pcfg, &extra, &logs)
+    let done = child(&restore_args, &logs)
         .wait_with_output()
         .expect("final run");
     assert!(

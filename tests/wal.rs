@@ -9,19 +9,10 @@ use std::time::Duration;
 use twinlog::log::SimStorage;
 use twinlog::wal::{Lsn, Wal, WalError, WalOptions};
 
-fn small(max_record_size: usize) -> WalOptions {
-    WalOptions {
-        max_record_size,
-        segment_bytes: 4096,
-        storage: None,
-    }
-}
+#[path = "support/wal_records.rs"]
+mod wal_records;
 
-fn record(lsn: u64) -> Vec<u8> {
-    format!("record {lsn} ")
-        .repeat((lsn % 17) as usize + 1)
-        .into_bytes()
-}
+use wal_records::{record, small, CHILD_RECORDS};
 
 #[test]
 fn lsns_are_dense_from_one_and_commit_is_the_watermark() {
@@ -112,38 +103,13 @@ fn a_failed_commit_poisons_the_wal() {
     assert_eq!(reader.next().expect("some").expect("ok").1, b"one");
 }
 
-const CHILD_ENV: &str = "TWINLOG_WAL_WRITER_DIR";
-const CHILD_RECORDS: u64 = 3000;
-
-/// The writer half of `external_reader_tails_another_process`: runs only in
-/// the child process.
-#[test]
-fn wal_writer_child() {
-    let Ok(dir) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let mut wal = Wal::open_with(&dir, small(4096)).expect("child open");
-    println!("ready");
-    for lsn in 1..=CHILD_RECORDS {
-        wal.append(&record(lsn)).expect("append");
-        if lsn % 10 == 0 {
-            wal.commit().expect("commit");
-        }
-    }
-    wal.commit().expect("commit");
-}
-
 #[test]
 fn external_reader_tails_another_process() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--exact",
-            "wal_writer_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, dir.path())
+    // The writer is another process (`twinlog-test-child wal-writer`).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
+        .arg("wal-writer")
+        .arg(dir.path())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn writer");

@@ -1,0 +1,155 @@
+//! The processes the integration tests start and kill: a log writer, a Wal
+//! writer, a daemon, a restore. A real process is what a SIGKILL or an
+//! external reader needs; the tests find this binary through
+//! `CARGO_BIN_EXE_twinlog-test-child`. Not for use outside the tests.
+//!
+//! ```text
+//! twinlog-test-child log-writer DIR ROUND
+//! twinlog-test-child wal-writer DIR
+//! twinlog-test-child daemon primary|twin CONFIG
+//! twinlog-test-child restore CONFIG TWIN_ADDR TWIN_FINGERPRINT
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+use twinlog::log::Log;
+use twinlog::node::restore::{self, RestoreOptions};
+use twinlog::wal::Wal;
+
+#[path = "../../tests/support/kill_frames.rs"]
+mod kill_frames;
+#[path = "../../tests/support/wal_records.rs"]
+mod wal_records;
+
+/// A writer whose parent failed to kill it stops by itself.
+const WRITER_LIFETIME: Duration = Duration::from_secs(10);
+
+type Failed = Box<dyn std::error::Error>;
+
+/// Append from several threads until killed, printing `ACK {seq} {name}`
+/// once each append has returned.
+fn log_writer(dir: &str, round: &str) -> Result<(), Failed> {
+    use kill_frames::{content, CHUNK, SEGMENT, WRITERS};
+    let log = Log::open_with(dir, SEGMENT)?;
+    let deadline = Instant::now() + WRITER_LIFETIME;
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let log = &log;
+                s.spawn(move || -> Result<(), String> {
+                    let mut n = 0u64;
+                    while Instant::now() < deadline {
+                        let name = format!("r{round}w{w}n{n}");
+                        let (kind, blob) = content(&name);
+                        let seq = if w == 0 {
+                            let mut p = log
+                                .begin(None, kind, name.as_bytes(), blob.len() as u64)
+                                .map_err(|e| e.to_string())?;
+                            for chunk in blob.chunks(CHUNK) {
+                                p.write(chunk).map_err(|e| e.to_string())?;
+                            }
+                            p.commit().map_err(|e| e.to_string())?
+                        } else {
+                            log.append_raw(kind, name.as_bytes(), &blob)
+                                .map_err(|e| e.to_string())?
+                        };
+                        let mut out = std::io::stdout().lock();
+                        writeln!(out, "ACK {seq} {name}").map_err(|e| e.to_string())?;
+                        out.flush().map_err(|e| e.to_string())?;
+                        n += 1;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            match w.join() {
+                Ok(r) => r.map_err(Failed::from)?,
+                Err(_) => return Err(Failed::from("a writer thread panicked")),
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Commit [`wal_records::CHILD_RECORDS`] records, ten at a time, after
+/// saying `ready`.
+fn wal_writer(dir: &str) -> Result<(), Failed> {
+    use wal_records::{record, small, CHILD_RECORDS};
+    let mut wal = Wal::open_with(dir, small(4096))?;
+    println!("ready");
+    std::io::stdout().flush()?;
+    for lsn in 1..=CHILD_RECORDS {
+        wal.append(&record(lsn))?;
+        if lsn % 10 == 0 {
+            wal.commit()?;
+        }
+    }
+    wal.commit()?;
+    Ok(())
+}
+
+async fn serve(role: &str, config: &str) -> Result<(), Failed> {
+    let shutdown = daemon::shutdown_on_signals()?;
+    let config = PathBuf::from(config);
+    match role {
+        "primary" => daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown).await?,
+        "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await?,
+        other => return Err(format!("no daemon role {other:?}").into()),
+    }
+    Ok(())
+}
+
+/// One restore run, its report printed as one JSON line.
+async fn run_restore(config: &str, from: &str, fingerprint: &str) -> Result<(), Failed> {
+    let cfg = PrimaryConfig::load(&PathBuf::from(config))?;
+    let report = restore::restore(
+        RestoreOptions {
+            data_dir: cfg.data_dir.clone(),
+            segment_bytes: cfg.segment_bytes,
+            source: from.parse()?,
+            source_fingerprint: fingerprint.parse()?,
+            identity: Arc::new(daemon::load_identity(&cfg.data_dir)?),
+        },
+        Arc::new(|_| {}),
+    )
+    .await?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ran = match args.as_slice() {
+        ["log-writer", dir, round] => log_writer(dir, round),
+        ["wal-writer", dir] => wal_writer(dir),
+        [cmd @ ("daemon" | "restore"), rest @ ..] => {
+            daemon::init_tracing(false);
+            tokio::runtime::Runtime::new()
+                .map_err(Failed::from)
+                .and_then(|rt| {
+                    rt.block_on(async {
+                        match (*cmd, rest) {
+                            ("daemon", [role, config]) => serve(role, config).await,
+                            ("restore", [config, from, fp]) => run_restore(config, from, fp).await,
+                            _ => Err(format!("bad arguments: {args:?}").into()),
+                        }
+                    })
+                })
+        }
+        _ => Err(format!("bad arguments: {args:?} (see the source's doc)").into()),
+    };
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("twinlog-test-child: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
