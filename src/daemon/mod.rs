@@ -434,22 +434,33 @@ pub fn pin_client(
     let mut cfg = PrimaryConfig::load(config_path)?;
     let mut changes = Vec::new();
     for (key, list, in_role) in client_lists(&mut cfg) {
-        let want = in_role == role;
-        if list.contains(&fp) != want {
-            let old = shown_list(list);
-            if want {
-                list.push(fp);
-            } else {
-                list.retain(|f| *f != fp);
-            }
-            changes.push(Change {
-                key,
-                old,
-                new: shown_list(list),
-            });
-        }
+        set_pinned(key, list, fp, in_role == role, &mut changes);
     }
     pinned(config_path, "primary serve", changes, || cfg.render())
+}
+
+/// Put `fp` in `list` or take it out, noting the change if there is one.
+fn set_pinned(
+    key: &'static str,
+    list: &mut Vec<Fingerprint>,
+    fp: Fingerprint,
+    pinned: bool,
+    changes: &mut Vec<Change>,
+) {
+    if list.contains(&fp) == pinned {
+        return;
+    }
+    let old = shown_list(list);
+    if pinned {
+        list.push(fp);
+    } else {
+        list.retain(|f| *f != fp);
+    }
+    changes.push(Change {
+        key,
+        old,
+        new: shown_list(list),
+    });
 }
 
 /// The primary's client lists: key, fingerprints, role.
@@ -478,15 +489,7 @@ pub fn unpin_client(config_path: &Path, fp: Fingerprint) -> Result<Pinned, Daemo
     let mut cfg = PrimaryConfig::load(config_path)?;
     let mut changes = Vec::new();
     for (key, list, _) in client_lists(&mut cfg) {
-        if list.contains(&fp) {
-            let old = shown_list(list);
-            list.retain(|f| *f != fp);
-            changes.push(Change {
-                key,
-                old,
-                new: shown_list(list),
-            });
-        }
+        set_pinned(key, list, fp, false, &mut changes);
     }
     pinned(config_path, "primary serve", changes, || cfg.render())
 }
@@ -523,15 +526,13 @@ pub fn twin_pins(config_path: &Path) -> Result<String, DaemonError> {
 pub fn unpin_restore(config_path: &Path, fp: Fingerprint) -> Result<Pinned, DaemonError> {
     let mut cfg = TwinConfig::load(config_path)?;
     let mut changes = Vec::new();
-    if cfg.restore_fingerprints.contains(&fp) {
-        let old = shown_list(&cfg.restore_fingerprints);
-        cfg.restore_fingerprints.retain(|f| *f != fp);
-        changes.push(Change {
-            key: "restore_fingerprints",
-            old,
-            new: shown_list(&cfg.restore_fingerprints),
-        });
-    }
+    set_pinned(
+        "restore_fingerprints",
+        &mut cfg.restore_fingerprints,
+        fp,
+        false,
+        &mut changes,
+    );
     pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
@@ -577,15 +578,13 @@ pub fn pin_restore<A: Into<Address>>(
             cfg.restore_listen = Some(l);
         }
     }
-    if !cfg.restore_fingerprints.contains(&fp) {
-        let old = shown_list(&cfg.restore_fingerprints);
-        cfg.restore_fingerprints.push(fp);
-        changes.push(Change {
-            key: "restore_fingerprints",
-            old,
-            new: shown_list(&cfg.restore_fingerprints),
-        });
-    }
+    set_pinned(
+        "restore_fingerprints",
+        &mut cfg.restore_fingerprints,
+        fp,
+        true,
+        &mut changes,
+    );
     pinned(config_path, "twin serve", changes, || cfg.render())
 }
 

@@ -159,7 +159,7 @@ impl StoreHost {
         let now = StoreHealth {
             applied: store.applied(),
             stalled,
-            skipped: store.skipped().len() as u64,
+            skipped: store.skipped_count(),
         };
         self.reported.send_if_modified(|h| {
             let changed = *h != now;

@@ -379,9 +379,15 @@ impl Twin {
         };
         let mut below_floor = false;
         let mut store_health = self.store().map(|s| s.watch_health());
+        // Reported once streaming starts, then on each change: not per
+        // chunk, which is this loop's pace.
+        let mut store_unreported = true;
         let result = 'session: loop {
-            if let Some(rx) = &store_health {
-                core.report_store(rx.borrow().clone());
+            if store_unreported && core.state() == TwinState::Streaming {
+                if let Some(rx) = &store_health {
+                    core.report_store(rx.borrow().clone());
+                }
+                store_unreported = false;
             }
             while let Some(m) = core.poll_transmit() {
                 if let Err(e) = net::write_msg(&mut ctl_send, &m).await {
@@ -464,6 +470,7 @@ impl Twin {
                         None => std::future::pending().await,
                     }
                 } => {
+                    store_unreported = changed;
                     if !changed {
                         store_health = None;
                     }

@@ -458,6 +458,12 @@ impl Store {
         self.skips.all().cloned().collect()
     }
 
+    /// How many frames this store skipped: what a health report carries,
+    /// without copying the records.
+    pub fn skipped_count(&self) -> u64 {
+        self.skips.all().count() as u64
+    }
+
     /// Record the applied seq durably.
     pub fn checkpoint(&mut self) -> Result<()> {
         if self.marker.applied() != self.applied {
