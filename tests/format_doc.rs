@@ -164,6 +164,26 @@ fn index_history_and_restart_tables_match_the_code() {
 }
 
 #[test]
+fn truncate_table_matches_the_code() {
+    let rows = table(&doc(), "Truncate file fields");
+    contiguous(&rows, TRUNCATE_FILE_LEN);
+    assert_eq!(
+        offsets(&rows),
+        vec![
+            ("magic".into(), 0),
+            ("head".into(), TRUNCATE_HEAD_OFFSET),
+            ("segment".into(), TRUNCATE_SEGMENT_OFFSET),
+            ("end".into(), TRUNCATE_END_OFFSET),
+            ("crc".into(), TRUNCATE_CRC_OFFSET),
+        ]
+    );
+    assert_eq!(
+        encode_sealed(&TRUNCATE_MAGIC, &[0; 24]).len(),
+        TRUNCATE_FILE_LEN
+    );
+}
+
+#[test]
 fn documented_magics_and_names_are_the_code_s() {
     let doc = doc();
     for (magic, escaped) in [
@@ -171,6 +191,7 @@ fn documented_magics_and_names_are_the_code_s() {
         (INDEX_MAGIC, r"\x89TWI\r\n\x1a\n"),
         (HISTORY_MAGIC, r"\x89TWH\r\n\x1a\n"),
         (RESTART_MAGIC, r"\x89TWR\r\n\x1a\n"),
+        (TRUNCATE_MAGIC, r"\x89TWT\r\n\x1a\n"),
     ] {
         assert!(doc.contains(escaped), "FORMAT.md names magic {escaped}");
         assert_eq!(magic[0], 0x89);
@@ -178,7 +199,7 @@ fn documented_magics_and_names_are_the_code_s() {
     }
     assert_eq!(segment_name(7), "00000000000000000007.log");
     assert_eq!(index_name(7), "00000000000000000007.idx");
-    for name in [LOCK_FILE, HISTORY_FILE, RESTART_FILE] {
+    for name in [LOCK_FILE, HISTORY_FILE, RESTART_FILE, TRUNCATE_FILE] {
         assert!(doc.contains(&format!("`{name}`")), "FORMAT.md names {name}");
     }
 }

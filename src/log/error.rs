@@ -36,6 +36,10 @@ pub enum Error {
     /// The sequence is past the head.
     #[error("sequence {seq} is past the head {head}")]
     PastHead { seq: u64, head: u64 },
+    /// A reader had read frames that `truncate_after` then cut: what it
+    /// handed out is no longer the log, and it must be opened again.
+    #[error("the log was cut below frame {read_through}, which this reader had already read: open a new reader")]
+    ReaderPastCut { read_through: u64 },
     /// Another writer holds the directory.
     #[error("{} is locked by another writer", .0.display())]
     Locked(PathBuf),

@@ -13,6 +13,8 @@ pub const INDEX_MAGIC: [u8; 8] = *b"\x89TWI\r\n\x1a\n";
 pub const HISTORY_MAGIC: [u8; 8] = *b"\x89TWH\r\n\x1a\n";
 /// Restart intent file magic.
 pub const RESTART_MAGIC: [u8; 8] = *b"\x89TWR\r\n\x1a\n";
+/// Truncate intent file magic.
+pub const TRUNCATE_MAGIC: [u8; 8] = *b"\x89TWT\r\n\x1a\n";
 /// The one format version this code writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -53,6 +55,14 @@ pub const RESTART_NEXT_OFFSET: usize = 8;
 pub const RESTART_CRC_OFFSET: usize = 16;
 pub const RESTART_FILE_LEN: usize = 20;
 
+// Truncate intent file: magic, the head to keep, the first sequence of the
+// segment that keeps it, where its kept frames end, crc.
+pub const TRUNCATE_HEAD_OFFSET: usize = 8;
+pub const TRUNCATE_SEGMENT_OFFSET: usize = TRUNCATE_HEAD_OFFSET + 8;
+pub const TRUNCATE_END_OFFSET: usize = TRUNCATE_SEGMENT_OFFSET + 8;
+pub const TRUNCATE_CRC_OFFSET: usize = TRUNCATE_END_OFFSET + 8;
+pub const TRUNCATE_FILE_LEN: usize = TRUNCATE_CRC_OFFSET + 4;
+
 /// The largest meta a frame may carry. Meta is read whole on every lookup.
 pub const MAX_META_LEN: usize = 1 << 20;
 
@@ -62,6 +72,8 @@ pub const LOCK_FILE: &str = "LOCK";
 pub const HISTORY_FILE: &str = "HISTORY";
 /// Name of the restart intent file (`reset`, `restart_after`).
 pub const RESTART_FILE: &str = "RESTART";
+/// Name of the truncate intent file (`truncate_after`).
+pub const TRUNCATE_FILE: &str = "TRUNCATE";
 
 const SEQ_DIGITS: usize = 20;
 
@@ -287,7 +299,15 @@ pub fn index_name(first_seq: u64) -> String {
 
 /// The first sequence a segment file name says, or None for any other name.
 pub fn parse_segment_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".log")?;
+    parse_numbered(name.strip_suffix(".log")?)
+}
+
+/// The first sequence an index file name says, or None for any other name.
+pub fn parse_index_name(name: &str) -> Option<u64> {
+    parse_numbered(name.strip_suffix(".idx")?)
+}
+
+fn parse_numbered(digits: &str) -> Option<u64> {
     if digits.len() != SEQ_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -315,6 +335,9 @@ mod tests {
         assert_eq!(parse_segment_name("42.log"), None);
         assert_eq!(parse_segment_name("0000000000000000004x.log"), None);
         assert_eq!(parse_segment_name(&index_name(42)), None);
+        assert_eq!(parse_index_name(&index_name(42)), Some(42));
+        assert_eq!(parse_index_name(&segment_name(42)), None);
+        assert_eq!(parse_index_name("42.idx"), None);
     }
 
     #[test]

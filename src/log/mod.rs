@@ -9,6 +9,7 @@
 //! - `write`: append, staging, group commit, streaming appends, rolls;
 //! - `read`: whole frames, pieces, meta scans;
 //! - `erase`, `retention`: in-place erase, dropping and restarting;
+//! - `truncate`: cutting the tail after a sequence, behind an intent file;
 //! - `guard`: the mutation/freeze gate a snapshot takes;
 //! - [`storage`] and [`SimStorage`]: the I/O seam and its crash simulator.
 
@@ -24,6 +25,7 @@ mod segment;
 mod sim;
 pub mod storage;
 mod tail;
+mod truncate;
 mod write;
 
 use std::any::Any;
@@ -40,6 +42,7 @@ pub use open::{OpenOptions, Recovery};
 pub use read::{Entry, Located};
 pub use sim::{CrashMode, SimStorage};
 pub use tail::{Tail, TailFrame};
+pub use truncate::Truncated;
 pub use write::Pending;
 
 use guard::FreezeGate;
@@ -137,6 +140,10 @@ pub struct Log {
     /// Time spent waiting for the writer lock on the write path.
     writer_wait: crate::metrics::Histogram,
     erase_lock: Mutex<()>,
+    /// How many `truncate_after` cuts this log made since it was opened,
+    /// and the head each left: what a cursor checks its position against.
+    cut_count: AtomicU64,
+    cut_heads: Mutex<Vec<u64>>,
     gate: FreezeGate,
     group_hold: Option<usize>,
     recovery: Recovery,
@@ -314,6 +321,25 @@ impl Log {
 
     fn index_file(&self, first: u64) -> PathBuf {
         format::index_path(&self.dir, first)
+    }
+
+    /// Record a cut to `head` for the cursors reading this log.
+    fn note_cut(&self, head: u64) {
+        let mut heads = lock(&self.cut_heads);
+        heads.push(head);
+        self.cut_count.store(heads.len() as u64, Ordering::SeqCst);
+    }
+
+    /// How many cuts there were so far.
+    fn cuts(&self) -> u64 {
+        self.cut_count.load(Ordering::SeqCst)
+    }
+
+    /// The lowest head a cut after the first `seen` left, if there was one.
+    fn lowest_cut_since(&self, seen: u64) -> Option<u64> {
+        let heads = lock(&self.cut_heads);
+        let seen = usize::try_from(seen).unwrap_or(usize::MAX);
+        heads.get(seen..).and_then(|h| h.iter().copied().min())
     }
 
     fn hold(&self) {

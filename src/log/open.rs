@@ -1,6 +1,6 @@
-//! Opening a log: the lock, the history, a finished restart, the sealed
-//! segments checked, and the last segment scanned frame by frame with its
-//! torn tail cut.
+//! Opening a log: the lock, the history, a finished truncation or restart,
+//! the sealed segments checked, and the last segment scanned frame by frame
+//! with its torn tail cut.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::format::{
     self, FrameHeader, SegmentHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN,
-    INDEX_HEADER_LEN, LOCK_FILE, RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN,
+    INDEX_HEADER_LEN, LOCK_FILE, RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
 };
 use super::guard::FreezeGate;
 use super::segment::{Next, SegmentReader};
 use super::storage::{OpenMode, StdStorage, Storage, StorageFile};
+use super::truncate::TruncateIntent;
 use super::write::{SyncState, Writer};
 use super::{
     Error, HistoryId, Kind, Log, OpenFiles, Result, Seg, DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
@@ -52,6 +53,8 @@ pub struct Recovery {
     pub removed_incomplete: Option<PathBuf>,
     /// A reset or restart that a crash interrupted, finished at this sequence.
     pub finished_restart: Option<u64>,
+    /// A `truncate_after` that a crash interrupted, finished: the head it cut to.
+    pub finished_truncate: Option<u64>,
 }
 
 /// A tail cut from the last segment.
@@ -109,7 +112,7 @@ fn segment_firsts(fs: &dyn Storage, dir: &Path) -> Result<Vec<u64>> {
     Ok(firsts)
 }
 
-fn read_header(file: &dyn StorageFile) -> std::result::Result<SegmentHeader, String> {
+pub(super) fn read_header(file: &dyn StorageFile) -> std::result::Result<SegmentHeader, String> {
     let mut b = [0u8; SEGMENT_HEADER_LEN];
     file.read_exact_at(&mut b, 0)
         .map_err(|e| format!("segment header: {e}"))?;
@@ -319,6 +322,7 @@ impl Log {
             }
             None => return Err(Error::History("segments without a HISTORY file".into())),
         };
+        let truncate = read_small(&*fs, &dir.join(TRUNCATE_FILE))?;
         let restart = read_small(&*fs, &dir.join(RESTART_FILE))?;
         let log = Log {
             dir: dir.clone(),
@@ -339,6 +343,8 @@ impl Log {
             sync_time: Default::default(),
             writer_wait: Default::default(),
             erase_lock: Mutex::new(()),
+            cut_count: AtomicU64::new(0),
+            cut_heads: Mutex::new(Vec::new()),
             gate: FreezeGate::default(),
             group_hold: std::env::var(TEST_GROUP_ENV)
                 .ok()
@@ -346,6 +352,16 @@ impl Log {
             recovery: Recovery::default(),
             _lock: lock,
         };
+        // Before the segments are checked: a cut stopped halfway may have
+        // left a sealed segment last, with the frames it cuts still in it.
+        if let Some(b) = truncate {
+            let intent = TruncateIntent::decode(&b)
+                .ok_or_else(|| Error::Corrupt("TRUNCATE intent file does not decode".into()))?;
+            tracing::warn!(dir = %dir.display(), head = intent.head, "finishing a truncation a crash interrupted");
+            log.finish_truncate(&intent)?;
+            recovery.finished_truncate = Some(intent.head);
+            firsts = segment_firsts(&*fs, &dir)?;
+        }
         if let Some(b) = restart {
             let next = decode_restart(&b)
                 .ok_or_else(|| Error::Corrupt("RESTART intent file does not decode".into()))?;

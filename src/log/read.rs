@@ -103,7 +103,10 @@ impl Log {
     }
 
     /// The segment file, the frame's offset and its decoded header.
-    fn frame_at(&self, seq: u64) -> Result<(Arc<dyn StorageFile>, PathBuf, u64, FrameHeader)> {
+    pub(super) fn frame_at(
+        &self,
+        seq: u64,
+    ) -> Result<(Arc<dyn StorageFile>, PathBuf, u64, FrameHeader)> {
         let first = self.segment_of(seq)?;
         let idx_path = self.index_file(first);
         let idx = self.open_retained(&idx_path, seq)?;
@@ -421,6 +424,10 @@ impl Log {
 pub(crate) struct Cursor<'a> {
     log: &'a Log,
     next: u64,
+    /// Where it started: frames from here to `next - 1` were handed out.
+    start: u64,
+    /// The log's cut count when the cursor last checked it.
+    cuts_seen: u64,
     /// The reader over the segment holding `next`, with that segment's first
     /// sequence and the head when its buffer was last filled.
     reader: Option<(u64, SegmentReader, u64)>,
@@ -439,6 +446,8 @@ impl<'a> Cursor<'a> {
         Ok(Cursor {
             log,
             next: from,
+            start: from,
+            cuts_seen: log.cuts(),
             reader: None,
             body: Vec::new(),
         })
@@ -452,6 +461,20 @@ impl<'a> Cursor<'a> {
     /// for an erased frame), or None at the head.
     pub fn next_frame(&mut self) -> Result<Option<(FrameHeader, &[u8])>> {
         let head = self.log.head_seq();
+        // Read after the head: a cut is noted before any frame past it is
+        // published again, so a head that covers such a frame brings it.
+        let cuts = self.log.cuts();
+        if cuts != self.cuts_seen {
+            // The buffer may hold bytes of frames the cut removed.
+            self.reader = None;
+            let lowest = self.log.lowest_cut_since(self.cuts_seen);
+            if self.next > self.start && lowest.is_some_and(|h| h < self.next - 1) {
+                return Err(Error::ReaderPastCut {
+                    read_through: self.next - 1,
+                });
+            }
+            self.cuts_seen = cuts;
+        }
         let seq = self.next;
         if seq > head {
             return Ok(None);

@@ -24,7 +24,7 @@ pub(super) struct ReleasedAt {
 }
 
 impl Log {
-    fn check_open_for_retention(&self, w: &Writer) -> Result<()> {
+    pub(super) fn check_open_for_retention(&self, w: &Writer) -> Result<()> {
         self.check_poison()?;
         if w.files.is_none() {
             return Err(Error::Released);
