@@ -1,6 +1,8 @@
 //! The log against a plain in-memory model: random sequences of every
-//! mutating operation, with reopens and power cuts between them, and the
-//! whole log compared with the model after every step.
+//! mutating operation (appends of every kind, erase, the retention
+//! operations, `truncate_after`, restart, reset), with reopens and power
+//! cuts between them, and the whole log compared with the model after every
+//! step.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,6 +52,9 @@ enum Op {
     RetainFrom {
         back: u64,
     },
+    TruncateAfter {
+        back: u64,
+    },
     RestartAfter {
         ahead: u64,
     },
@@ -82,6 +87,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u64..30, 0u8..3).prop_map(|(before_back, repo)| Op::Erase { before_back, repo }),
         2 => (0u64..40).prop_map(|back| Op::TruncateBefore { back }),
         1 => (0u64..40).prop_map(|back| Op::RetainFrom { back }),
+        2 => (0u64..30).prop_map(|back| Op::TruncateAfter { back }),
         1 => (0u64..20).prop_map(|ahead| Op::RestartAfter { ahead }),
         1 => (0u64..4).prop_map(|keep| Op::Reset { keep }),
         2 => Just(Op::Reopen),
@@ -227,6 +233,24 @@ impl Harness {
                 }
                 self.drop_below(first);
                 assert_eq!(self.log().head_seq(), head);
+            }
+            Op::TruncateAfter { back } => {
+                let seq = head.saturating_sub(*back);
+                let first = self.model.first;
+                match self.log().truncate_after(seq) {
+                    Ok(cut) => {
+                        assert!(seq + 1 >= first, "cut after {seq} below the floor {first}");
+                        assert_eq!((cut.old_head, cut.head), (head, seq));
+                        assert_eq!(cut.frames, head - seq);
+                        self.model.frames.split_off(&(seq + 1));
+                        self.model.head = seq;
+                    }
+                    Err(Error::BelowFloor { seq: s, first: f }) => {
+                        assert_eq!((s, f), (seq, first));
+                        assert!(seq + 1 < first);
+                    }
+                    Err(e) => panic!("truncate_after({seq}): {e}"),
+                }
             }
             Op::RestartAfter { ahead } => {
                 let at = head + ahead;
