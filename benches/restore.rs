@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use twinlog::daemon;
 use twinlog::log::Log;
 use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreOptions};
 use twinlog::node::restore_serve::{self, RestoreSource};
 use twinlog::node::snapshot::{self, SnapshotSource};
@@ -180,7 +180,7 @@ fn serve(dir: &Path, restorer: Fingerprint) -> Served {
     let source = Arc::new(RestoreSource {
         log,
         snapshots: SnapshotSource::new(host, &dir.join("snapshots"), None),
-        epoch: Arc::new(Epoch::in_memory(0)),
+        epochs: Arc::new(Epochs::in_memory(0)),
         base: dir.join(install::BASE_FILE),
     });
     let (stop, stopped) = watch::channel(false);

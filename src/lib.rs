@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod objects;
+pub mod publish;
 pub mod pushlog;
 pub mod repl;
 pub mod store;

@@ -377,6 +377,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
             head: Position { seq: 9, crc: 77 },
             first: 1,
             epoch: 2,
+            epochs: twinlog::repl::EpochHistory::single(2),
         }),
         msg::encode(&TwinMsg::Ack { durable: 1 << 40 }),
         msg::encode(&TwinMsg::Refuse(Refusal::Diverged {
@@ -391,6 +392,14 @@ fn control_seeds() -> Vec<Vec<u8>> {
             head: 9,
             first: 1,
             epoch: 2,
+            epochs: twinlog::repl::EpochHistory::single(2),
+        }),
+        msg::encode(&PrimaryMsg::Handover {
+            head: 9,
+            clients: vec![twinlog::repl::HandedClient {
+                fingerprint: "ab".into(),
+                role: 1,
+            }],
         }),
         msg::encode(&PrimaryMsg::Heartbeat {
             head: 9,
@@ -438,6 +447,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
             head: 2,
             head_crc: 3,
             epoch: 4,
+            epochs: twinlog::repl::EpochHistory::single(4),
         }),
         msg::encode(&RestoreFrame {
             seq: 3,
@@ -1006,6 +1016,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
             max_bytes: 1 << 30,
             max_age_secs: 86_400,
         },
+        listen_as_primary: "0.0.0.0:7400".parse().expect("addr"),
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::{
     ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
 };
@@ -95,7 +95,7 @@ fn start_twin_at(
         backoff_base: Duration::from_millis(20),
         backoff_cap: Duration::from_millis(200),
     };
-    let twin = Twin::new(log, Arc::new(Epoch::in_memory(epoch)), primary, cfg);
+    let twin = Twin::new(log, Arc::new(Epochs::in_memory(epoch)), primary, cfg);
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(twin.clone().run(endpoint, stopped));
     (twin, stop)

@@ -63,12 +63,20 @@ fn documented_indices_are_the_encoder_s() {
                 head: Position::default(),
                 first: 1,
                 epoch: 0,
+                epochs: Default::default(),
             },
         ),
         ("Ack", TwinMsg::Ack { durable: 1 }),
         (
             "Store",
             TwinMsg::Store(twinlog::repl::StoreHealth::default()),
+        ),
+        (
+            "Promoted",
+            TwinMsg::Promoted {
+                epoch: 1,
+                listen: "x".into(),
+            },
         ),
     ];
     for (name, m) in twin {
@@ -84,6 +92,7 @@ fn documented_indices_are_the_encoder_s() {
                 head: 1,
                 first: 1,
                 epoch: 0,
+                epochs: Default::default(),
             },
         ),
         ("BelowFloor", PrimaryMsg::BelowFloor { first: 1, head: 1 }),
@@ -92,6 +101,13 @@ fn documented_indices_are_the_encoder_s() {
             PrimaryMsg::Heartbeat {
                 head: 1,
                 unix_ms: 1,
+            },
+        ),
+        (
+            "Handover",
+            PrimaryMsg::Handover {
+                head: 1,
+                clients: vec![],
             },
         ),
     ];
@@ -147,6 +163,15 @@ fn documented_indices_are_the_encoder_s() {
             Refusal::StaleEpoch {
                 primary: 1,
                 twin: 2,
+            },
+        ),
+        (
+            "Forked",
+            Refusal::Forked {
+                at: 1,
+                twin_head: 2,
+                crc: None,
+                epoch: 3,
             },
         ),
     ];
@@ -286,6 +311,8 @@ fn documented_client_indices_are_the_encoder_s() {
                 durability: Durability::Twin,
             },
         ),
+        ("Fence", Request::Fence { epoch: 1 }),
+        ("Switchover", Request::Switchover { wait_ms: 1 }),
     ];
     for (name, r) in requests {
         assert_eq!(
@@ -348,6 +375,14 @@ fn documented_client_indices_are_the_encoder_s() {
                 before: 1,
                 frames: 0,
                 bytes: 0,
+            },
+        ),
+        (
+            "SwitchedOver",
+            Response::SwitchedOver {
+                epoch: 1,
+                head: 1,
+                primary: Default::default(),
             },
         ),
     ];
@@ -425,6 +460,7 @@ fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones()
                 head: 0,
                 head_crc: 0,
                 epoch: 0,
+                epochs: Default::default(),
             },
         ),
         ("Frames", RestoreResp::Frames { through: 1 }),

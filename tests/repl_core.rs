@@ -20,7 +20,7 @@ fn primary(head: u64, first: u64) -> PrimaryCore {
             history: H,
             head,
             first,
-            epoch: 0,
+            epochs: Default::default(),
         },
         Now::system(),
     )
@@ -33,6 +33,7 @@ fn hello(history: [u8; 16], seq: u64, crc: u32) -> TwinMsg {
         head: Position { seq, crc },
         first: 1,
         epoch: 0,
+        epochs: Default::default(),
     }
 }
 
@@ -67,11 +68,11 @@ fn refused(core: &mut PrimaryCore) -> Refusal {
 fn the_primary_refuses_each_kind_of_twin_by_name() {
     let now = Now::system();
     let mut c = primary(10, 1);
-    c.handle_hello(hello([9; 16], 3, 1), Some(HeadFrame::crc(1)), now);
+    c.handle_hello(hello([9; 16], 3, 1), |_| Some(HeadFrame::crc(1)), now);
     assert!(matches!(refused(&mut c), Refusal::History { .. }));
 
     let mut c = primary(10, 1);
-    c.handle_hello(hello(H, 11, 1), None, now);
+    c.handle_hello(hello(H, 11, 1), |_| None, now);
     assert_eq!(
         refused(&mut c),
         Refusal::TwinAhead {
@@ -81,7 +82,7 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
     );
 
     let mut c = primary(10, 1);
-    c.handle_hello(hello(H, 5, 0xaaaa), Some(HeadFrame::crc(0xbbbb)), now);
+    c.handle_hello(hello(H, 5, 0xaaaa), |_| Some(HeadFrame::crc(0xbbbb)), now);
     assert_eq!(
         refused(&mut c),
         Refusal::Diverged {
@@ -99,8 +100,9 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
             head: Position::default(),
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
-        None,
+        |_| None,
         now,
     );
     assert_eq!(
@@ -120,7 +122,7 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
 fn a_twin_below_the_floor_enters_its_named_state() {
     let now = Now::system();
     let mut c = primary(100, 50);
-    c.handle_hello(hello(H, 20, 1), None, now);
+    c.handle_hello(hello(H, 20, 1), |_| None, now);
     assert_eq!(c.state(), PrimaryState::BelowFloor);
     assert_eq!(
         c.poll_transmit(),
@@ -144,6 +146,7 @@ fn a_twin_below_the_floor_enters_its_named_state() {
             head: Position { seq: 20, crc: 1 },
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
         now,
     );
@@ -168,7 +171,7 @@ fn a_twin_below_the_floor_enters_its_named_state() {
 fn streaming_is_pipelined_and_acks_are_checked() {
     let now = Now::system();
     let mut c = primary(10, 1);
-    c.handle_hello(hello(H, 4, 9), Some(HeadFrame::crc(9)), now);
+    c.handle_hello(hello(H, 4, 9), |_| Some(HeadFrame::crc(9)), now);
     assert_eq!(c.state(), PrimaryState::Streaming);
     assert!(matches!(
         c.poll_transmit(),
@@ -230,11 +233,12 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
             history: H,
             head: 3,
             first: 1,
-            epoch: 0,
+
+            epochs: Default::default(),
         },
         now,
     );
-    c.handle_hello(hello(H, 3, 5), Some(HeadFrame::crc(5)), now);
+    c.handle_hello(hello(H, 3, 5), |_| Some(HeadFrame::crc(5)), now);
     while c.poll_transmit().is_some() {}
     let t1 = now.after(Duration::from_millis(10));
     c.handle_timeout(t1);
@@ -260,6 +264,7 @@ fn twin_streaming(head: u64) -> TwinCore {
             head: Position { seq: head, crc: 1 },
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
         now,
     );
@@ -271,6 +276,7 @@ fn twin_streaming(head: u64) -> TwinCore {
             head: head + 10,
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
         now,
     );
@@ -352,6 +358,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         head: 9,
         first: 1,
         epoch: 0,
+        epochs: Default::default(),
     };
     let mut t = TwinCore::new(
         Timers::default(),
@@ -360,6 +367,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             head: Position { seq: 3, crc: 1 },
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
         now,
     );
@@ -376,6 +384,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         head: 9,
         first: 1,
         epoch: 0,
+        epochs: Default::default(),
     };
     let mut t = TwinCore::new(
         Timers::default(),
@@ -384,6 +393,7 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             head: Position::default(),
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
         now,
     );
@@ -402,10 +412,12 @@ fn a_twin_head_erased_on_the_primary_since_is_welcomed() {
     let mut c = primary(10, 1);
     c.handle_hello(
         hello(H, 5, 0xaaaa),
-        Some(HeadFrame {
-            crc: 0xbbbb,
-            erased: true,
-        }),
+        |_| {
+            Some(HeadFrame {
+                crc: 0xbbbb,
+                erased: true,
+            })
+        },
         now,
     );
     assert_eq!(c.state(), PrimaryState::Streaming);

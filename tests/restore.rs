@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use twinlog::daemon;
 use twinlog::log::{Log, Tail};
 use twinlog::net::{self, Identity, Pins, Role};
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreError, RestoreOptions, RestoreReport};
 use twinlog::node::restore_serve::{self, RestoreSource};
 use twinlog::node::snapshot::SnapshotSource;
@@ -167,7 +167,7 @@ async fn serve_restores(
             &twin.join("snapshots"),
             Some(twin.join(install::BASE_FILE)),
         ),
-        epoch: Arc::new(Epoch::in_memory(3)),
+        epochs: Arc::new(Epochs::in_memory(3)),
         base: twin.join(install::BASE_FILE),
     });
     let (stop, stopped) = watch::channel(false);
@@ -205,7 +205,7 @@ async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_ret
         view,
         "the store a replay on the source gives"
     );
-    assert_eq!(Epoch::load(&data).expect("epoch").get(), 3);
+    assert_eq!(Epochs::load(&data, 0).expect("epochs").current(), 3);
     drop((log, store));
     let mut found = Vec::new();
     found.extend(files_containing(&data, MARKER));

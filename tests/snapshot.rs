@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::api::RefMove;
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::retention::Retention;
 use twinlog::node::snapshot::{self, SnapshotSource};
 use twinlog::node::store::{Applier, StoreHost};
@@ -362,7 +362,7 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
         StoreHost::open(tlog.clone(), &tdir.join("store"), StoreOptions::default()).expect("store");
     let twin = Twin::new(
         tlog.clone(),
-        Arc::new(Epoch::in_memory(0)),
+        Arc::new(Epochs::in_memory(0)),
         addr,
         TwinConfig {
             timers: fast(),
@@ -548,7 +548,7 @@ fn a_snapshot_staged_before_an_erase_is_dropped_when_the_erase_applies() {
     host.create_repo("r").expect("create");
     let twin = Twin::new(
         log.clone(),
-        Arc::new(Epoch::in_memory(0)),
+        Arc::new(Epochs::in_memory(0)),
         "127.0.0.1:9".parse().expect("addr"),
         TwinConfig::default(),
     );

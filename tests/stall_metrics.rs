@@ -77,7 +77,7 @@ fn the_primary_core_times_each_publication_to_the_ack_covering_it() {
             history: h,
             head: 4,
             first: 1,
-            epoch: 0,
+            epochs: Default::default(),
         },
         t0,
     );
@@ -88,8 +88,9 @@ fn the_primary_core_times_each_publication_to_the_ack_covering_it() {
             head: Position { seq: 4, crc: 9 },
             first: 1,
             epoch: 0,
+            epochs: Default::default(),
         },
-        Some(HeadFrame::crc(9)),
+        |_| Some(HeadFrame::crc(9)),
         t0,
     );
     c.handle_appended(5, 100, t0);

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::api::RefMove;
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreOptions};
 use twinlog::node::restore_serve::{self, RestoreSource};
 use twinlog::node::snapshot::SnapshotSource;
@@ -86,7 +86,7 @@ async fn start_on(dir: &Path, log: Arc<Log>) -> Pair {
     let tend = net::client(&tid, tpins).expect("endpoint");
     let twin = Twin::new(
         tlog,
-        Arc::new(Epoch::in_memory(0)),
+        Arc::new(Epochs::in_memory(0)),
         addr,
         TwinConfig {
             timers: fast(),
@@ -671,7 +671,7 @@ async fn an_erase_leaves_no_byte_on_either_box() {
     let source = Arc::new(RestoreSource {
         log: p.twin.log().clone(),
         snapshots: SnapshotSource::new(p.twin_store.clone(), &tdir.join("snapshots"), None),
-        epoch: Arc::new(Epoch::in_memory(0)),
+        epochs: Arc::new(Epochs::in_memory(0)),
         base: tdir.join("SNAPSHOT_BASE"),
     });
     let (_stop, stopped) = watch::channel(false);

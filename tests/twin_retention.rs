@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use twinlog::log::{format, Log};
 use twinlog::net::{self, Identity, Pins, Role};
-use twinlog::node::epoch::Epoch;
+use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreOptions};
 use twinlog::node::restore_serve::{self, RestoreSource};
 use twinlog::node::snapshot::SnapshotSource;
@@ -173,7 +173,7 @@ async fn a_twin_drops_applied_segments_to_its_cap_and_a_restore_from_it_still_wo
     let source = Arc::new(RestoreSource {
         log: tlog.clone(),
         snapshots: snapshots.clone(),
-        epoch: Arc::new(Epoch::in_memory(2)),
+        epochs: Arc::new(Epochs::in_memory(2)),
         base: tdir.join(install::BASE_FILE),
     });
     let (_stop, stopped) = watch::channel(false);

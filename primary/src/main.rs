@@ -216,6 +216,82 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Turn this stopped, deposed primary into the new primary's twin.
+    ///
+    /// Finds where the two logs forked from their epoch histories, checks
+    /// the frame there, fences this box, saves the frames past the fork
+    /// (they were never on the new primary; `divergent` reads them) and
+    /// cuts them, then writes twin.toml and moves primary.toml aside. No
+    /// full copy: only what the new primary has past the fork follows.
+    /// Running it again after an interruption finishes the job.
+    Rejoin {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The new primary's QUIC address (HOST:PORT)
+        #[arg(long, value_name = "ADDRESS")]
+        primary: Address,
+        /// The new primary's fingerprint, as `twin promote` printed it
+        #[arg(long, value_name = "FINGERPRINT")]
+        primary_fingerprint: Fingerprint,
+        /// The twin's local HTTP address of /metrics and /status (HOST:PORT);
+        /// the primary's by default
+        #[arg(long, value_name = "ADDRESS")]
+        metrics: Option<Address>,
+        /// Seconds the new primary has to answer
+        #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+        wait: u64,
+    },
+    /// Hand the primary role to the twin, with no acknowledged frame lost.
+    ///
+    /// Writes pause (new ones wait, bounded by --wait); the twin
+    /// acknowledges the head; it promotes itself under the next epoch and
+    /// serves at its `listen_as_primary`; this box fences itself and
+    /// follows it as its twin (the daemon restarts as `twin serve`).
+    /// Paused clients are answered `Fenced`, naming the new primary. On a
+    /// failure before the handover, writes go on here as before.
+    Switchover {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Milliseconds the twin has to catch up and take over
+        #[arg(long, default_value_t = 5000, value_name = "MS")]
+        wait: u64,
+    },
+    /// Tell a running primary that a newer epoch exists: it fences itself.
+    ///
+    /// From then on, durably, it acknowledges no write (reads go on). Run
+    /// it against the old primary after promoting its twin.
+    Fence {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The newer epoch (the promoted box's, from its status)
+        #[arg(long, value_name = "EPOCH")]
+        epoch: u64,
+    },
+    /// Lift this stopped primary's fence: make it a primary of a new epoch.
+    ///
+    /// DANGER: this makes a split brain on purpose. The box that fenced it
+    /// goes on serving its own epoch; both then take writes neither twin
+    /// holds, and one side's are lost when they meet again. Only when the
+    /// newer primary is gone for good and this log is the one to keep.
+    Unfence {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Say that you accept the risk above
+        #[arg(long, required = true)]
+        i_accept_split_brain: bool,
+    },
+    /// The frames a rejoin cut from this box's log, saved beforehand.
+    ///
+    /// Lists each saved tail and its frames (every crc checked); with
+    /// --seq, writes that frame's blob to stdout.
+    Divergent {
+        /// The box's data directory
+        #[arg(long, default_value = "twinlog-primary", value_name = "DIR")]
+        data: PathBuf,
+        /// Write this frame's blob to stdout instead of listing
+        #[arg(long, value_parser = args::seq, value_name = "SEQ")]
+        seq: Option<u64>,
+    },
     /// Drop the log's whole segments below a sequence by hand.
     ///
     /// The open segment is closed first. Past the twin's position only
@@ -391,7 +467,8 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             daemon::init_tracing(log_json);
             let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
-            daemon::serve_primary(cfg, shutdown).await?;
+            let served = daemon::serve_primary(cfg, shutdown).await?;
+            daemon::failover::continue_as(&served, log_json)?;
         }
         Cmd::CheckLog { config } => {
             let cfg = config.load()?;
@@ -490,6 +567,66 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             daemon::init_tracing(false);
             let cfg = config.load()?;
             restore::run(&cfg, &twin, twin_fingerprint, json).await?;
+        }
+        Cmd::Rejoin {
+            config,
+            primary,
+            primary_fingerprint,
+            metrics,
+            wait,
+        } => {
+            daemon::init_tracing(false);
+            let report = daemon::failover::rejoin(
+                config.path()?,
+                primary,
+                primary_fingerprint,
+                metrics,
+                std::time::Duration::from_secs(wait),
+            )
+            .await?;
+            println!("{report}");
+        }
+        Cmd::Switchover { config, wait } => {
+            let client = admin(&config).await?;
+            let (epoch, head, np) = client
+                .switchover(std::time::Duration::from_millis(wait))
+                .await
+                .map_err(DaemonError::request("switchover"))?;
+            println!(
+                "switched over: the twin is the primary of epoch {epoch} at {} (fingerprint {}), holding every frame through {head}",
+                np.addr, np.fingerprint
+            );
+            println!("this box follows it as its twin now");
+        }
+        Cmd::Fence { config, epoch } => {
+            let client = admin(&config).await?;
+            let s = client
+                .fence(epoch)
+                .await
+                .map_err(DaemonError::request(format!("fence at epoch {epoch}")))?;
+            match s.fenced {
+                Some(f) => println!(
+                    "fenced: epoch {} exists ({}); this primary (epoch {}) acknowledges no write from now on",
+                    f.epoch, f.by, s.epoch
+                ),
+                None => println!(
+                    "not fenced: epoch {epoch} is not newer than this primary's {}",
+                    s.epoch
+                ),
+            }
+        }
+        Cmd::Unfence { config, .. } => {
+            let (epoch, head) = daemon::failover::unfence(config.path()?)?;
+            println!(
+                "fence lifted: this box is the primary of epoch {epoch} from frame {}",
+                head + 1
+            );
+            println!("any other primary of an older epoch is fenced when it hears of this one");
+        }
+        Cmd::Divergent { data, seq } => {
+            let stdout = std::io::stdout();
+            let text = daemon::failover::divergent(&data, seq, stdout.lock())?;
+            print!("{text}");
         }
         Cmd::Retain {
             config,

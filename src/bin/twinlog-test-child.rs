@@ -97,10 +97,13 @@ fn wal_writer(dir: &str) -> Result<(), Failed> {
 async fn serve(role: &str, config: &str) -> Result<(), Failed> {
     let shutdown = daemon::shutdown_on_signals()?;
     let config = PathBuf::from(config);
-    match role {
+    let served = match role {
         "primary" => daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown).await?,
         "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await?,
         other => return Err(format!("no daemon role {other:?}").into()),
+    };
+    if served != daemon::Served::Stopped {
+        return Err(format!("the role changed: {served:?}").into());
     }
     Ok(())
 }

@@ -392,6 +392,14 @@ pub struct TwinConfig {
     pub restore_fingerprints: Vec<Fingerprint>,
     #[serde(default)]
     pub retention: TwinRetentionSection,
+    /// Where this box serves clients once a switchover makes it the
+    /// primary.
+    #[serde(default = "default_listen_as_primary")]
+    pub listen_as_primary: Address,
+}
+
+pub(crate) fn default_listen_as_primary() -> Address {
+    Address::from(std::net::SocketAddr::from(([0, 0, 0, 0], 7400)))
 }
 
 fn default_segment_bytes() -> u64 {
@@ -500,6 +508,9 @@ primary_fingerprint = "{fp}"
 metrics = "{metrics}"
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
+# Where this box serves clients once a switchover (`primary switchover`)
+# makes it the primary.
+listen_as_primary = "{listen_as_primary}"
 # Where boxes being restored from this twin connect (commented out: none),
 # and the fingerprints allowed to (`twin pin-restore`).
 {restore_listen}
@@ -535,6 +546,7 @@ max_age_secs = {twin_max_age}
                 .unwrap_or_default(),
             metrics = self.metrics,
             segment = self.segment_bytes,
+            listen_as_primary = self.listen_as_primary,
         )
     }
 }
@@ -585,6 +597,7 @@ mod tests {
                 max_bytes: 256 << 20,
                 max_age_secs: 86_400,
             },
+            listen_as_primary: "0.0.0.0:7500".parse().expect("addr"),
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }
@@ -693,6 +706,7 @@ mod tests {
                 max_bytes: 1 << 30,
                 max_age_secs: 3600,
             },
+            listen_as_primary: default_listen_as_primary(),
         };
         let text = t.render();
         assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);

@@ -7,6 +7,7 @@
 //! a client by `init`).
 
 pub mod config;
+pub mod failover;
 pub mod http;
 pub mod load;
 pub mod notify;
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
 use crate::node::api::ClientRole;
-use crate::node::epoch::Epoch;
+use crate::node::epoch::Epochs;
 use crate::node::{
     ClientError, Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
 };
@@ -101,7 +102,7 @@ pub enum DaemonError {
     Request {
         what: String,
         #[source]
-        source: ClientError,
+        source: Box<ClientError>,
     },
     /// A runtime failure a command found itself (nothing by that name, no
     /// daemon answering, ...).
@@ -113,7 +114,10 @@ impl DaemonError {
     /// Map a failed request, saying what was asked.
     pub fn request(what: impl Into<String>) -> impl FnOnce(ClientError) -> DaemonError {
         let what = what.into();
-        move |source| DaemonError::Request { what, source }
+        move |source| DaemonError::Request {
+            what,
+            source: Box::new(source),
+        }
     }
 }
 
@@ -265,10 +269,7 @@ fn absolute(dir: &Path) -> Result<PathBuf, DaemonError> {
 }
 
 fn write_config(path: &Path, text: &str) -> Result<(), DaemonError> {
-    let tmp = path.with_extension("toml.tmp");
-    std::fs::write(&tmp, text).at("writing", &tmp)?;
-    std::fs::rename(&tmp, path).at("replacing", path)?;
-    Ok(())
+    crate::publish::publish(path, text.as_bytes()).at("writing", path)
 }
 
 /// Mint the primary's identity and its admin client's, and write
@@ -335,6 +336,7 @@ pub fn init_twin(
         restore_listen: None,
         restore_fingerprints: Vec::new(),
         retention: Default::default(),
+        listen_as_primary: config::default_listen_as_primary(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -623,7 +625,7 @@ pub fn shutdown_on_signals() -> Result<watch::Receiver<bool>, DaemonError> {
     Ok(rx)
 }
 
-fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError> {
+pub(crate) fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError> {
     Ok(Arc::new(Log::open_opts(
         data_dir.join(LOG_DIR),
         LogOptions {
@@ -658,6 +660,13 @@ async fn open_store(
     })
     .await
     .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)
+}
+
+/// `twinlog_role{role="..."} 1`: which daemon this box runs.
+fn role_metrics(out: &mut String, role: &str) {
+    out.push_str(&format!(
+        "# HELP twinlog_role The role this box serves in (1 for its role).\n# TYPE twinlog_role gauge\ntwinlog_role{{role=\"{role}\"}} 1\n"
+    ));
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
@@ -797,7 +806,7 @@ async fn serve_status<S: serde::Serialize + 'static>(
     status: impl Fn() -> S + Send + Sync + 'static,
     ready: impl Fn(&S) -> Result<(), String> + Send + Sync + 'static,
     more: impl Fn(&S, &mut String) + Send + Sync + 'static,
-) -> Result<(), DaemonError> {
+) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
     let listener = tokio::net::TcpListener::bind(resolve("metrics", addr)?)
         .await
         .map_err(|e| listen_failed("metrics", addr, &e))?;
@@ -833,9 +842,48 @@ async fn serve_status<S: serde::Serialize + 'static>(
             _ => None,
         }
     });
-    tokio::spawn(http::serve(listener, handler, shutdown));
-    Ok(())
+    Ok(tokio::spawn(http::serve(listener, handler, shutdown)))
 }
+
+/// How a daemon's run ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Asked to stop.
+    Stopped,
+    /// A switchover made this primary the new primary's twin: serve it
+    /// with `twin serve --config` this file.
+    Deposed { twin_config: PathBuf },
+    /// A switchover made this twin the primary: serve it with `primary
+    /// serve --config` this file.
+    Promoted { primary_config: PathBuf },
+}
+
+/// Stops when `outer` turns true, or `grace` after `inner` fires: a
+/// daemon's own shutdown, which a role change also triggers.
+fn stop_on<T: Send + Sync + 'static>(
+    mut outer: watch::Receiver<bool>,
+    mut inner: watch::Receiver<T>,
+    fired: impl Fn(&T) -> bool + Send + Sync + 'static,
+    grace: std::time::Duration,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(*outer.borrow());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = outer.wait_for(|&s| s) => {}
+            _ = async {
+                let _ = inner.wait_for(|v| fired(v)).await;
+                tokio::time::sleep(grace).await;
+            } => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// How long a deposed primary goes on answering after a switchover, so
+/// that clients writing to it learn where the new primary is (`Fenced`
+/// names it) instead of losing their connection.
+const DEPOSED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The metrics every daemon's log has.
 fn log_metrics(log: &Log) -> String {
@@ -919,7 +967,7 @@ fn render_poisoned(why: &Option<String>) -> String {
 pub async fn serve_primary(
     cfg: PrimaryConfig,
     shutdown: watch::Receiver<bool>,
-) -> Result<(), DaemonError> {
+) -> Result<Served, DaemonError> {
     let identity = load_identity(&cfg.data_dir)?;
     let mut pins = Pins::new();
     match cfg.twin_fingerprint {
@@ -946,15 +994,19 @@ pub async fn serve_primary(
         NetError::Io(io) => listen_failed("listen", &cfg.listen, &io),
         other => other.into(),
     })?;
-    let node = Primary::with_store(
+    let epochs = Arc::new(
+        Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
+    );
+    let node = Primary::build(
         log.clone(),
         pins,
         NodePrimaryConfig {
             policy: cfg.durability.twin_policy(),
             timers: cfg.timers.timers(),
-            epoch: Epoch::load(&cfg.data_dir)?.get(),
+            epoch: epochs.current(),
         },
         Some(store.clone()),
+        epochs,
     );
     node.set_client_roles(roles);
     node.set_retention(crate::node::retention::Retention {
@@ -962,9 +1014,15 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
+    let shutdown = stop_on(
+        shutdown,
+        node.watch_deposed(),
+        |d| d.is_some(),
+        DEPOSED_GRACE,
+    );
     let status_node = node.clone();
     let metrics_node = node.clone();
-    serve_status(
+    let status_server = serve_status(
         &cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
@@ -973,6 +1031,12 @@ pub async fn serve_primary(
         |s: &crate::node::Status| {
             if let Some(why) = &s.log_poisoned {
                 return Err(format!("the log is poisoned: {why}"));
+            }
+            if let Some(f) = &s.fenced {
+                return Err(format!(
+                    "fenced: epoch {} exists ({}); this primary acknowledges no write",
+                    f.epoch, f.by
+                ));
             }
             if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
                 return Err(format!(
@@ -993,6 +1057,19 @@ pub async fn serve_primary(
                 "twinlog_epoch",
                 "The primary epoch this box serves under.",
                 s.epoch,
+            );
+            role_metrics(out, "primary");
+            gauge(
+                out,
+                "twinlog_fenced",
+                "1 once a newer epoch fenced this primary: it acknowledges no write.",
+                u8::from(s.fenced.is_some()),
+            );
+            gauge(
+                out,
+                "twinlog_twin_configured",
+                "1 when a twin is pinned; 0 and `twin` appends are refused (NoTwin).",
+                u8::from(s.twin_configured),
             );
             gauge(
                 out,
@@ -1078,17 +1155,29 @@ pub async fn serve_primary(
         cfg.listen,
         log.head_seq()
     ));
-    node.serve(endpoint, shutdown).await;
+    let deposed = node.watch_deposed();
+    node.clone().serve(endpoint, shutdown).await;
     log.sync()?;
+    let _ = status_server.await;
     tracing::info!(head = log.head_seq(), "primary stopped");
-    Ok(())
+    let new_primary = deposed.borrow().clone();
+    match new_primary {
+        Some(np) => {
+            drop(node);
+            drop(store);
+            drop(log);
+            let twin_config = failover::follow_after_switchover(&cfg, &np)?;
+            Ok(Served::Deposed { twin_config })
+        }
+        None => Ok(Served::Stopped),
+    }
 }
 
 /// Run a twin until `shutdown`.
 pub async fn serve_twin(
     cfg: TwinConfig,
     shutdown: watch::Receiver<bool>,
-) -> Result<(), DaemonError> {
+) -> Result<Served, DaemonError> {
     let identity = load_identity(&cfg.data_dir)?;
     let fp = cfg.primary_fingerprint.ok_or_else(|| {
         DaemonError::Setup("primary_fingerprint is not set: run `twin pin`".into())
@@ -1101,9 +1190,12 @@ pub async fn serve_twin(
     crate::store::install::finish(&paths, &log)?;
     let store = open_store(&log, &cfg.data_dir).await?;
     let endpoint = net::client(&identity, pins)?;
+    let epochs = Arc::new(
+        Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
+    );
     let node = Twin::new(
         log.clone(),
-        Arc::new(Epoch::load(&cfg.data_dir)?),
+        epochs.clone(),
         primary,
         NodeTwinConfig {
             timers: cfg.timers.timers(),
@@ -1111,6 +1203,18 @@ pub async fn serve_twin(
         },
     );
     node.set_fingerprint(&identity.fingerprint());
+    {
+        let (cfg, epochs) = (cfg.clone(), epochs.clone());
+        node.set_handover(Arc::new(move |head, clients| {
+            failover::promote_in_place(&cfg, &epochs, head, clients).map_err(|e| e.to_string())
+        }));
+    }
+    let shutdown = stop_on(
+        shutdown,
+        node.watch_promoted(),
+        |&p| p,
+        std::time::Duration::ZERO,
+    );
     node.set_snapshots(crate::node::twin::TwinSnapshots {
         paths,
         store: store.clone(),
@@ -1132,7 +1236,7 @@ pub async fn serve_twin(
         let source = Arc::new(crate::node::restore_serve::RestoreSource {
             log: log.clone(),
             snapshots,
-            epoch: Arc::new(Epoch::load(&cfg.data_dir)?),
+            epochs: epochs.clone(),
             base: cfg.data_dir.join(crate::store::install::BASE_FILE),
         });
         tracing::info!(%listen, restorers = cfg.restore_fingerprints.len(), "serving restores");
@@ -1171,7 +1275,7 @@ pub async fn serve_twin(
         }
     });
     let status_node = node.clone();
-    serve_status(
+    let status_server = serve_status(
         &cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
@@ -1195,6 +1299,13 @@ pub async fn serve_twin(
                 "twinlog_epoch",
                 "The newest primary epoch this box followed.",
                 s.epoch,
+            );
+            role_metrics(out, "twin");
+            gauge(
+                out,
+                "twinlog_fenced",
+                "Always 0 on a twin: only a primary is fenced.",
+                0,
             );
             gauge(
                 out,
@@ -1246,6 +1357,7 @@ pub async fn serve_twin(
         cfg.primary,
         log.head_seq()
     ));
+    let promoted = node.watch_promoted();
     node.run(endpoint, shutdown).await;
     log.sync()?;
     follow.abort();
@@ -1253,8 +1365,14 @@ pub async fn serve_twin(
     tokio::task::spawn_blocking(move || applier.stop())
         .await
         .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
+    let _ = status_server.await;
     tracing::info!(head = log.head_seq(), "twin stopped");
-    Ok(())
+    if *promoted.borrow() {
+        return Ok(Served::Promoted {
+            primary_config: failover::promoted_config(&cfg),
+        });
+    }
+    Ok(Served::Stopped)
 }
 
 /// The twin's retention as metrics.
@@ -1307,19 +1425,30 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
         "primary, epoch {}, twinlog {}\nhead {}  first {}\n",
         s.epoch, s.build, s.head, s.first
     );
+    if let Some(f) = &s.fenced {
+        out.push_str(&format!(
+            "FENCED: epoch {} exists ({}): another box is primary, and this one acknowledges no write (reads go on). Rejoin it as the new primary's twin: primary rejoin\n",
+            f.epoch, f.by
+        ));
+    }
+    if !s.twin_configured {
+        out.push_str("twin: NONE configured: `twin` appends are refused at once (NoTwin); pin one with `primary pin-twin` and restart\n");
+    }
     out.push_str(&render_poisoned(&s.log_poisoned));
-    out.push_str(&format!(
-        "twin: {}, acknowledged {}, lag {} frames, {} bytes, {:.3} s\n",
-        if s.twin_connected {
-            "connected"
-        } else {
-            "not connected"
-        },
-        s.twin_acked,
-        s.lag_frames,
-        s.lag_bytes,
-        s.lag_ms as f64 / 1000.0
-    ));
+    if s.twin_configured {
+        out.push_str(&format!(
+            "twin: {}, acknowledged {}, lag {} frames, {} bytes, {:.3} s\n",
+            if s.twin_connected {
+                "connected"
+            } else {
+                "not connected"
+            },
+            s.twin_acked,
+            s.lag_frames,
+            s.lag_bytes,
+            s.lag_ms as f64 / 1000.0
+        ));
+    }
     out.push_str(&format!(
         "durability: policy {}{}, {} append{} waiting on the twin\n",
         s.policy,
@@ -1447,82 +1576,6 @@ fn render_twin_retention(r: &crate::node::twin_retention::TwinRetentionStatus) -
         out.push_str(&format!("retention: FAILING: {e}\n"));
     }
     out
-}
-
-/// What `twin promote` did.
-#[derive(Debug)]
-pub struct Promoted {
-    pub config: PathBuf,
-    pub epoch: u64,
-    pub head: u64,
-    pub fingerprint: Fingerprint,
-}
-
-/// Make a stopped twin a primary under a new epoch: the epoch is raised
-/// durably first, then `primary.toml` is written beside `twin.toml` (with an
-/// admin client, as `primary init` makes). From then on the old primary is
-/// refused by any twin that knows the new epoch, this box's own twin daemon
-/// included, and it refuses such twins in turn.
-pub fn promote(
-    twin_config: &Path,
-    listen: impl Into<Address>,
-    metrics: impl Into<Address>,
-) -> Result<Promoted, DaemonError> {
-    let (listen, metrics) = (listen.into(), metrics.into());
-    let cfg = TwinConfig::load(twin_config)?;
-    let primary_config = cfg.data_dir.join(PRIMARY_CONFIG);
-    if primary_config.exists() {
-        return Err(DaemonError::Initialized(primary_config));
-    }
-    // Opening the log takes its lock: a running twin is refused by name.
-    let head = match Log::open_opts(
-        cfg.data_dir.join(LOG_DIR),
-        LogOptions {
-            segment_bytes: cfg.segment_bytes,
-            ..LogOptions::default()
-        },
-    ) {
-        Ok(log) => log.head_seq(),
-        Err(crate::log::Error::Locked(_)) => {
-            return Err(DaemonError::Failed(
-                "the twin is running: stop it before promoting".into(),
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let epoch = Epoch::load(&cfg.data_dir)?;
-    let new = epoch.get() + 1;
-    epoch.raise(new)?;
-    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
-    let admin = if admin_dir.join(KEY_FILE).exists() {
-        load_identity(&admin_dir)?
-    } else {
-        let admin = Identity::mint()?;
-        write_identity(&admin_dir, &admin)?;
-        admin
-    };
-    let identity = load_identity(&cfg.data_dir)?;
-    let primary = PrimaryConfig {
-        data_dir: cfg.data_dir.clone(),
-        listen,
-        metrics,
-        twin_fingerprint: None,
-        client_fingerprints: vec![admin.fingerprint()],
-        writer_fingerprints: Vec::new(),
-        reader_fingerprints: Vec::new(),
-        durability: Default::default(),
-        segment_bytes: cfg.segment_bytes,
-        timers: cfg.timers,
-        retention: Default::default(),
-    };
-    write_config(&primary_config, &primary.render())?;
-    tracing::warn!(epoch = new, head, "twin promoted to primary");
-    Ok(Promoted {
-        config: primary_config,
-        epoch: new,
-        head,
-        fingerprint: identity.fingerprint(),
-    })
 }
 
 /// What `check-log` found.

@@ -152,6 +152,11 @@ impl Pins {
     pub fn role(&self, fp: &Fingerprint) -> Option<Role> {
         self.0.get(fp).copied()
     }
+
+    /// Whether any peer is pinned in `role`.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.0.values().any(|&r| r == role)
+    }
 }
 
 /// A box's own certificate and key.

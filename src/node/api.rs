@@ -68,7 +68,28 @@ impl Request {
             | Request::RetainFrom { .. }
             | Request::StoreRetry
             | Request::StoreSkip { .. }
+            | Request::Fence { .. }
+            | Request::Switchover { .. }
             | Request::DeleteRepo { .. } => ClientRole::Admin,
+        }
+    }
+
+    /// The durability a writing request asks for; `None` for a request
+    /// that appends no frame.
+    pub fn durability(&self) -> Option<Durability> {
+        match self {
+            Request::Append { durability, .. }
+            | Request::CreateRepo { durability, .. }
+            | Request::Push { durability, .. }
+            | Request::Erase { durability, .. }
+            | Request::EraseBeforeTime { durability, .. }
+            | Request::LfsPut { durability, .. }
+            | Request::LfsDelete { durability, .. }
+            | Request::PutDoc { durability, .. }
+            | Request::DeleteRepo { durability, .. }
+            | Request::DeleteDoc { durability, .. }
+            | Request::StoreSkip { durability, .. } => Some(*durability),
+            _ => None,
         }
     }
 }
@@ -185,6 +206,15 @@ pub enum Request {
         name: String,
         durability: Durability,
     },
+    /// Tell this primary of a newer epoch `epoch` (a box was promoted): it
+    /// is fenced from then on, durably, and acknowledges no write. A lower
+    /// or equal epoch changes nothing. `Status`.
+    Fence { epoch: u64 },
+    /// Hand the primary role to the twin: stop taking writes, wait (at
+    /// most `wait_ms`) until the twin holds the head, have it promote
+    /// itself, fence this box and follow the new primary as its twin.
+    /// `SwitchedOver`, or `SwitchoverRefused` with writes taken again.
+    Switchover { wait_ms: u64 },
 }
 
 /// The most oids one `Have` asks about: the request stays well inside a
@@ -277,6 +307,13 @@ pub enum Response {
         frames: u64,
         bytes: u64,
     },
+    /// A switchover: the twin is the primary of `epoch` at `primary`,
+    /// holding every frame through `head`; this box follows it.
+    SwitchedOver {
+        epoch: u64,
+        head: u64,
+        primary: NewPrimary,
+    },
 }
 
 /// A request's failure, by name.
@@ -341,6 +378,27 @@ pub enum ApiError {
     /// when its store applies the frame.
     #[error("the erase at {seq} is carried out on the primary, not yet on the twin: {why}")]
     NotCarriedOutOnTwin { seq: u64, why: String },
+    /// A box of a newer epoch exists: this primary was superseded and
+    /// acknowledges no write. Nothing was written, or, when `seq` is set,
+    /// that frame was appended here before the fence and is not
+    /// acknowledged (it is cut when this box rejoins).
+    #[error("this primary is fenced: epoch {newer} exists ({by}) and this box serves epoch {epoch}, so it acknowledges no write{}. {}", seq.map(|s| format!(" (frame {s} is in this log, unacknowledged)")).unwrap_or_default(), match primary { Some(p) => format!("The primary is now {} (fingerprint {})", p.addr, p.fingerprint), None => "Write to the new primary; rejoin this box as its twin with `primary rejoin`".into() })]
+    Fenced {
+        epoch: u64,
+        newer: u64,
+        by: String,
+        seq: Option<u64>,
+        /// Where the new primary serves, when this box knows (after a
+        /// switchover).
+        primary: Option<NewPrimary>,
+    },
+    /// A switchover did not happen: the primary takes writes again.
+    #[error("switchover refused: {why}; this box is still the primary")]
+    SwitchoverRefused { why: String },
+    /// `twin` durability asked of a primary with no twin pinned: nothing
+    /// was written.
+    #[error("no twin is configured on this primary, so nothing can be durable on it: nothing was written. Append with `--durability local`, or pin a twin (`primary pin-twin`) and restart")]
+    NoTwin,
 }
 
 impl From<crate::store::StoreError> for ApiError {
@@ -423,4 +481,30 @@ pub struct Status {
     pub build: String,
     /// The last certificates refused because they are not pinned here.
     pub refused_peers: Vec<crate::net::Refused>,
+    /// Set once a newer epoch fenced this primary: it acknowledges no
+    /// write from then on.
+    #[serde(default)]
+    pub fenced: Option<Fence>,
+    /// Whether a twin is pinned: without one, `twin` appends are refused
+    /// at once with `NoTwin`.
+    #[serde(default)]
+    pub twin_configured: bool,
+}
+
+/// Where the primary is after a switchover.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewPrimary {
+    /// Its client address (HOST:PORT).
+    pub addr: String,
+    /// Its certificate fingerprint, to pin.
+    pub fingerprint: String,
+}
+
+/// What fenced a primary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The newer epoch heard of.
+    pub epoch: u64,
+    /// Who told of it.
+    pub by: String,
 }

@@ -274,6 +274,34 @@ impl Client {
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
+
+    /// Hand the primary role to the twin (admin): answers the new epoch,
+    /// the head the twin took over at, and where the new primary serves.
+    pub async fn switchover(
+        &self,
+        wait: std::time::Duration,
+    ) -> Result<(u64, u64, crate::node::api::NewPrimary), ClientError> {
+        let req = Request::Switchover {
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.call(&req, &[]).await?.0 {
+            Response::SwitchedOver {
+                epoch,
+                head,
+                primary,
+            } => Ok((epoch, head, primary)),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Tell the primary of a newer epoch: it fences itself, durably, and
+    /// acknowledges no write from then on (admin). Answers its status.
+    pub async fn fence(&self, epoch: u64) -> Result<Status, ClientError> {
+        match self.call(&Request::Fence { epoch }, &[]).await?.0 {
+            Response::Status(s) => Ok(*s),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
 }
 
 /// Frames from a primary as they become durable ([`Client::tail`]).

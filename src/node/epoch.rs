@@ -1,73 +1,169 @@
-//! The epoch a box follows or serves: raised by every promotion, kept in
-//! the data directory, so that a primary a promotion superseded is refused
-//! by every twin that knows of the promotion.
+//! A box's epochs, kept in its data directory: the epoch history of its
+//! log, the newest epoch it has heard of, and so whether it is fenced.
+//! The rules are [`crate::repl::epochs`]'; this keeps them durable.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-/// The file the epoch lives in, beside the log.
-pub const EPOCH_FILE: &str = "EPOCH";
+use tokio::sync::watch;
 
-/// A box's epoch, durable when `path` is set.
-#[derive(Debug, Default)]
-pub struct Epoch {
+use crate::repl::epochs::{EpochError, EpochHistory, EpochState};
+
+/// The file the epochs live in, beside the log (JSON, see
+/// `docs/FORMAT.md`).
+pub const EPOCHS_FILE: &str = "EPOCHS";
+/// The single epoch number older data directories kept.
+pub const LEGACY_EPOCH_FILE: &str = "EPOCH";
+
+/// A box's epochs, durable when `path` is set. Every change is on disk
+/// before it is visible here.
+#[derive(Debug)]
+pub struct Epochs {
     path: Option<PathBuf>,
-    value: AtomicU64,
+    state: Mutex<EpochState>,
+    /// Turns true when this box is fenced.
+    fenced: watch::Sender<bool>,
 }
 
-impl Epoch {
-    /// An epoch that lives only in memory (tests).
-    pub fn in_memory(value: u64) -> Epoch {
-        Epoch {
-            path: None,
-            value: AtomicU64::new(value),
+fn invalid(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("{}: {why}", path.display()),
+    )
+}
+
+impl Epochs {
+    fn with(path: Option<PathBuf>, state: EpochState) -> Epochs {
+        let fenced = watch::channel(state.fenced()).0;
+        Epochs {
+            path,
+            state: Mutex::new(state),
+            fenced,
         }
     }
 
-    /// The epoch kept in `dir`; 0 when there is none yet.
-    pub fn load(dir: &Path) -> std::io::Result<Epoch> {
-        let path = dir.join(EPOCH_FILE);
-        let value = match std::fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse().map_err(|_| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: not an epoch: {text:?}", path.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+    /// Epochs that live only in memory (tests): `epoch` from sequence 1.
+    pub fn in_memory(epoch: u64) -> Epochs {
+        Epochs::with(None, EpochState::new(epoch))
+    }
+
+    /// The epochs kept in `dir`. A directory with none yet is at epoch 0
+    /// from sequence 1. One that kept only an epoch number `n` (`EPOCH`)
+    /// is taken as epoch 0 up to `head` and `n` after it: the frames it
+    /// holds are then treated as shared with a box of epoch 0, which is
+    /// what a box promoted before epoch histories existed holds.
+    pub fn load(dir: &Path, head: u64) -> std::io::Result<Epochs> {
+        let path = dir.join(EPOCHS_FILE);
+        let state = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<EpochState>(&bytes)
+                .map_err(|e| invalid(&path, format!("not an epoch history: {e}")))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                legacy(&dir.join(LEGACY_EPOCH_FILE), head)?
+            }
             Err(e) => return Err(e),
         };
-        Ok(Epoch {
-            path: Some(path),
-            value: AtomicU64::new(value),
-        })
+        if state.seen < state.current() {
+            return Err(invalid(
+                &path,
+                format!(
+                    "seen {} is below the current epoch {}",
+                    state.seen,
+                    state.current()
+                ),
+            ));
+        }
+        Ok(Epochs::with(Some(path), state))
     }
 
-    pub fn get(&self) -> u64 {
-        self.value.load(Ordering::SeqCst)
+    /// The state as it is now.
+    pub fn state(&self) -> EpochState {
+        self.lock().clone()
     }
 
-    /// Raise the epoch to `to` (never lower it), durably: temp file, fsync,
-    /// rename, directory fsync.
-    pub fn raise(&self, to: u64) -> std::io::Result<()> {
-        if to <= self.get() {
-            return Ok(());
-        }
-        if let Some(path) = &self.path {
-            let tmp = path.with_extension("tmp");
-            {
-                let mut f = std::fs::File::create(&tmp)?;
-                std::io::Write::write_all(&mut f, format!("{to}\n").as_bytes())?;
-                f.sync_all()?;
-            }
-            std::fs::rename(&tmp, path)?;
-            if let Some(dir) = path.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-        }
-        self.value.store(to, Ordering::SeqCst);
-        Ok(())
+    fn lock(&self) -> std::sync::MutexGuard<'_, EpochState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The epoch this box writes under or follows.
+    pub fn current(&self) -> u64 {
+        self.lock().current()
+    }
+
+    /// The newest epoch known here.
+    pub fn newest(&self) -> u64 {
+        self.lock().newest()
+    }
+
+    pub fn history(&self) -> EpochHistory {
+        self.lock().history.clone()
+    }
+
+    /// Whether this box, as a primary, is fenced.
+    pub fn fenced(&self) -> bool {
+        self.lock().fenced()
+    }
+
+    /// Turns true when this box is fenced.
+    pub fn watch_fenced(&self) -> watch::Receiver<bool> {
+        self.fenced.subscribe()
+    }
+
+    /// Change the state with `f`; a change is written (temp file, fsync,
+    /// rename, directory fsync) before anyone sees it. An error leaves
+    /// the state as it was.
+    pub fn update<R>(
+        &self,
+        f: impl FnOnce(&mut EpochState) -> Result<R, EpochError>,
+    ) -> std::io::Result<R> {
+        let mut st = self.lock();
+        let mut next = st.clone();
+        let out =
+            f(&mut next).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        if next != *st {
+            if let Some(path) = &self.path {
+                let text = serde_json::to_vec_pretty(&next).map_err(std::io::Error::other)?;
+                crate::publish::publish(path, &text)?;
+            }
+            *st = next;
+            self.fenced.send_replace(st.fenced());
+        }
+        Ok(out)
+    }
+
+    /// `epoch` was heard of from `by`: a primary of an older one is fenced
+    /// from now on. Answers whether this fenced it.
+    /// Should the fence not reach the disk, it is kept in memory all the
+    /// same (refusing writes is always safe) and the error answered.
+    pub fn hear(&self, epoch: u64, by: &str) -> std::io::Result<bool> {
+        match self.update(|s| Ok(s.hear(epoch, by))) {
+            Ok(fenced) => Ok(fenced),
+            Err(e) => {
+                let mut st = self.lock();
+                st.hear(epoch, by);
+                self.fenced.send_replace(st.fenced());
+                Err(e)
+            }
+        }
+    }
+}
+
+fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
+    let n: u64 = match std::fs::read_to_string(path) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| invalid(path, format!("not an epoch: {text:?}")))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    let mut st = EpochState::new(0);
+    if n > 0 {
+        st.history
+            .begin(n, head)
+            .map_err(|e| invalid(path, e.to_string()))?;
+        st.seen = n;
+    }
+    Ok(st)
 }
 
 #[cfg(test)]
@@ -75,14 +171,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_epoch_is_kept_and_never_lowered() {
+    fn epochs_are_kept_and_a_fence_survives_a_reload() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let e = Epoch::load(dir.path()).expect("load");
-        assert_eq!(e.get(), 0);
-        e.raise(3).expect("raise");
-        e.raise(2).expect("no-op");
-        assert_eq!(Epoch::load(dir.path()).expect("reload").get(), 3);
-        std::fs::write(dir.path().join(EPOCH_FILE), "x").expect("damage");
-        assert!(Epoch::load(dir.path()).is_err());
+        let e = Epochs::load(dir.path(), 0).expect("load");
+        assert_eq!(e.current(), 0);
+        assert!(!e.fenced());
+        assert!(e.hear(3, "twin").expect("hear"));
+        let again = Epochs::load(dir.path(), 0).expect("reload");
+        assert!(again.fenced());
+        assert_eq!(again.state().fenced_by.as_deref(), Some("twin"));
+        again.update(|s| s.promote(10)).expect("promote");
+        let promoted = Epochs::load(dir.path(), 0).expect("reload");
+        assert_eq!(promoted.current(), 4);
+        assert!(!promoted.fenced());
+        std::fs::write(dir.path().join(EPOCHS_FILE), "x").expect("damage");
+        assert!(Epochs::load(dir.path(), 0).is_err());
+    }
+
+    #[test]
+    fn an_older_directory_keeps_its_epoch_from_its_head_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "2\n").expect("write");
+        let e = Epochs::load(dir.path(), 40).expect("load");
+        assert_eq!(e.current(), 2);
+        assert_eq!(e.history().epoch_of(40), Some(0));
+        assert_eq!(e.history().epoch_of(41), Some(2));
+        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "two").expect("damage");
+        assert!(Epochs::load(dir.path(), 0).is_err());
     }
 }

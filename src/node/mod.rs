@@ -4,8 +4,10 @@
 
 pub mod api;
 pub mod client;
+pub mod divergent;
 pub mod epoch;
 pub mod primary;
+pub mod rejoin;
 pub mod restore;
 pub mod restore_serve;
 pub mod retention;

@@ -18,7 +18,7 @@ use std::time::Instant;
 use quinn::Connection;
 use serde::{Deserialize, Serialize};
 
-use super::epoch::Epoch;
+use super::epoch::Epochs;
 use super::restore_serve::{RestoreFrame, RestoreReq, RestoreResp, RESTORE_PIECE};
 use super::snapshot::{self, Fetched, SnapshotError};
 use crate::log::{self, HistoryId, Log, OpenOptions as LogOptions};
@@ -124,9 +124,7 @@ struct PartialEntry {
 
 fn write_json(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    crate::publish::publish(path, &bytes)
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
@@ -209,6 +207,7 @@ struct Welcome {
     head: u64,
     head_crc: u32,
     epoch: u64,
+    epochs: crate::repl::EpochHistory,
 }
 
 async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
@@ -219,12 +218,14 @@ async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
             head,
             head_crc,
             epoch,
+            epochs,
         } => Ok(Welcome {
             history,
             first,
             head,
             head_crc,
             epoch,
+            epochs,
         }),
         other => Err(RestoreError::Protocol(format!("{other:?} to Hello"))),
     }
@@ -386,10 +387,15 @@ pub async fn restore(
     })
     .await
     .map_err(|e| RestoreError::Protocol(e.to_string()))??;
-    Epoch::load(&data)
-        .map_err(|e| RestoreError::Protocol(format!("epoch: {e}")))?
-        .raise(w.epoch)
-        .map_err(|e| RestoreError::Protocol(format!("epoch: {e}")))?;
+    // The restored log is the source's: so are its epochs.
+    Epochs::load(&data, log.head_seq())
+        .and_then(|e| {
+            e.update(|s| {
+                s.follow(w.epochs.clone());
+                Ok(())
+            })
+        })
+        .map_err(|e| RestoreError::Protocol(format!("epochs: {e}")))?;
     log.set_follower(false);
     drop_partial(&data);
     std::fs::remove_file(&marker)?;

@@ -15,7 +15,7 @@ use quinn::{Connection, SendStream};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use super::epoch::Epoch;
+use super::epoch::Epochs;
 use super::snapshot::{SnapshotReq, SnapshotSource};
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
@@ -50,6 +50,8 @@ pub enum RestoreResp {
         head: u64,
         head_crc: u32,
         epoch: u64,
+        /// The source's epoch history, which the restored box takes.
+        epochs: crate::repl::EpochHistory,
     },
     /// Frames `from..=through` follow, each a [`RestoreFrame`] and its bytes.
     Frames { through: u64 },
@@ -77,7 +79,7 @@ pub struct RestoreFrame {
 pub struct RestoreSource {
     pub log: Arc<Log>,
     pub snapshots: Arc<SnapshotSource>,
-    pub epoch: Arc<Epoch>,
+    pub epochs: Arc<Epochs>,
     /// The box's SNAPSHOT_BASE, naming its head frame when its log
     /// restarted after a snapshot.
     pub base: PathBuf,
@@ -168,7 +170,8 @@ async fn answer(
                 first: source.log.first_seq(),
                 head,
                 head_crc: source.head_crc(head),
-                epoch: source.epoch.get(),
+                epoch: source.epochs.current(),
+                epochs: source.epochs.history(),
             };
             net::write_msg(&mut send, &resp)
                 .await

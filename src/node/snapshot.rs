@@ -423,8 +423,7 @@ pub async fn fetch(
     }
     let files_dir = paths.files();
     let manifest_path = files_dir.join(MANIFEST_NAME);
-    std::fs::write(manifest_path.with_extension("tmp"), &bytes)?;
-    std::fs::rename(manifest_path.with_extension("tmp"), &manifest_path)?;
+    crate::publish::publish(&manifest_path, &bytes)?;
     let manifest = store_snapshot::read_manifest(&files_dir)?;
     if manifest.at != base.at {
         return Err(SnapshotError::Protocol(format!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
-use super::epoch::Epoch;
+use super::epoch::Epochs;
 use super::snapshot;
 use super::store::StoreHost;
 use crate::log::format::FrameHeader;
@@ -79,7 +79,7 @@ impl Default for TwinConfig {
 /// The twin daemon's state.
 pub struct Twin {
     log: Arc<Log>,
-    epoch: Arc<Epoch>,
+    epochs: Arc<Epochs>,
     primary: SocketAddr,
     cfg: TwinConfig,
     status: Mutex<TwinStatus>,
@@ -95,7 +95,17 @@ pub struct Twin {
     fingerprint: Mutex<Option<String>>,
     /// The retention that drops old segments here, once set.
     retainer: Mutex<Option<Arc<super::twin_retention::TwinRetainer>>>,
+    /// What a planned switchover runs to make this box a primary.
+    handover: Mutex<Option<Arc<Handover>>>,
+    /// Turns true once a switchover made this box a primary: the twin
+    /// stops following.
+    promoted: watch::Sender<bool>,
 }
+
+/// Make this box a primary at a switchover: given the head it holds and
+/// the clients to pin, answers the new epoch and where it will serve.
+pub type Handover =
+    dyn Fn(u64, Vec<crate::repl::HandedClient>) -> Result<(u64, String), String> + Send + Sync;
 
 /// What the writer thread is told.
 enum Write {
@@ -115,7 +125,7 @@ enum Written {
 impl Twin {
     pub fn new(
         log: Arc<Log>,
-        epoch: Arc<Epoch>,
+        epochs: Arc<Epochs>,
         primary: SocketAddr,
         cfg: TwinConfig,
     ) -> Arc<Twin> {
@@ -123,7 +133,7 @@ impl Twin {
         let head = log.head_seq();
         Arc::new(Twin {
             log,
-            epoch,
+            epochs,
             primary,
             cfg,
             status: Mutex::new(TwinStatus::default()),
@@ -133,7 +143,20 @@ impl Twin {
             base: Mutex::new(None),
             fingerprint: Mutex::new(None),
             retainer: Mutex::new(None),
+            handover: Mutex::new(None),
+            promoted: watch::channel(false).0,
         })
+    }
+
+    /// What a planned switchover runs to make this box a primary; without
+    /// one, a `Handover` is refused.
+    pub fn set_handover(&self, h: Arc<Handover>) {
+        *self.handover.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    }
+
+    /// Turns true once a switchover made this box a primary.
+    pub fn watch_promoted(&self) -> watch::Receiver<bool> {
+        self.promoted.subscribe()
     }
 
     /// The retention whose state the status shows (its pass runs on its
@@ -269,7 +292,7 @@ impl Twin {
         s.first = self.log.first_seq();
         s.log_poisoned = self.log.poisoned_by();
         s.role = "twin".into();
-        s.epoch = self.epoch.get();
+        s.epoch = self.epochs.current();
         s.build = env!("CARGO_PKG_VERSION").into();
         if let Some(store) = self.store() {
             s.store = store.health();
@@ -306,6 +329,9 @@ impl Twin {
                 break;
             }
             let ended = self.session(&endpoint, &mut backoff, &mut shutdown).await;
+            if *self.promoted.borrow() {
+                break;
+            }
             let why = match ended {
                 Ok(why) => why,
                 Err(e) if net::refused_by_peer(&e) => {
@@ -347,7 +373,8 @@ impl Twin {
             history: self.log.history().0,
             head: Position { seq: head, crc },
             first: self.log.first_seq(),
-            epoch: self.epoch.get(),
+            epoch: self.epochs.newest(),
+            epochs: self.epochs.history(),
         }
     }
 
@@ -402,9 +429,13 @@ impl Twin {
                             closed = Some(format!("adopting the primary's history: {e}"));
                         }
                     }
-                    TwinAction::AdoptEpoch(e) => {
-                        if let Err(err) = self.epoch.raise(e) {
-                            closed = Some(format!("recording epoch {e}: {err}"));
+                    TwinAction::AdoptEpochs(h) => {
+                        let epoch = h.current();
+                        if let Err(err) = self.epochs.update(|s| {
+                            s.follow(h);
+                            Ok(())
+                        }) {
+                            closed = Some(format!("recording epoch {epoch}: {err}"));
                         }
                     }
                     TwinAction::BelowFloor {
@@ -418,6 +449,31 @@ impl Twin {
                         ));
                     }
                     TwinAction::Close(why) => closed = Some(why.to_string()),
+                    TwinAction::Promote { head, clients } => {
+                        let hook = self
+                            .handover
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        let done = match hook {
+                            Some(h) => h(head, clients),
+                            None => Err("this twin cannot be promoted in place".into()),
+                        };
+                        match done {
+                            Ok((epoch, listen)) => {
+                                tracing::warn!(epoch, head, %listen, "switchover: this box is the primary now");
+                                core.promoted(epoch, listen);
+                                while let Some(m) = core.poll_transmit() {
+                                    let _ = net::write_msg(&mut ctl_send, &m).await;
+                                }
+                                self.promoted.send_replace(true);
+                                closed = Some(format!("promoted to epoch {epoch} at a switchover"));
+                            }
+                            Err(e) => {
+                                closed = Some(format!("the switchover's promotion failed: {e}"))
+                            }
+                        }
+                    }
                 }
             }
             if let Some(why) = closed {

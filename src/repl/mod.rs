@@ -8,11 +8,15 @@
 //! simulated time, which is how every interleaving is tested without a
 //! socket.
 //!
+//! - [`ack`]: who may acknowledge what (fencing, no twin);
+//! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
 //! - [`primary`]: the shipping side; [`twin`]: the receiving side;
 //! - [`Backoff`]: capped reconnect delays.
 
+pub mod ack;
+pub mod epochs;
 pub mod msg;
 pub mod pair;
 pub mod primary;
@@ -21,7 +25,10 @@ pub mod wire;
 
 use std::time::{Duration, Instant};
 
-pub use msg::{Position, PrimaryMsg, Refusal, StoreHealth, StoreStall, TwinMsg, PROTOCOL_VERSION};
+pub use epochs::{fork_point, EpochHistory, EpochStart, EpochState};
+pub use msg::{
+    HandedClient, Position, PrimaryMsg, Refusal, StoreHealth, StoreStall, TwinMsg, PROTOCOL_VERSION,
+};
 pub use primary::{
     HeadFrame, PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers,
 };

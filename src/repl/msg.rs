@@ -4,8 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::epochs::EpochHistory;
+
 /// The protocol version both sides put in their first message.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest encoded control message either side accepts; a longer
 /// length prefix is refused before anything is allocated.
@@ -62,9 +64,11 @@ pub enum TwinMsg {
         head: Position,
         /// The twin's oldest retained sequence.
         first: u64,
-        /// The newest primary epoch this box has followed or been promoted
-        /// to.
+        /// The newest epoch this box knows of.
         epoch: u64,
+        /// The epochs of the twin's log: where it forked from the
+        /// primary's, if it did.
+        epochs: EpochHistory,
     },
     /// Every frame through `durable` is durable on the twin.
     Ack { durable: u64 },
@@ -74,6 +78,20 @@ pub enum TwinMsg {
     /// changes, so the primary knows the twin applied what it holds (an
     /// erase is carried out there only then) or stopped.
     Store(StoreHealth),
+    /// Answer to `Handover`: this box is now the primary of `epoch`, and
+    /// serves clients at `listen` (as configured: an unspecified address
+    /// means the one this connection comes from).
+    Promoted { epoch: u64, listen: String },
+}
+
+/// A client pinned on the primary, handed to the twin at a switchover so
+/// that the same clients may write to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandedClient {
+    /// Its certificate fingerprint, as `pin-client` takes it.
+    pub fingerprint: String,
+    /// 0 read, 1 write, 2 admin.
+    pub role: u8,
 }
 
 /// Primary → twin.
@@ -88,6 +106,9 @@ pub enum PrimaryMsg {
         first: u64,
         /// The primary's epoch: raised by every promotion.
         epoch: u64,
+        /// The epochs of the primary's log, which the twin's log, a prefix
+        /// of it, takes.
+        epochs: EpochHistory,
     },
     /// The twin's head is below the primary's retention floor: frames from
     /// `twin_head + 1` are gone, and the twin needs a snapshot.
@@ -97,6 +118,13 @@ pub enum PrimaryMsg {
     Heartbeat { head: u64, unix_ms: u64 },
     /// The primary refuses the connection, and says why.
     Refuse(Refusal),
+    /// A planned switchover: the primary takes no more writes, and the
+    /// twin holds its whole log through `head` durably. The twin promotes
+    /// itself (with these clients pinned) and answers `Promoted`.
+    Handover {
+        head: u64,
+        clients: Vec<HandedClient>,
+    },
 }
 
 /// A history id as logs print it everywhere: hex, as [`crate::log::HistoryId`]
@@ -120,6 +148,7 @@ impl std::fmt::Debug for TwinMsg {
                 head,
                 first,
                 epoch,
+                epochs,
             } => f
                 .debug_struct("Hello")
                 .field("version", version)
@@ -127,10 +156,16 @@ impl std::fmt::Debug for TwinMsg {
                 .field("head", head)
                 .field("first", first)
                 .field("epoch", epoch)
+                .field("epochs", &epochs.starts())
                 .finish(),
             TwinMsg::Ack { durable } => f.debug_struct("Ack").field("durable", durable).finish(),
             TwinMsg::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
             TwinMsg::Store(h) => f.debug_tuple("Store").field(h).finish(),
+            TwinMsg::Promoted { epoch, listen } => f
+                .debug_struct("Promoted")
+                .field("epoch", epoch)
+                .field("listen", listen)
+                .finish(),
         }
     }
 }
@@ -145,6 +180,7 @@ impl std::fmt::Debug for PrimaryMsg {
                 head,
                 first,
                 epoch,
+                epochs,
             } => f
                 .debug_struct("Welcome")
                 .field("version", version)
@@ -153,6 +189,7 @@ impl std::fmt::Debug for PrimaryMsg {
                 .field("head", head)
                 .field("first", first)
                 .field("epoch", epoch)
+                .field("epochs", &epochs.starts())
                 .finish(),
             PrimaryMsg::BelowFloor { first, head } => f
                 .debug_struct("BelowFloor")
@@ -165,6 +202,11 @@ impl std::fmt::Debug for PrimaryMsg {
                 .field("unix_ms", unix_ms)
                 .finish(),
             PrimaryMsg::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
+            PrimaryMsg::Handover { head, clients } => f
+                .debug_struct("Handover")
+                .field("head", head)
+                .field("clients", &clients.len())
+                .finish(),
         }
     }
 }
@@ -203,6 +245,19 @@ pub enum Refusal {
     /// promotion and must not stream.
     #[error("stale primary: its epoch {primary} is older than the twin's {twin}")]
     StaleEpoch { primary: u64, twin: u64 },
+    /// The twin's log holds frames past `at` that were written under an
+    /// epoch the primary's log does not give them: the logs forked after
+    /// `at`. The twin's frames `at + 1..=twin_head` were never on this
+    /// primary; `crc` is the primary's frame at `at` (none when it is not
+    /// retained, or `at` is 0), to check the shared past by; `epoch` the
+    /// primary's.
+    #[error("the twin's log forked from the primary's (epoch {epoch}) after frame {at}: its frames {}..={twin_head} were never on the primary (rejoin cuts them after saving them)", at + 1)]
+    Forked {
+        at: u64,
+        twin_head: u64,
+        crc: Option<u32>,
+        epoch: u64,
+    },
 }
 
 /// Why bytes do not decode as a control message.
@@ -268,6 +323,7 @@ mod tests {
             head: Position::default(),
             first: 1,
             epoch: 0,
+            epochs: EpochHistory::default(),
         };
         let welcome = PrimaryMsg::Welcome {
             version: PROTOCOL_VERSION,
@@ -276,6 +332,7 @@ mod tests {
             head: 0,
             first: 1,
             epoch: 0,
+            epochs: EpochHistory::default(),
         };
         let refusal = Refusal::History {
             primary: history,
@@ -300,6 +357,7 @@ mod tests {
                 head: Position { seq: 9, crc: 77 },
                 first: 1,
                 epoch: 2,
+                epochs: EpochHistory::single(2),
             },
             TwinMsg::Ack { durable: 1 << 40 },
             TwinMsg::Refuse(Refusal::Gap {

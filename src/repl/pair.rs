@@ -349,6 +349,7 @@ impl ReplPair {
             head: Self::position(t, t.head_seq()),
             first: t.first_seq(),
             epoch: 0,
+            epochs: Default::default(),
         };
         self.twin_core = Some(TwinCore::new(self.cfg.timers, view, self.now));
         let p = &self.primary;
@@ -356,7 +357,7 @@ impl ReplPair {
             history: p.history().0,
             head: p.head_seq(),
             first: p.first_seq(),
-            epoch: 0,
+            epochs: Default::default(),
         };
         self.primary_core = Some(PrimaryCore::new(self.cfg.timers, view, self.now));
     }
@@ -375,19 +376,14 @@ impl ReplPair {
                 break;
             };
             if core.state() == PrimaryState::AwaitingHello {
-                let crc = match &msg {
-                    TwinMsg::Hello { head, .. } => {
-                        self.primary
-                            .locate_blob(head.seq)
-                            .ok()
-                            .map(|l| super::HeadFrame {
-                                crc: l.payload_crc,
-                                erased: l.is_erased(),
-                            })
-                    }
-                    _ => None,
+                let log = &self.primary;
+                let frame_at = |seq| {
+                    log.locate_blob(seq).ok().map(|l| super::HeadFrame {
+                        crc: l.payload_crc,
+                        erased: l.is_erased(),
+                    })
                 };
-                core.handle_hello(msg, crc, now);
+                core.handle_hello(msg, frame_at, now);
             } else {
                 core.handle_message(msg, now);
             }
@@ -452,8 +448,10 @@ impl ReplPair {
                     self.closes
                         .push(format!("below floor: twin {twin_head}, first {first}"));
                 }
-                // The pair keeps no store.
-                PrimaryAction::TwinStore(_) => {}
+                // The pair keeps no store, and one epoch.
+                PrimaryAction::TwinStore(_)
+                | PrimaryAction::Fence { .. }
+                | PrimaryAction::TwinPromoted { .. } => {}
                 PrimaryAction::Close(why) => {
                     // Let the refusal reach the twin before the link goes.
                     self.transmit();
@@ -471,7 +469,7 @@ impl ReplPair {
                         .adopt_history(HistoryId(h))
                         .unwrap_or_else(|e| panic!("adopt history: {e}"));
                 }
-                TwinAction::AdoptEpoch(_) => {}
+                TwinAction::AdoptEpochs(_) | TwinAction::Promote { .. } => {}
                 TwinAction::BelowFloor {
                     first,
                     primary_head,

@@ -12,7 +12,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::msg::{PrimaryMsg, Refusal, StoreHealth, TwinMsg, PROTOCOL_VERSION};
+use super::epochs::{fork_point, EpochHistory};
+use super::msg::{HandedClient, PrimaryMsg, Refusal, StoreHealth, TwinMsg, PROTOCOL_VERSION};
 use super::Now;
 
 /// Timers of a connection.
@@ -34,13 +35,13 @@ impl Default for Timers {
 }
 
 /// The primary's log as a connection starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrimaryView {
     pub history: [u8; 16],
     pub head: u64,
     pub first: u64,
-    /// This primary's epoch.
-    pub epoch: u64,
+    /// The epochs of this primary's log; the newest is the one it serves.
+    pub epochs: EpochHistory,
 }
 
 /// What the driver must do.
@@ -57,6 +58,12 @@ pub enum PrimaryAction {
     BelowFloor { twin_head: u64, first: u64 },
     /// The twin reported its store.
     TwinStore(StoreHealth),
+    /// The twin knows of a newer epoch than this primary's: another box
+    /// was promoted. Fence this primary, durably, before anything else.
+    Fence { epoch: u64 },
+    /// The twin took the handover: it is the primary of `epoch` now,
+    /// serving at `listen`. Fence this primary, then follow it.
+    TwinPromoted { epoch: u64, listen: String },
     /// End the connection: a refusal was sent or received, or the twin
     /// went silent.
     Close(Refusal),
@@ -113,7 +120,9 @@ pub struct PrimaryCore {
     history: [u8; 16],
     head: u64,
     first: u64,
-    epoch: u64,
+    epochs: EpochHistory,
+    /// A `Handover` was sent: the twin may answer `Promoted`.
+    handed_over: bool,
     shipped: u64,
     acked: u64,
     started: Now,
@@ -137,7 +146,8 @@ impl PrimaryCore {
             history: view.history,
             head: view.head,
             first: view.first,
-            epoch: view.epoch,
+            epochs: view.epochs,
+            handed_over: false,
             shipped: 0,
             acked: 0,
             started: now,
@@ -174,20 +184,29 @@ impl PrimaryCore {
         self.actions.push_back(PrimaryAction::Close(why));
     }
 
-    /// The twin's first message. `at_twin_head` is this log's frame at the
-    /// twin's head, when that frame is retained here.
+    /// The twin's first message. `frame_at(seq)` is this log's frame at
+    /// `seq`, when it is retained here.
     ///
-    /// Same history and the same frame at the twin's head: frames follow
-    /// from its head + 1. A twin ahead, holding another frame at its head,
-    /// or of another history is refused by name, and so is a twin that has
-    /// followed a newer epoch (this primary was superseded) (a twin that holds no frame
-    /// at all takes this log's history). A twin whose head frame is no
-    /// longer retained here is below the floor.
+    /// A twin that knows of a newer epoch is refused, and this primary
+    /// learns it was superseded ([`PrimaryAction::Fence`]). A twin of
+    /// another history is refused, unless it holds no frame at all (it
+    /// takes this log's history). Then the fork point of the two epoch
+    /// histories says what the logs share: a twin holding frames past it
+    /// is refused as [`Refusal::Forked`], naming the fork and this log's
+    /// frame there, so that rejoin can cut what was never here. A twin
+    /// ahead, or holding another frame at its head, is refused by name. A
+    /// twin whose head frame is no longer retained here is below the
+    /// floor. Otherwise frames follow from its head + 1.
     ///
     /// A frame erased here matches whatever the twin holds there: an erase
     /// leaves no crc of what it erased, and the twin erases the same frame
     /// when it applies the Erase frame that follows it in this log.
-    pub fn handle_hello(&mut self, hello: TwinMsg, at_twin_head: Option<HeadFrame>, now: Now) {
+    pub fn handle_hello(
+        &mut self,
+        hello: TwinMsg,
+        frame_at: impl Fn(u64) -> Option<HeadFrame>,
+        now: Now,
+    ) {
         self.heard = now;
         let TwinMsg::Hello {
             version,
@@ -195,6 +214,7 @@ impl PrimaryCore {
             head,
             first: _,
             epoch,
+            epochs,
         } = hello
         else {
             return self.refuse(Refusal::Protocol("the first message must be Hello".into()));
@@ -208,10 +228,14 @@ impl PrimaryCore {
                 theirs: version,
             });
         }
-        if epoch > self.epoch {
+        let ours = self.epochs.current();
+        let theirs = epoch.max(epochs.current());
+        if theirs > ours {
+            self.actions
+                .push_back(PrimaryAction::Fence { epoch: theirs });
             return self.refuse(Refusal::StaleEpoch {
-                primary: self.epoch,
-                twin: epoch,
+                primary: ours,
+                twin: theirs,
             });
         }
         let fresh = head.seq == 0;
@@ -221,6 +245,23 @@ impl PrimaryCore {
                 twin: history,
             });
         }
+        // Frames past this primary's head will be written under its
+        // current epoch: a twin holding frames there under that epoch is
+        // ahead, under an older one it forked.
+        let fork = fork_point(&self.epochs, u64::MAX, &epochs, head.seq).min(self.head);
+        if fork < head.seq && epochs.epoch_of(fork + 1) != self.epochs.epoch_of(fork + 1) {
+            let crc = if fork == 0 {
+                None
+            } else {
+                frame_at(fork).map(|f| f.crc)
+            };
+            return self.refuse(Refusal::Forked {
+                at: fork,
+                twin_head: head.seq,
+                crc,
+                epoch: ours,
+            });
+        }
         if head.seq > self.head {
             return self.refuse(Refusal::TwinAhead {
                 twin_head: head.seq,
@@ -228,7 +269,7 @@ impl PrimaryCore {
             });
         }
         if head.seq > 0 {
-            match at_twin_head {
+            match frame_at(head.seq) {
                 Some(f) if f.erased || f.crc == head.crc => {}
                 Some(f) => {
                     return self.refuse(Refusal::Diverged {
@@ -252,7 +293,8 @@ impl PrimaryCore {
             from: head.seq + 1,
             head: self.head,
             first: self.first,
-            epoch: self.epoch,
+            epoch: ours,
+            epochs: self.epochs.clone(),
         });
         if head.seq > 0 {
             self.actions.push_back(PrimaryAction::Acked(head.seq));
@@ -299,7 +341,38 @@ impl PrimaryCore {
                     self.close(why);
                 }
             }
+            TwinMsg::Promoted { epoch, listen } => {
+                if !self.handed_over {
+                    return self.refuse(Refusal::Protocol("Promoted without a Handover".into()));
+                }
+                if epoch <= self.epochs.current() {
+                    return self.refuse(Refusal::Protocol(format!(
+                        "promoted to epoch {epoch}, not past this primary's {}",
+                        self.epochs.current()
+                    )));
+                }
+                self.actions
+                    .push_back(PrimaryAction::TwinPromoted { epoch, listen });
+            }
         }
+    }
+
+    /// Hand the primary role to the twin (a planned switchover): allowed
+    /// once the twin has acknowledged this primary's whole log through
+    /// `head`, which the caller stopped writing at. Answers whether the
+    /// `Handover` was queued.
+    pub fn handover(&mut self, head: u64, clients: Vec<HandedClient>) -> bool {
+        if self.state != PrimaryState::Streaming
+            || self.handed_over
+            || head != self.head
+            || self.acked < head
+        {
+            return false;
+        }
+        self.handed_over = true;
+        self.transmit
+            .push_back(PrimaryMsg::Handover { head, clients });
+        true
     }
 
     fn handle_ack(&mut self, durable: u64, now: Now) {

@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 
+use super::epochs::{fork_point, EpochHistory};
 use super::msg::{
     Position, PrimaryMsg, Refusal, StoreHealth, TwinMsg, MAX_STALL_ERROR, PROTOCOL_VERSION,
 };
@@ -20,14 +21,16 @@ use super::wire::{FrameDecoder, FrameEvent};
 use super::Now;
 
 /// The twin's log as a connection starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TwinView {
     pub history: [u8; 16],
     /// The durable head and its frame's crc.
     pub head: Position,
     pub first: u64,
-    /// The newest primary epoch this box has followed or been promoted to.
+    /// The newest epoch this box knows of.
     pub epoch: u64,
+    /// The epochs of this box's log.
+    pub epochs: EpochHistory,
 }
 
 /// What the driver must do besides applying frame events.
@@ -36,9 +39,16 @@ pub enum TwinAction {
     /// Take the primary's history before the first frame: this log holds
     /// no frame yet.
     AdoptHistory([u8; 16]),
-    /// Record durably that this box follows a primary of this newer epoch,
-    /// before the first frame.
-    AdoptEpoch(u64),
+    /// Record durably that this log's epochs are the primary's (this log
+    /// is a prefix of the primary's), before the first frame.
+    AdoptEpochs(EpochHistory),
+    /// A planned switchover: this box holds the primary's whole log
+    /// through `head` durably; promote it (a new epoch, these clients
+    /// pinned), then report with [`TwinCore::promoted`].
+    Promote {
+        head: u64,
+        clients: Vec<super::msg::HandedClient>,
+    },
     /// The primary no longer holds what follows this log's head: a snapshot
     /// is needed.
     BelowFloor { first: u64, primary_head: u64 },
@@ -62,6 +72,7 @@ pub struct TwinCore {
     state: TwinState,
     history: [u8; 16],
     epoch: u64,
+    epochs: EpochHistory,
     /// The durable head: the only sequence ever acknowledged.
     durable: u64,
     acked: u64,
@@ -90,12 +101,14 @@ impl TwinCore {
             head: view.head,
             first: view.first,
             epoch: view.epoch,
+            epochs: view.epochs.clone(),
         });
         TwinCore {
             timers,
             state: TwinState::AwaitingWelcome,
             history: view.history,
             epoch: view.epoch,
+            epochs: view.epochs,
             durable: view.head.seq,
             acked: view.head.seq,
             next: view.head.seq + 1,
@@ -176,6 +189,7 @@ impl TwinCore {
                 head,
                 first: _,
                 epoch,
+                epochs,
             } => {
                 if self.state != TwinState::AwaitingWelcome {
                     self.refuse(Refusal::Protocol("a second Welcome".into()));
@@ -220,9 +234,22 @@ impl TwinCore {
                     )));
                     return;
                 }
-                if epoch > self.epoch {
-                    self.epoch = epoch;
-                    self.actions.push_back(TwinAction::AdoptEpoch(epoch));
+                // The primary checked the fork point; a twin checks too,
+                // and never takes frames over ones the primary never had.
+                let fork = fork_point(&epochs, u64::MAX, &self.epochs, self.durable);
+                if fork < self.durable && self.durable > 0 {
+                    self.refuse(Refusal::Forked {
+                        at: fork,
+                        twin_head: self.durable,
+                        crc: None,
+                        epoch,
+                    });
+                    return;
+                }
+                self.epoch = self.epoch.max(epoch);
+                if epochs != self.epochs {
+                    self.epochs = epochs.clone();
+                    self.actions.push_back(TwinAction::AdoptEpochs(epochs));
                 }
                 self.primary_head = head;
                 self.state = TwinState::Streaming;
@@ -255,6 +282,33 @@ impl TwinCore {
                 self.state = TwinState::Closed;
                 self.actions.push_back(TwinAction::Close(why));
             }
+            PrimaryMsg::Handover { head, clients } => {
+                // Only a twin holding every frame through the primary's
+                // head, durably and nothing past it, may take over: then
+                // no acknowledged frame is left behind.
+                if self.state != TwinState::Streaming
+                    || self.durable != head
+                    || self.committed != head
+                    || !self.decoder.at_boundary()
+                {
+                    self.refuse(Refusal::Protocol(format!(
+                        "a handover at {head}, this twin holds {} durably",
+                        self.durable
+                    )));
+                    return;
+                }
+                self.actions
+                    .push_back(TwinAction::Promote { head, clients });
+            }
+        }
+    }
+
+    /// The box was promoted to `epoch` after a `Handover`: tell the old
+    /// primary, which fences itself, and end this connection.
+    pub fn promoted(&mut self, epoch: u64, listen: String) {
+        if self.state == TwinState::Streaming {
+            self.transmit.push_back(TwinMsg::Promoted { epoch, listen });
+            self.state = TwinState::Closed;
         }
     }
 

@@ -111,15 +111,7 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
         dir: path.to_owned(),
         what: e.to_string(),
     })?;
-    let tmp = path.with_extension("tmp");
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    super::sync_dir(path)?;
+    crate::publish::publish(path, &bytes)?;
     Ok(())
 }
 

@@ -322,6 +322,24 @@ impl Store {
         &self.dir
     }
 
+    /// The seq the store in `dir` has durably applied up to.
+    pub fn applied_mark(dir: &Path, history: HistoryId) -> Result<u64> {
+        Ok(marker::AppliedMarker::open(&dir.join("APPLIED"), history)?.applied())
+    }
+
+    /// Forget that frames past `seq` were applied: the log they came from
+    /// was cut after `seq` (a rejoin), and the caller checked that none of
+    /// them was the store's, so the store's files hold nothing of them.
+    /// Recorded durably; a store at or below `seq` is left alone.
+    pub fn rewind_to(dir: &Path, history: HistoryId, seq: u64) -> Result<u64> {
+        let mut marker = marker::AppliedMarker::open(&dir.join("APPLIED"), history)?;
+        let was = marker.applied();
+        if was > seq {
+            marker.record(seq)?;
+        }
+        Ok(was)
+    }
+
     /// Where the store stages files (see [`TMP_DIR`]).
     pub fn tmp_dir(&self) -> PathBuf {
         self.dir.join(TMP_DIR)

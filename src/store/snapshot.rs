@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{fsync_dir, sync_dir, Result, Store, StoreError, TMP_DIR};
+use super::{fsync_dir, Result, Store, StoreError, TMP_DIR};
 use crate::log::Log;
 
 /// The manifest's file name in a snapshot directory.
@@ -178,16 +178,11 @@ pub fn sync_tree(dir: &Path) -> Result<()> {
 /// fsynced): its presence says the snapshot is whole.
 pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     let path = dir.join(MANIFEST_NAME);
-    let tmp = dir.join(format!("{MANIFEST_NAME}.tmp"));
     let bytes = serde_json::to_vec_pretty(manifest).map_err(|e| StoreError::BadSnapshot {
         dir: dir.to_owned(),
         what: format!("manifest: {e}"),
     })?;
-    let mut f = File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    sync_dir(&path)?;
+    crate::publish::publish(&path, &bytes)?;
     Ok(())
 }
 

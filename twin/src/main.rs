@@ -117,10 +117,17 @@ enum Cmd {
     /// Make this stopped twin a primary under a new epoch.
     ///
     /// Once its primary is gone: writes primary.toml beside twin.toml. The
-    /// old primary is refused from then on.
+    /// old primary is fenced as soon as it hears of the new epoch (from a
+    /// twin, a client, or when it rejoins) and acknowledges nothing from
+    /// then on. Without --twin-fingerprint the new primary has no twin:
+    /// `twin` appends are refused at once (NoTwin) until one is pinned.
     Promote {
         #[command(flatten)]
         config: ConfigArg,
+        /// The new twin's fingerprint: the old primary's, printed by
+        /// `primary init`, for it to rejoin as this box's twin
+        #[arg(long, value_name = "FINGERPRINT")]
+        twin_fingerprint: Option<Fingerprint>,
         /// The QUIC address to serve on as a primary (HOST:PORT)
         #[arg(long, default_value = "0.0.0.0:7400", value_name = "ADDRESS")]
         listen: Address,
@@ -202,12 +209,19 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         Cmd::Pins { config } => print!("{}", daemon::twin_pins(config.path()?)?),
         Cmd::Promote {
             config,
+            twin_fingerprint,
             listen,
             metrics,
         } => {
-            let p = daemon::promote(config.path()?, listen, metrics)?;
+            let p = daemon::failover::promote(config.path()?, listen, metrics, twin_fingerprint)?;
             println!("promoted at epoch {} with head {}", p.epoch, p.head);
             println!("wrote {}", p.config.display());
+            match twin_fingerprint {
+                Some(fp) => println!("its twin: {fp} (the old primary rejoins with `primary rejoin`)"),
+                None => println!(
+                    "no twin yet: `twin` appends are refused (NoTwin) until one is pinned with `primary pin-twin`"
+                ),
+            }
             println!(
                 "serve it with: primary serve --config {}",
                 p.config.display()
@@ -218,7 +232,8 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             daemon::init_tracing(log_json);
             let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
-            daemon::serve_twin(cfg, shutdown).await?;
+            let served = daemon::serve_twin(cfg, shutdown).await?;
+            daemon::failover::continue_as(&served, log_json)?;
         }
         Cmd::CheckLog { config } => {
             let cfg = config.load()?;

@@ -9,6 +9,7 @@ use quinn::{Connection, RecvStream, SendStream};
 use tokio::sync::{mpsc, watch};
 
 use super::api::{ApiError, ClientRole, Durability, Request, Response, Status};
+use super::epoch::Epochs;
 use super::retention::Retention;
 use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;
@@ -19,6 +20,7 @@ use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Ti
 
 mod retain;
 mod store_requests;
+mod switchover;
 
 /// Appends up to this size are read whole and appended in one call (and
 /// share fdatasyncs with concurrent appends); larger blobs stream.
@@ -59,6 +61,14 @@ impl Default for PrimaryConfig {
 
 /// The primary daemon's state, shared by its connections.
 pub struct Primary {
+    /// The epochs of this box: the one it serves under, and whether a
+    /// newer one fenced it.
+    epochs: Arc<Epochs>,
+    /// Whether a twin is pinned at all: without one, a `twin` append is
+    /// refused at once, not left waiting.
+    twin_configured: bool,
+    /// A planned switchover's state.
+    switch: switchover::Switch,
     log: Arc<Log>,
     pins: Arc<Pins>,
     cfg: PrimaryConfig,
@@ -153,8 +163,25 @@ impl Primary {
         cfg: PrimaryConfig,
         store: Option<Arc<StoreHost>>,
     ) -> Arc<Primary> {
+        let epochs = Arc::new(Epochs::in_memory(cfg.epoch));
+        Self::build(log, pins, cfg, store, epochs)
+    }
+
+    /// A primary whose epochs are `epochs` (kept in its data directory):
+    /// it serves under their current epoch, and is fenced by them.
+    pub fn build(
+        log: Arc<Log>,
+        pins: Arc<Pins>,
+        cfg: PrimaryConfig,
+        store: Option<Arc<StoreHost>>,
+        epochs: Arc<Epochs>,
+    ) -> Arc<Primary> {
         let head = log.head_seq();
+        let twin_configured = pins.has_role(Role::Twin);
         Arc::new(Primary {
+            epochs,
+            twin_configured,
+            switch: Default::default(),
             log,
             pins,
             cfg,
@@ -215,7 +242,13 @@ impl Primary {
         s.log_poisoned = self.log.poisoned_by();
         s.role = "primary".into();
         s.refused_peers = self.pins.refused();
-        s.epoch = self.cfg.epoch;
+        let epochs = self.epochs.state();
+        s.epoch = epochs.current();
+        s.fenced = epochs.fenced().then(|| crate::node::api::Fence {
+            epoch: epochs.seen,
+            by: epochs.fenced_by.clone().unwrap_or_default(),
+        });
+        s.twin_configured = self.twin_configured;
         s.build = env!("CARGO_PKG_VERSION").into();
         if !s.twin_connected {
             // No session measures the lag: what is not acknowledged is
@@ -361,27 +394,23 @@ impl Primary {
             self.twin_first
                 .store(holds_from, std::sync::atomic::Ordering::SeqCst);
         }
-        let crc = match &hello {
-            TwinMsg::Hello { head, .. } if head.seq > 0 => {
-                self.log
-                    .locate_blob(head.seq)
-                    .ok()
-                    .map(|l| crate::repl::HeadFrame {
-                        crc: l.payload_crc,
-                        erased: l.is_erased(),
-                    })
-            }
-            _ => None,
-        };
         let view = PrimaryView {
             history: self.log.history().0,
             head: self.log.head_seq(),
             first: self.log.first_seq(),
-            epoch: self.cfg.epoch,
+            epochs: self.epochs.history(),
         };
+        let head = view.head;
         let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
-        tracing::info!(?hello, primary_crc = ?crc, head = view.head, "twin hello");
-        core.handle_hello(hello, crc, Now::system());
+        tracing::info!(?hello, head, "twin hello");
+        let log = &self.log;
+        let frame_at = |seq| {
+            log.locate_blob(seq).ok().map(|l| crate::repl::HeadFrame {
+                crc: l.payload_crc,
+                erased: l.is_erased(),
+            })
+        };
+        core.handle_hello(hello, frame_at, Now::system());
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
@@ -394,6 +423,7 @@ impl Primary {
         let mut shipper = None;
         let mut head_rx = self.head.subscribe();
         let mut seen_bytes = head_rx.borrow_and_update().1;
+        let mut handover = self.switch.handover.subscribe();
         // The twin's position is what it says at the handshake, even when
         // lower than an earlier session's (a replaced twin).
         let mut handshake = true;
@@ -430,6 +460,23 @@ impl Primary {
                     }
                     PrimaryAction::BelowFloor { twin_head, first } => {
                         tracing::warn!(twin_head, first, "the twin is below the retention floor");
+                    }
+                    PrimaryAction::TwinPromoted { epoch, listen } => {
+                        let addr = advertised(&listen, conn.remote_address());
+                        let fingerprint = net::peer(conn, &self.pins)
+                            .map(|(fp, _)| fp.to_string())
+                            .unwrap_or_default();
+                        self.fence(epoch, &format!("a switchover to {addr}"));
+                        self.switch
+                            .deposed
+                            .send_replace(Some(crate::node::api::NewPrimary { addr, fingerprint }));
+                    }
+                    PrimaryAction::Fence { epoch } => {
+                        let by = format!(
+                            "its twin at {}, which follows epoch {epoch}",
+                            conn.remote_address()
+                        );
+                        self.fence(epoch, &by);
                     }
                     PrimaryAction::TwinStore(health) => {
                         if let Some(st) = &health.stalled {
@@ -479,12 +526,69 @@ impl Primary {
                     seen_bytes = bytes;
                 }
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                changed = handover.changed() => {
+                    if changed.is_ok() {
+                        let asked = handover.borrow_and_update().clone();
+                        if let Some((head, clients)) = asked {
+                            if !core.handover(head, clients) {
+                                tracing::warn!(head, "this twin session cannot take the handover");
+                            }
+                        }
+                    }
+                }
                 ended = async { match shipper.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
                     return Ok(match ended {
                         Ok(Ok(())) => "the frame stream ended".into(),
                         Ok(Err(e)) => format!("shipping failed: {e}"),
                         Err(e) => format!("shipper: {e}"),
                     });
+                }
+            }
+        }
+    }
+
+    /// A newer epoch was heard of from `by`: from now on, durably, this
+    /// primary acknowledges no write. Should the fence not reach the disk,
+    /// it holds in memory all the same and the failure is logged: refusing
+    /// writes is always safe.
+    fn fence(&self, epoch: u64, by: &str) {
+        match self.epochs.hear(epoch, by) {
+            Ok(true) => tracing::error!(
+                epoch,
+                by,
+                serving = self.epochs.current(),
+                "FENCED: a newer epoch exists, so another box is primary; this box acknowledges no write from now on (reads go on). Rejoin it as the new primary's twin: primary rejoin"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::error!(epoch, by, error = %e, "FENCED in memory only: recording the fence failed"),
+        }
+    }
+
+    /// May a request asking for `durability` append at all?
+    fn admit(
+        &self,
+        durability: Durability,
+    ) -> Result<crate::repl::ack::Admit, crate::repl::ack::NotAdmitted> {
+        let state = crate::repl::ack::AckState {
+            fenced: self.epochs.fenced(),
+            twin_configured: self.twin_configured,
+            falls_back: matches!(self.cfg.policy, TwinPolicy::FallBack(_)),
+        };
+        crate::repl::ack::admit(state, durability == Durability::Twin)
+    }
+
+    /// A refusal by name; `seq` is a frame appended here before it.
+    fn refusal(&self, why: crate::repl::ack::NotAdmitted, seq: Option<u64>) -> ApiError {
+        match why {
+            crate::repl::ack::NotAdmitted::NoTwin => ApiError::NoTwin,
+            crate::repl::ack::NotAdmitted::Fenced => {
+                let st = self.epochs.state();
+                ApiError::Fenced {
+                    epoch: st.current(),
+                    newer: st.seen,
+                    by: st.fenced_by.unwrap_or_default(),
+                    seq,
+                    primary: self.switch.deposed.borrow().clone(),
                 }
             }
         }
@@ -509,15 +613,17 @@ impl Primary {
     }
 
     async fn client_session(self: Arc<Self>, conn: Connection) {
-        let role = match net::peer(&conn, &self.pins) {
-            Ok((fp, _)) => self
-                .client_roles
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&fp)
-                .copied()
-                .unwrap_or(ClientRole::Admin),
-            Err(_) => ClientRole::Read,
+        let (client, role): (Arc<str>, ClientRole) = match net::peer(&conn, &self.pins) {
+            Ok((fp, _)) => (
+                fp.to_string().into(),
+                self.client_roles
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&fp)
+                    .copied()
+                    .unwrap_or(ClientRole::Admin),
+            ),
+            Err(_) => ("(unpinned)".into(), ClientRole::Read),
         };
         loop {
             if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -531,8 +637,9 @@ impl Primary {
                 }
             };
             let me = self.clone();
+            let client = client.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.request(role, send, recv).await {
+                if let Err(e) = me.request(&client, role, send, recv).await {
                     tracing::warn!(error = %e, "client request failed");
                 }
             });
@@ -541,6 +648,7 @@ impl Primary {
 
     async fn request(
         self: Arc<Self>,
+        client: &str,
         role: ClientRole,
         mut send: SendStream,
         mut recv: RecvStream,
@@ -559,7 +667,26 @@ impl Primary {
             let _ = send.finish();
             return Ok(());
         }
+        let mut _writing = None;
+        if let Some(durability) = req.durability() {
+            if *self.switch.handing_over.borrow() {
+                self.pause_for_switchover().await;
+            }
+            if let Err(why) = self.admit(durability) {
+                net::write_msg(&mut send, &Response::Error(self.refusal(why, None))).await?;
+                let _ = send.finish();
+                return Ok(());
+            }
+            _writing = Some(switchover::Writing::enter(&self.switch.writers));
+        }
         let response = match req {
+            Request::Switchover { wait_ms } => {
+                self.switchover(Duration::from_millis(wait_ms)).await
+            }
+            Request::Fence { epoch } => {
+                self.fence(epoch, &format!("the admin client {client}"));
+                Response::Status(Box::new(self.status()))
+            }
             Request::Append {
                 kind,
                 meta,
@@ -691,12 +818,17 @@ impl Primary {
         durability: Durability,
     ) -> Response {
         self.published(seq, bytes);
+        if let Err(why) = crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
+            return Response::Error(self.refusal(why, Some(seq)));
+        }
+        let local = Response::Appended {
+            seq,
+            durability: Durability::Local,
+            twin_wait_us: 0,
+        };
         match durability {
-            Durability::Local => Response::Appended {
-                seq,
-                durability: Durability::Local,
-                twin_wait_us: 0,
-            },
+            Durability::Local => local,
+            Durability::Twin if !self.twin_configured => local,
             Durability::Twin => {
                 let started = std::time::Instant::now();
                 let mut resp = self.wait_for_twin(seq).await;
@@ -749,7 +881,10 @@ impl Primary {
         let answer = self.wait_for_twin_counted(seq).await;
         self.twin_waiting
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        answer
+        match crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
+            Ok(()) => answer,
+            Err(why) => Response::Error(self.refusal(why, Some(seq))),
+        }
     }
 
     async fn wait_for_twin_counted(&self, seq: u64) -> Response {
@@ -769,7 +904,14 @@ impl Primary {
         let twin_first = &self.twin_first;
         let on_twin = |s: u64| s >= twin_first.load(std::sync::atomic::Ordering::SeqCst);
         let mut acked = self.acked.subscribe();
-        let reached = acked.wait_for(|&a| a >= seq || !on_twin(seq));
+        let mut fenced = self.epochs.watch_fenced();
+        let reached = async {
+            tokio::select! {
+                r = acked.wait_for(|&a| a >= seq || !on_twin(seq)) => r.map(|_| ()),
+                // A fence answers every waiter at once (below).
+                _ = fenced.wait_for(|&f| f) => Ok(()),
+            }
+        };
         match self.cfg.policy {
             TwinPolicy::Wait => match reached.await {
                 Ok(_) if on_twin(seq) => twin,
@@ -896,6 +1038,17 @@ impl Primary {
             }
         }
         Ok(FrameSent::Whole)
+    }
+}
+
+/// A client address from what the promoted twin listens on: an
+/// unspecified host is the one its connection came from.
+fn advertised(listen: &str, from: std::net::SocketAddr) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => {
+            std::net::SocketAddr::new(from.ip(), a.port()).to_string()
+        }
+        _ => listen.to_string(),
     }
 }
 

@@ -247,9 +247,9 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         ));
     }
     let old_head = tail_head(&plog);
-    let epoch = twinlog::node::epoch::Epoch::load(&pair.tdir)
+    let epoch = twinlog::node::epoch::Epochs::load(&pair.tdir, promoted_head)
         .ctx(|| "the promoted box's epoch".into())?
-        .get();
+        .current();
     if epoch != 1 {
         out.fail(format!("the promoted box's epoch is {epoch}, 1 was due"));
     }

@@ -1,0 +1,487 @@
+//! The failover cycle as an operator runs it: promote a twin, fence and
+//! rejoin a deposed primary by truncate-to-fork, and read what a rejoin
+//! saved. The rules are in `crate::repl` (epochs, fork point, who may
+//! acknowledge); `crate::node::rejoin` carries the rejoin out.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{
+    load_identity, open_log, resolve, write_config, write_identity, Address, DaemonError, IoAt,
+    PrimaryConfig, TwinConfig, ADMIN_DIR, KEY_FILE, LOG_DIR, PRIMARY_CONFIG, STORE_DIR,
+    TWIN_CONFIG,
+};
+use crate::log::{Log, OpenOptions as LogOptions};
+use crate::net::{self, Fingerprint, Identity, Pins, Role};
+use crate::node::epoch::Epochs;
+use crate::node::rejoin::{self, RejoinAt, Rejoined, StoreFate};
+
+/// What `twin promote` did.
+#[derive(Debug)]
+pub struct Promoted {
+    pub config: PathBuf,
+    pub epoch: u64,
+    pub head: u64,
+    pub fingerprint: Fingerprint,
+}
+
+/// Make a stopped twin a primary under a new epoch: the epoch is raised
+/// durably first, then `primary.toml` is written beside `twin.toml` (with an
+/// admin client, as `primary init` makes). From then on the old primary is
+/// refused by any twin that knows the new epoch, this box's own twin daemon
+/// included, and it refuses such twins in turn.
+pub fn promote(
+    twin_config: &Path,
+    listen: impl Into<Address>,
+    metrics: impl Into<Address>,
+    twin: Option<Fingerprint>,
+) -> Result<Promoted, DaemonError> {
+    let (listen, metrics) = (listen.into(), metrics.into());
+    let cfg = TwinConfig::load(twin_config)?;
+    let primary_config = cfg.data_dir.join(PRIMARY_CONFIG);
+    if primary_config.exists() {
+        return Err(DaemonError::Initialized(primary_config));
+    }
+    // Opening the log takes its lock: a running twin is refused by name.
+    let head = match Log::open_opts(
+        cfg.data_dir.join(LOG_DIR),
+        LogOptions {
+            segment_bytes: cfg.segment_bytes,
+            ..LogOptions::default()
+        },
+    ) {
+        Ok(log) => log.head_seq(),
+        Err(crate::log::Error::Locked(_)) => {
+            return Err(DaemonError::Failed(
+                "the twin is running: stop it before promoting".into(),
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
+    let new = epochs
+        .update(|s| s.promote(head))
+        .at("recording the new epoch in", &cfg.data_dir)?;
+    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
+    let admin = if admin_dir.join(KEY_FILE).exists() {
+        load_identity(&admin_dir)?
+    } else {
+        let admin = Identity::mint()?;
+        write_identity(&admin_dir, &admin)?;
+        admin
+    };
+    let identity = load_identity(&cfg.data_dir)?;
+    let primary = PrimaryConfig {
+        data_dir: cfg.data_dir.clone(),
+        listen,
+        metrics,
+        twin_fingerprint: twin,
+        client_fingerprints: vec![admin.fingerprint()],
+        writer_fingerprints: Vec::new(),
+        reader_fingerprints: Vec::new(),
+        durability: Default::default(),
+        segment_bytes: cfg.segment_bytes,
+        timers: cfg.timers,
+        retention: Default::default(),
+    };
+    write_config(&primary_config, &primary.render())?;
+    tracing::warn!(epoch = new, head, "twin promoted to primary");
+    Ok(Promoted {
+        config: primary_config,
+        epoch: new,
+        head,
+        fingerprint: identity.fingerprint(),
+    })
+}
+
+/// What `primary rejoin` did.
+#[derive(Debug)]
+pub struct RejoinReport {
+    pub rejoined: Rejoined,
+    /// The twin configuration written.
+    pub twin_config: PathBuf,
+    /// Where the primary configuration went.
+    pub deposed_config: PathBuf,
+}
+
+impl std::fmt::Display for RejoinReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.rejoined;
+        writeln!(
+            f,
+            "fenced: epoch {} is the new primary's; this box acknowledges no write as a primary",
+            r.epoch
+        )?;
+        match &r.saved {
+            Some((m, path)) => {
+                writeln!(
+                    f,
+                    "the logs forked after frame {}: this box held {} frames past it ({}..={}, {} bytes) that were never on the new primary",
+                    r.fork, m.frames, m.first, m.last, m.bytes
+                )?;
+                writeln!(
+                    f,
+                    "saved them to {} (read them with `primary divergent --data {}`), then cut them from the log",
+                    path.display(),
+                    self.twin_config.parent().unwrap_or(Path::new(".")).display()
+                )?;
+            }
+            None => writeln!(
+                f,
+                "nothing to cut: this log (head {}) is a prefix of the new primary's",
+                r.old_head
+            )?,
+        }
+        match &r.store {
+            StoreFate::Kept => {}
+            StoreFate::Rewound { from } => writeln!(
+                f,
+                "store: its applied mark moved back from {from} to {} (no store frame was cut)",
+                r.fork
+            )?,
+            StoreFate::Rebuilt { moved_to } => writeln!(
+                f,
+                "store: store frames were cut, so it was moved to {} and is rebuilt from the log when the twin starts",
+                moved_to.display()
+            )?,
+        }
+        if r.needs_snapshot {
+            writeln!(
+                f,
+                "the new primary no longer holds this log's head: the twin installs a snapshot when it starts"
+            )?;
+        }
+        writeln!(
+            f,
+            "wrote {}; {} moved to {}",
+            self.twin_config.display(),
+            PRIMARY_CONFIG,
+            self.deposed_config.display()
+        )?;
+        write!(
+            f,
+            "follow the new primary with: twin serve --config {}",
+            self.twin_config.display()
+        )
+    }
+}
+
+/// Open a stopped box's log, naming a running daemon.
+fn open_stopped(data_dir: &Path, segment_bytes: u64, what: &str) -> Result<Arc<Log>, DaemonError> {
+    match open_log(data_dir, segment_bytes) {
+        Err(DaemonError::Log(crate::log::Error::Locked(_))) => Err(DaemonError::Failed(format!(
+            "the daemon is running on {}: stop it before {what}",
+            data_dir.display()
+        ))),
+        other => other,
+    }
+}
+
+/// Turn a stopped, deposed primary into the twin of the new primary at
+/// `primary` by truncate-to-fork: see [`crate::node::rejoin`]. Writes
+/// `twin.toml` (keeping the restore and retention settings of one already
+/// there) and moves `primary.toml` aside, last, so that running it again
+/// after a crash finishes the job.
+pub async fn rejoin(
+    primary_config: &Path,
+    primary: Address,
+    primary_fingerprint: Fingerprint,
+    metrics: Option<Address>,
+    deadline: Duration,
+) -> Result<RejoinReport, DaemonError> {
+    let cfg = PrimaryConfig::load(primary_config)?;
+    let identity = load_identity(&cfg.data_dir)?;
+    let addr: SocketAddr = resolve("primary", &primary)?;
+    let log = open_stopped(&cfg.data_dir, cfg.segment_bytes, "rejoining")?;
+    let epochs =
+        Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?;
+    let pins = Arc::new(Pins::new().pin(primary_fingerprint, Role::Primary));
+    let endpoint = net::client(&identity, pins)?;
+    let rejoined = rejoin::rejoin(RejoinAt {
+        data_dir: &cfg.data_dir,
+        log: log.clone(),
+        epochs: &epochs,
+        store_dir: Some(cfg.data_dir.join(STORE_DIR)),
+        endpoint: &endpoint,
+        primary: addr,
+        deadline,
+    })
+    .await
+    .map_err(|e| DaemonError::Failed(e.to_string()))?;
+    endpoint.close(0u32.into(), b"rejoined");
+    drop(log);
+    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
+    let mut twin = match TwinConfig::load(&twin_path) {
+        Ok(t) => t,
+        Err(_) => TwinConfig {
+            data_dir: cfg.data_dir.clone(),
+            primary: primary.clone(),
+            primary_fingerprint: None,
+            metrics: cfg.metrics.clone(),
+            segment_bytes: cfg.segment_bytes,
+            timers: cfg.timers,
+            restore_listen: None,
+            restore_fingerprints: Vec::new(),
+            retention: Default::default(),
+            listen_as_primary: cfg.listen.clone(),
+        },
+    };
+    twin.data_dir = cfg.data_dir.clone();
+    twin.listen_as_primary = cfg.listen.clone();
+    twin.primary = primary;
+    twin.primary_fingerprint = Some(primary_fingerprint);
+    if let Some(m) = metrics {
+        twin.metrics = m;
+    }
+    write_config(&twin_path, &twin.render())?;
+    let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
+    std::fs::rename(primary_config, &deposed).at("moving aside", primary_config)?;
+    crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
+    tracing::warn!(
+        fork = rejoined.fork,
+        epoch = rejoined.epoch,
+        "rejoined as the new primary's twin"
+    );
+    Ok(RejoinReport {
+        rejoined,
+        twin_config: twin_path,
+        deposed_config: deposed,
+    })
+}
+
+/// Lift a stopped primary's fence by making it the primary of a new epoch
+/// above every one it heard of. This is how a split brain is made on
+/// purpose: the box that fenced it goes on serving its own epoch, and two
+/// primaries then take writes that neither twin holds. Use it only when the
+/// newer primary is gone for good and this box's log is the one to keep.
+pub fn unfence(primary_config: &Path) -> Result<(u64, u64), DaemonError> {
+    let cfg = PrimaryConfig::load(primary_config)?;
+    let log = open_stopped(&cfg.data_dir, cfg.segment_bytes, "lifting its fence")?;
+    let head = log.head_seq();
+    let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
+    if !epochs.fenced() {
+        return Err(DaemonError::Failed(format!(
+            "this primary is not fenced: it serves epoch {}",
+            epochs.current()
+        )));
+    }
+    let epoch = epochs
+        .update(|s| s.promote(head))
+        .at("recording the new epoch in", &cfg.data_dir)?;
+    tracing::warn!(
+        epoch,
+        head,
+        "fence lifted by the operator: this box is a primary of a new epoch"
+    );
+    Ok((epoch, head))
+}
+
+/// The divergent tails a rejoin saved in `data_dir`, and the frames of
+/// each, read back and checked.
+pub fn divergent(
+    data_dir: &Path,
+    extract: Option<u64>,
+    mut blob_out: impl std::io::Write,
+) -> Result<String, DaemonError> {
+    use crate::node::divergent;
+    let tails = divergent::list(data_dir).at("listing the saved tails in", data_dir)?;
+    let mut out = String::new();
+    if tails.is_empty() {
+        out.push_str("no divergent frames were saved here\n");
+    }
+    let mut found = false;
+    for t in &tails {
+        if extract.is_none() {
+            out.push_str(&format!(
+                "{}: frames {}..={} ({} frames, {} bytes) of epoch {}, cut at the rejoin to {} (epoch {}) after frame {}, saved {}\n",
+                t.file, t.first, t.last, t.frames, t.bytes, t.epoch, t.primary, t.new_epoch, t.fork,
+                super::utc(t.saved_ms)
+            ));
+        }
+        let path = data_dir.join(divergent::DIVERGENT_DIR).join(&t.file);
+        divergent::read(
+            &path,
+            |seq| extract == Some(seq),
+            |f, meta, blob| {
+                if extract == Some(f.seq) {
+                    found = true;
+                    blob_out.write_all(blob)?;
+                } else if extract.is_none() {
+                    out.push_str(&format!(
+                        "  {} kind {} meta {} B blob {} B crc {:08x}{}{}\n",
+                        f.seq,
+                        f.kind,
+                        meta.len(),
+                        f.blob_len,
+                        f.payload_crc,
+                        if f.erased { " (erased)" } else { "" },
+                        if meta.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " meta {:?}",
+                                String::from_utf8_lossy(&meta[..meta.len().min(64)])
+                            )
+                        }
+                    ));
+                }
+                Ok(())
+            },
+        )
+        .at("reading", &path)?;
+    }
+    if let Some(seq) = extract {
+        if !found {
+            return Err(DaemonError::Failed(format!("no saved frame {seq} here")));
+        }
+    }
+    Ok(out)
+}
+
+/// A switchover made this twin the primary: a new epoch from `head + 1`,
+/// `primary.toml` with the old primary as its twin and the handed clients
+/// pinned (beside this box's admin), and `twin.toml` moved aside. Answers
+/// the epoch and the address it serves clients on.
+pub fn promote_in_place(
+    cfg: &TwinConfig,
+    epochs: &Epochs,
+    head: u64,
+    clients: Vec<crate::repl::HandedClient>,
+) -> Result<(u64, String), DaemonError> {
+    let epoch = epochs
+        .update(|s| s.promote(head))
+        .at("recording the new epoch in", &cfg.data_dir)?;
+    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
+    let admin = if admin_dir.join(KEY_FILE).exists() {
+        load_identity(&admin_dir)?
+    } else {
+        let admin = Identity::mint()?;
+        write_identity(&admin_dir, &admin)?;
+        admin
+    };
+    let mut primary = PrimaryConfig {
+        data_dir: cfg.data_dir.clone(),
+        listen: cfg.listen_as_primary.clone(),
+        metrics: cfg.metrics.clone(),
+        twin_fingerprint: cfg.primary_fingerprint,
+        client_fingerprints: vec![admin.fingerprint()],
+        writer_fingerprints: Vec::new(),
+        reader_fingerprints: Vec::new(),
+        durability: Default::default(),
+        segment_bytes: cfg.segment_bytes,
+        timers: cfg.timers,
+        retention: Default::default(),
+    };
+    for c in clients {
+        let Ok(fp) = c.fingerprint.parse::<Fingerprint>() else {
+            tracing::warn!(fingerprint = %c.fingerprint, "a handed client fingerprint does not parse: not pinned");
+            continue;
+        };
+        let list = match c.role {
+            0 => &mut primary.reader_fingerprints,
+            1 => &mut primary.writer_fingerprints,
+            _ => &mut primary.client_fingerprints,
+        };
+        if !list.contains(&fp) {
+            list.push(fp);
+        }
+    }
+    let primary_path = cfg.data_dir.join(PRIMARY_CONFIG);
+    write_config(&primary_path, &primary.render())?;
+    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
+    let aside = cfg.data_dir.join(format!("{TWIN_CONFIG}.promoted"));
+    if twin_path.exists() {
+        std::fs::rename(&twin_path, &aside).at("moving aside", &twin_path)?;
+        crate::publish::sync_parent(&aside).at("syncing the directory of", &aside)?;
+    }
+    tracing::warn!(epoch, head, listen = %cfg.listen_as_primary, "promoted in place at a switchover");
+    Ok((epoch, cfg.listen_as_primary.to_string()))
+}
+
+/// The path of the primary configuration a switchover wrote.
+pub fn promoted_config(cfg: &TwinConfig) -> PathBuf {
+    cfg.data_dir.join(PRIMARY_CONFIG)
+}
+
+/// A switchover handed this primary's role to its twin, now serving at
+/// `np`: this box follows it. `twin.toml` is written (keeping the restore
+/// and retention settings of one already there) and `primary.toml` moved
+/// aside. Nothing is cut: the twin held this whole log when it took over.
+pub fn follow_after_switchover(
+    cfg: &PrimaryConfig,
+    np: &crate::node::api::NewPrimary,
+) -> Result<PathBuf, DaemonError> {
+    let fingerprint: Fingerprint = np.fingerprint.parse().map_err(|_| {
+        DaemonError::Failed(format!(
+            "the new primary's fingerprint {:?} does not parse",
+            np.fingerprint
+        ))
+    })?;
+    let primary: Address = np
+        .addr
+        .parse::<SocketAddr>()
+        .map(Address::from)
+        .map_err(|_| {
+            DaemonError::Failed(format!(
+                "the new primary's address {:?} does not parse",
+                np.addr
+            ))
+        })?;
+    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
+    let mut twin = TwinConfig::load(&twin_path).unwrap_or_else(|_| TwinConfig {
+        data_dir: cfg.data_dir.clone(),
+        primary: primary.clone(),
+        primary_fingerprint: None,
+        metrics: cfg.metrics.clone(),
+        segment_bytes: cfg.segment_bytes,
+        timers: cfg.timers,
+        restore_listen: None,
+        restore_fingerprints: Vec::new(),
+        retention: Default::default(),
+        listen_as_primary: cfg.listen.clone(),
+    });
+    twin.data_dir = cfg.data_dir.clone();
+    twin.primary = primary;
+    twin.primary_fingerprint = Some(fingerprint);
+    twin.metrics = cfg.metrics.clone();
+    twin.listen_as_primary = cfg.listen.clone();
+    write_config(&twin_path, &twin.render())?;
+    let primary_path = cfg.data_dir.join(PRIMARY_CONFIG);
+    if primary_path.exists() {
+        let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
+        std::fs::rename(&primary_path, &deposed).at("moving aside", &primary_path)?;
+        crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
+    }
+    tracing::warn!(primary = %np.addr, "switchover: this box follows the new primary");
+    Ok(twin_path)
+}
+
+/// After a switchover changed this box's role, become the daemon of the
+/// new one: the process is replaced by the sibling binary (`twin` beside
+/// `primary`, and back), serving the configuration the switchover wrote,
+/// so the log's lock and every descriptor go with the old process.
+pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonError> {
+    use std::os::unix::process::CommandExt;
+    let (binary, config) = match served {
+        super::Served::Stopped => return Ok(()),
+        super::Served::Deposed { twin_config } => ("twin", twin_config),
+        super::Served::Promoted { primary_config } => ("primary", primary_config),
+    };
+    let me = std::env::current_exe()
+        .map_err(|e| DaemonError::Failed(format!("finding this program: {e}")))?;
+    let sibling = me.with_file_name(binary);
+    let mut cmd = std::process::Command::new(&sibling);
+    cmd.arg("serve").arg("--config").arg(config);
+    if log_json {
+        cmd.arg("--log-json");
+    }
+    tracing::warn!(binary = %sibling.display(), config = %config.display(), "the switchover changed this box's role: serving the new one");
+    let e = cmd.exec();
+    Err(DaemonError::Failed(format!(
+        "the switchover changed this box's role, but {} did not start: {e}. Serve it with `{binary} serve --config {}`",
+        sibling.display(),
+        config.display()
+    )))
+}

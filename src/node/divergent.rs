@@ -1,0 +1,234 @@
+//! A deposed primary's divergent tail, saved before a rejoin cuts it.
+//!
+//! Frames a primary took after the box that replaced it was promoted were
+//! at most acknowledged `local`: the new primary never held them. Rejoin
+//! cuts them from the log, but never silently: they are first written to
+//! `divergent/` in the data directory, as the frame stream the primary
+//! ships (each frame's 32-byte header, its meta, its blob; see
+//! `docs/FORMAT.md`), in a file fsynced and then named by its manifest,
+//! written last. `primary divergent` reads them back.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::log::{Error as LogError, Log};
+use crate::repl::wire::{frame_prefix, FrameDecoder, FrameEvent};
+
+/// The directory of saved tails, in the data directory.
+pub const DIVERGENT_DIR: &str = "divergent";
+
+/// What a saved tail holds: its manifest, beside the frames file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedTail {
+    /// The frames file, relative to the directory of saved tails.
+    pub file: String,
+    /// The log's history id (hex).
+    pub history: String,
+    /// The last frame both logs share: every saved frame follows it.
+    pub fork: u64,
+    pub first: u64,
+    pub last: u64,
+    pub frames: u64,
+    /// The frames file's length.
+    pub bytes: u64,
+    /// The epoch this box served when it wrote them.
+    pub epoch: u64,
+    /// The new primary's epoch, which superseded it.
+    pub new_epoch: u64,
+    /// The new primary, as the rejoin reached it.
+    pub primary: String,
+    /// When they were saved, ms since the Unix epoch.
+    pub saved_ms: u64,
+}
+
+/// One saved frame as `divergent` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SavedFrame {
+    pub seq: u64,
+    pub kind: u16,
+    pub meta_len: u32,
+    pub blob_len: u64,
+    pub payload_crc: u32,
+    /// Whether the frame had been erased before it was saved (its blob is
+    /// gone).
+    pub erased: bool,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What to save and why.
+pub struct Tail<'a> {
+    pub log: &'a Log,
+    pub fork: u64,
+    pub epoch: u64,
+    pub new_epoch: u64,
+    pub primary: String,
+}
+
+/// Save frames `fork + 1..=head` of the log under `data_dir/divergent/`,
+/// durably, before anything is cut. Answers the manifest and its path.
+pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, PathBuf)> {
+    let dir = data_dir.join(DIVERGENT_DIR);
+    std::fs::create_dir_all(&dir)?;
+    crate::publish::sync_parent(&dir)?;
+    let (first, last) = (tail.fork + 1, tail.log.head_seq());
+    let stem = format!("e{}-{first}-{last}", tail.new_epoch);
+    let file = format!("{stem}.frames");
+    let tmp = dir.join(format!("{file}.tmp"));
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+    let mut bytes = 0u64;
+    for seq in first..=last {
+        let mut begun = false;
+        tail.log
+            .read_pieces(seq, 1 << 20, |loc, piece, _last| {
+                if !begun {
+                    begun = true;
+                    let prefix = frame_prefix(&loc.header(), &loc.meta);
+                    out.write_all(&prefix)?;
+                    bytes += prefix.len() as u64;
+                }
+                out.write_all(piece)?;
+                bytes += piece.len() as u64;
+                Ok::<(), LogError>(())
+            })
+            .map_err(|e| std::io::Error::other(format!("reading frame {seq}: {e}")))?;
+    }
+    let f = out.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(&file))?;
+    let manifest = SavedTail {
+        file,
+        history: tail.log.history().to_string(),
+        fork: tail.fork,
+        first,
+        last,
+        frames: last + 1 - first,
+        bytes,
+        epoch: tail.epoch,
+        new_epoch: tail.new_epoch,
+        primary: tail.primary.clone(),
+        saved_ms: unix_ms(),
+    };
+    let path = dir.join(format!("{stem}.json"));
+    let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;
+    crate::publish::publish(&path, &text)?;
+    Ok((manifest, path))
+}
+
+/// Every saved tail in `data_dir`, oldest first: the manifests that name
+/// a whole frames file.
+pub fn list(data_dir: &Path) -> std::io::Result<Vec<SavedTail>> {
+    let dir = data_dir.join(DIVERGENT_DIR);
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let path = e?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            let text = std::fs::read(&path)?;
+            let m: SavedTail = serde_json::from_slice(&text).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", path.display()),
+                )
+            })?;
+            out.push(m);
+        }
+    }
+    out.sort_by_key(|m| (m.saved_ms, m.first));
+    Ok(out)
+}
+
+/// Read a frames file, calling `each` with every frame, its meta, and its
+/// blob when `keep(seq)` asks for it (otherwise, and for an erased frame,
+/// empty: memory stays small whatever the blobs). Each frame's payload
+/// crc is checked: a damaged or cut file is an error naming the frame.
+pub fn read(
+    path: &Path,
+    keep: impl Fn(u64) -> bool,
+    mut each: impl FnMut(&SavedFrame, &[u8], &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<u64> {
+    let mut f = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut decoder = FrameDecoder::default();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut filled, mut at) = (0usize, 0usize);
+    let mut blob = Vec::new();
+    let mut crc = crc32fast::Hasher::new();
+    let mut keeping = false;
+    let mut frames = 0u64;
+    let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let mut eof = false;
+    loop {
+        if at == filled && !eof {
+            filled = f.read(&mut buf)?;
+            at = 0;
+            eof = filled == 0;
+        }
+        if eof && decoder.at_boundary() {
+            return Ok(frames);
+        }
+        let (n, ev) = decoder
+            .decode(&buf[at..filled])
+            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        let piece = &buf[at..at + n];
+        at += n;
+        if eof && ev.is_none() {
+            return Err(bad(format!(
+                "{}: cut inside a frame after {frames} whole frames",
+                path.display()
+            )));
+        }
+        match ev {
+            Some(FrameEvent::Begin(h)) => {
+                blob.clear();
+                crc = crc32fast::Hasher::new();
+                crc.update(decoder.meta());
+                keeping = keep(h.seq);
+            }
+            Some(FrameEvent::Piece) => {
+                crc.update(piece);
+                if keeping {
+                    blob.extend_from_slice(piece);
+                }
+            }
+            Some(FrameEvent::End(h)) | Some(FrameEvent::Erased(h)) => {
+                let erased = matches!(ev, Some(FrameEvent::Erased(_)));
+                if erased {
+                    blob.clear();
+                }
+                let meta = decoder.meta().to_vec();
+                if !erased {
+                    let got = std::mem::replace(&mut crc, crc32fast::Hasher::new()).finalize();
+                    if got != h.payload_crc {
+                        return Err(bad(format!(
+                            "{}: frame {} does not match its crc",
+                            path.display(),
+                            h.seq
+                        )));
+                    }
+                }
+                let frame = SavedFrame {
+                    seq: h.seq,
+                    kind: h.kind,
+                    meta_len: h.meta_len,
+                    blob_len: if erased { 0 } else { h.blob_len },
+                    payload_crc: h.payload_crc,
+                    erased,
+                };
+                each(&frame, &meta, &blob)?;
+                frames += 1;
+            }
+            None => {}
+        }
+    }
+}

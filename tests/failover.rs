@@ -1,0 +1,388 @@
+//! The failover cycle with the shipped daemons on loopback: a promoted twin
+//! works at once, the deposed primary is fenced, and it rejoins the new
+//! primary by truncate-to-fork, its divergent frames saved first and the
+//! rest of its log kept.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use twinlog::daemon::{self, DaemonError, PrimaryConfig, Served, TwinConfig};
+use twinlog::node::api::ApiError;
+use twinlog::node::{ClientError, Durability, Status, TwinStatus};
+
+fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+/// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
+/// given up after 20 s).
+async fn status_until<T: serde::de::DeserializeOwned>(
+    metrics: &daemon::Address,
+    mut ok: impl FnMut(&T) -> bool,
+) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((_, s)) = daemon::fetch_status::<T>(metrics) {
+            if ok(&s) {
+                return s;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "status not reached in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<Served, DaemonError>>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let served = self.task.await.expect("join").expect("stopped cleanly");
+        assert_eq!(served, Served::Stopped);
+    }
+
+    /// The run ended by itself (a switchover changed the role).
+    async fn ended(self) -> Served {
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("the daemon ended")
+            .expect("join")
+            .expect("served")
+    }
+}
+
+fn primary(cfg: &PrimaryConfig) -> Running {
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(daemon::serve_primary(cfg.clone(), stopped));
+    Running { stop, task }
+}
+
+fn twin(cfg: &TwinConfig) -> Running {
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(daemon::serve_twin(cfg.clone(), stopped));
+    Running { stop, task }
+}
+
+async fn serving(cfg: &PrimaryConfig) -> twinlog::node::Client {
+    status_until::<Status>(&cfg.metrics, |_| true).await;
+    daemon::load::admin_client(cfg).await.expect("admin client")
+}
+
+fn blob(tag: u8, seq: u64) -> Vec<u8> {
+    let mut b = vec![tag; 200];
+    b[..8].copy_from_slice(&seq.to_le_bytes());
+    b
+}
+
+fn frames_of(dir: &Path) -> Vec<(u64, Vec<u8>)> {
+    let log = twinlog::log::Log::open(dir.join(daemon::LOG_DIR)).expect("open log");
+    (log.first_seq()..=log.head_seq())
+        .map(|s| (s, log.read(s).expect("read").blob))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+    let a_listen = free_udp();
+    let (b_twin_cfg, b_fp) =
+        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
+    let (a_cfg_path, a_fp) =
+        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
+    daemon::pin_primary(&b_twin_cfg, a_fp).expect("pin");
+    let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let b_tcfg = TwinConfig::load(&b_twin_cfg).expect("load");
+
+    // A primary and its twin B: 30 frames durable on both.
+    let a = primary(&a_cfg);
+    let b = twin(&b_tcfg);
+    let client = serving(&a_cfg).await;
+    for seq in 1..=30 {
+        let (got, d) = client
+            .append(0x8000, b"", &blob(b'a', seq), Durability::Twin)
+            .await
+            .expect("append");
+        assert_eq!((got, d), (seq, Durability::Twin));
+    }
+    // The twin goes; A takes 12 more frames, acknowledged `local` only:
+    // they are the divergent tail.
+    b.stop().await;
+    for seq in 31..=42 {
+        let (got, _) = client
+            .append(0x8000, b"", &blob(b'a', seq), Durability::Local)
+            .await
+            .expect("append");
+        assert_eq!(got, seq);
+    }
+    drop(client);
+    a.stop().await;
+
+    // B is promoted with A as its twin to be, and works at once.
+    let promoted = daemon::failover::promote(&b_twin_cfg, free_udp(), free_tcp(), Some(a_fp))
+        .expect("promote");
+    assert_eq!((promoted.epoch, promoted.head), (1, 30));
+    let b_cfg = PrimaryConfig::load(&promoted.config).expect("load");
+    let b = primary(&b_cfg);
+    let b_client = serving(&b_cfg).await;
+    for seq in 31..=40 {
+        let (got, d) = b_client
+            .append(0x8000, b"", &blob(b'b', seq), Durability::Local)
+            .await
+            .expect("append on the promoted box");
+        assert_eq!((got, d), (seq, Durability::Local));
+    }
+
+    // A restarted as a primary takes writes until it hears of epoch 1;
+    // fenced, it acknowledges nothing, durably, and still serves reads.
+    let a = primary(&a_cfg);
+    let a_client = serving(&a_cfg).await;
+    let s = a_client.fence(1).await.expect("fence");
+    assert_eq!(s.fenced.as_ref().map(|f| f.epoch), Some(1));
+    for d in [Durability::Local, Durability::Twin] {
+        match a_client.append(0x8000, b"", b"late", d).await {
+            Err(ClientError::Api(ApiError::Fenced {
+                epoch: 0,
+                newer: 1,
+                seq: None,
+                ..
+            })) => {}
+            other => panic!("a fenced primary answered {other:?}"),
+        }
+    }
+    assert_eq!(
+        a_client.read(42).await.expect("reads go on").blob,
+        blob(b'a', 42)
+    );
+    drop(a_client);
+    a.stop().await;
+    let a = primary(&a_cfg);
+    let s: Status = status_until(&a_cfg.metrics, |_| true).await;
+    assert!(s.fenced.is_some(), "the fence survives a restart");
+    let a_client = serving(&a_cfg).await;
+    assert!(matches!(
+        a_client
+            .append(0x8000, b"", b"late", Durability::Local)
+            .await,
+        Err(ClientError::Api(ApiError::Fenced { .. }))
+    ));
+    drop(a_client);
+    a.stop().await;
+
+    // A rejoins B: frames 31..=42 are saved, then cut; 1..=30 stay.
+    let report = daemon::failover::rejoin(
+        &a_cfg_path,
+        b_cfg.listen.clone(),
+        promoted.fingerprint,
+        Some(free_tcp().into()),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("rejoin");
+    let r = &report.rejoined;
+    assert_eq!((r.old_head, r.fork, r.epoch), (42, 30, 1));
+    let (saved, _) = r.saved.as_ref().expect("a saved tail");
+    assert_eq!((saved.first, saved.last, saved.frames), (31, 42, 12));
+    let text = report.to_string();
+    assert!(
+        text.contains("31..=42") && text.contains("never on the new primary"),
+        "{text}"
+    );
+    let mut listed = Vec::new();
+    daemon::failover::divergent(&a_dir, None, std::io::sink()).expect("list");
+    for seq in 31..=42u64 {
+        let mut out = Vec::new();
+        daemon::failover::divergent(&a_dir, Some(seq), &mut out).expect("extract");
+        listed.push(out);
+    }
+    let expected: Vec<Vec<u8>> = (31..=42).map(|s| blob(b'a', s)).collect();
+    assert_eq!(
+        listed, expected,
+        "the saved frames are exactly the divergent tail"
+    );
+    assert_eq!(frames_of(&a_dir).len(), 30, "the log was cut at the fork");
+    assert!(!a_cfg_path.exists(), "primary.toml moved aside");
+
+    // A follows B as its twin; `twin` appends on B are acknowledged.
+    let a_tcfg = TwinConfig::load(&report.twin_config).expect("twin.toml");
+    let a_twin = twin(&a_tcfg);
+    let (seq, d) = b_client
+        .append(0x8000, b"", &blob(b'b', 41), Durability::Twin)
+        .await
+        .expect("twin append on the new primary");
+    assert_eq!((seq, d), (41, Durability::Twin));
+    let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.head == 41).await;
+    assert_eq!(st.epoch, 1);
+    a_twin.stop().await;
+    drop(b_client);
+    b.stop().await;
+    let (on_a, on_b) = (frames_of(&a_dir), frames_of(&b_dir));
+    assert_eq!(on_a, on_b, "both boxes hold the same frames");
+    for (seq, bytes) in &on_a[..30] {
+        assert_eq!(bytes, &blob(b'a', *seq));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_without_a_twin_refuses_twin_appends_at_once() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (cfg_path, _) =
+        daemon::init_primary(&root.path().join("p"), free_udp(), free_tcp(), None).expect("init");
+    let cfg = PrimaryConfig::load(&cfg_path).expect("load");
+    let p = primary(&cfg);
+    let client = serving(&cfg).await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.append(0x8000, b"", b"x", Durability::Twin),
+    )
+    .await
+    .expect("answered at once, not left waiting");
+    assert!(
+        matches!(refused, Err(ClientError::Api(ApiError::NoTwin))),
+        "{refused:?}"
+    );
+    let (seq, _) = client
+        .append(0x8000, b"", b"y", Durability::Local)
+        .await
+        .expect("local append");
+    assert_eq!(seq, 1, "nothing was appended for the refused request");
+    let s = client.status().await.expect("status");
+    assert!(!s.twin_configured);
+    let text = daemon::render_primary_status(&s);
+    assert!(text.contains("NONE configured"), "{text}");
+    drop(client);
+    p.stop().await;
+}
+
+/// A planned switchover under a writer: no acknowledged frame is lost, the
+/// writer's longest pause is bounded, and the old primary follows the new
+/// one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+    let a_listen = free_udp();
+    let (b_twin_path, b_fp) =
+        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
+    let (a_cfg_path, a_fp) =
+        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
+    daemon::pin_primary(&b_twin_path, a_fp).expect("pin");
+    // The twin serves clients on its own port once promoted.
+    let mut b_tcfg = TwinConfig::load(&b_twin_path).expect("load");
+    b_tcfg.listen_as_primary = free_udp().into();
+    std::fs::write(&b_twin_path, b_tcfg.render()).expect("write twin.toml");
+    let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let admin = daemon::load_identity(&a_dir.join(daemon::ADMIN_DIR)).expect("admin identity");
+
+    let a = primary(&a_cfg);
+    let b = twin(&b_tcfg);
+    let client = serving(&a_cfg).await;
+    status_until::<TwinStatus>(&b_tcfg.metrics, |s| s.connected).await;
+
+    // A writer that follows the primary wherever a switchover sends it.
+    let (stop_writer, mut writer_stopped) = watch::channel(false);
+    let writer = tokio::spawn(async move {
+        let mut client = client;
+        let mut acked = Vec::new();
+        let mut longest = Duration::ZERO;
+        let mut n = 0u64;
+        while !*writer_stopped.borrow_and_update() {
+            n += 1;
+            let started = tokio::time::Instant::now();
+            match client
+                .append(0x8000, b"", &blob(b'w', n), Durability::Twin)
+                .await
+            {
+                Ok((seq, Durability::Twin)) => acked.push((seq, blob(b'w', n))),
+                Ok(other) => panic!("acknowledged {other:?}"),
+                Err(ClientError::Api(ApiError::Fenced {
+                    primary: Some(np), ..
+                })) => {
+                    let addr: SocketAddr = np.addr.parse().expect("an address");
+                    let fp = np.fingerprint.parse().expect("a fingerprint");
+                    // The new primary may still be starting: a first packet
+                    // to a port nobody listens on yet is retransmitted only
+                    // after QUIC's initial timeout, so try again sooner.
+                    client = loop {
+                        let attempt = twinlog::node::Client::connect(&admin, fp, addr);
+                        if let Ok(Ok(c)) =
+                            tokio::time::timeout(Duration::from_millis(100), attempt).await
+                        {
+                            break c;
+                        }
+                    };
+                }
+                Err(e) => panic!("append {n}: {e}"),
+            }
+            longest = longest.max(started.elapsed());
+        }
+        (acked, longest)
+    });
+    status_until::<Status>(&a_cfg.metrics, |s| s.head >= 50).await;
+
+    let admin_client = daemon::load::admin_client(&a_cfg).await.expect("admin");
+    let t0 = std::time::Instant::now();
+    let (epoch, head, np) = admin_client
+        .switchover(Duration::from_secs(5))
+        .await
+        .expect("switchover");
+    assert_eq!(epoch, 1);
+    assert_eq!(np.addr, b_tcfg.listen_as_primary.to_string());
+    drop(admin_client);
+    let Served::Promoted { primary_config } = b.ended().await else {
+        panic!("B did not become a primary");
+    };
+    eprintln!("switchover answered and B ended: {:?}", t0.elapsed());
+    let b_cfg = PrimaryConfig::load(&primary_config).expect("B's primary.toml");
+    let b = primary(&b_cfg);
+    let Served::Deposed { twin_config } = a.ended().await else {
+        panic!("A did not become a twin");
+    };
+    eprintln!("A ended: {:?}", t0.elapsed());
+    let a_tcfg = TwinConfig::load(&twin_config).expect("A's twin.toml");
+    let a = twin(&a_tcfg);
+    let s: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.connected).await;
+    eprintln!("A follows: {:?}", t0.elapsed());
+    assert!(s.head >= head);
+    status_until::<Status>(&b_cfg.metrics, |s| s.head >= head + 50).await;
+    let _ = stop_writer.send(true);
+    let (acked, longest) = writer.await.expect("writer");
+    println!(
+        "switchover: {} appends acknowledged, longest pause {longest:?}",
+        acked.len()
+    );
+    assert!(
+        longest < Duration::from_secs(5),
+        "a bounded pause: {longest:?}"
+    );
+    a.stop().await;
+    b.stop().await;
+    let (on_a, on_b) = (frames_of(&a_dir), frames_of(&b_dir));
+    assert_eq!(on_a, on_b, "both boxes hold the same frames");
+    for (seq, bytes) in &acked {
+        assert_eq!(
+            &on_b[(*seq - 1) as usize].1,
+            bytes,
+            "acknowledged frame {seq}"
+        );
+    }
+}
