@@ -796,3 +796,53 @@ async fn large_objects_stream_in_and_out_and_a_bad_hash_lands_nothing() {
         .lfs()
         .contains(&oid));
 }
+
+/// A client that asks for a large object and stops reading holds no lock:
+/// the store's other requests go on meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_a_large_object_holds_up_no_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start(dir.path()).await;
+    let c = &p.client;
+    c.create_repo("media", Durability::Twin)
+        .await
+        .expect("create");
+    let content: Vec<u8> = (0..32_000_000u32).map(|i| (i % 251) as u8).collect();
+    let oid = twinlog::store::frames::lfs_oid(&content);
+    c.lfs_put(
+        "media",
+        oid,
+        content.len() as u64,
+        &content[..],
+        Durability::Twin,
+    )
+    .await
+    .expect("put");
+    // A sink of 1 KiB drained of one byte, then left: the reader stops,
+    // and flow control stops the primary's sending mid-object.
+    let (stuck, mut kept) = tokio::io::duplex(1024);
+    let slow = c.lfs_get("media", oid, stuck);
+    tokio::pin!(slow);
+    let mut first = [0u8; 1];
+    tokio::select! {
+        _ = &mut slow => panic!("the stuck read ended"),
+        r = tokio::io::AsyncReadExt::read_exact(&mut kept, &mut first) => {
+            r.expect("the object streams");
+        }
+    }
+    let others = async {
+        c.create_repo("other", Durability::Twin)
+            .await
+            .expect("create");
+        c.put_doc("d", b"x", Durability::Twin)
+            .await
+            .expect("put doc");
+        assert_eq!(c.get_doc("d").await.expect("get doc"), Some(b"x".to_vec()));
+    };
+    tokio::select! {
+        _ = &mut slow => panic!("the stuck read ended"),
+        r = tokio::time::timeout(Duration::from_secs(10), others) => {
+            r.expect("the store's requests go on while a reader is stuck");
+        }
+    }
+}

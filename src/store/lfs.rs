@@ -275,30 +275,32 @@ impl Lfs {
         piece: usize,
         each: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<bool> {
+        match self.open_object(oid)? {
+            Some(object) => {
+                object.read(piece, each)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// An object opened for reading: once open, it reads without the
+    /// store (an object is never rewritten, and a delete only unlinks it),
+    /// so no lock is held while a slow reader takes its pieces.
+    pub fn open_object(&self, oid: &[u8; LFS_OID_LEN]) -> Result<Option<LfsObject>> {
         let path = self.path_of(oid);
-        let mut f = match File::open(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
-        let mut buf = vec![0u8; piece.max(1)];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            sha.update(&buf[..n]);
-            each(&buf[..n])?;
-        }
-        if sha.finish().as_ref() != oid {
-            return Err(StoreError::Corrupt {
-                path,
-                at: 0,
-                what: "a large object that does not hash to its name".into(),
-            });
-        }
-        Ok(true)
+        let len = file.metadata()?.len();
+        Ok(Some(LfsObject {
+            file,
+            len,
+            path,
+            oid: *oid,
+        }))
     }
 
     /// An object's length, when present.
@@ -333,6 +335,39 @@ impl LfsPut {
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         self.hasher.update(bytes);
         self.file.write_all(bytes)?;
+        Ok(())
+    }
+}
+
+/// A large object open for reading ([`Lfs::open_object`]).
+pub struct LfsObject {
+    file: File,
+    pub len: u64,
+    path: PathBuf,
+    oid: [u8; LFS_OID_LEN],
+}
+
+impl LfsObject {
+    /// Its bytes in pieces of at most `piece`, its SHA-256 checked at the
+    /// end. Memory is one piece.
+    pub fn read(mut self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut buf = vec![0u8; piece.max(1)];
+        loop {
+            let n = self.file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            sha.update(&buf[..n]);
+            each(&buf[..n])?;
+        }
+        if sha.finish().as_ref() != self.oid {
+            return Err(StoreError::Corrupt {
+                path: self.path,
+                at: 0,
+                what: "a large object that does not hash to its name".into(),
+            });
+        }
         Ok(())
     }
 }

@@ -354,24 +354,26 @@ impl Primary {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Response, Vec<u8>>>(4);
         tokio::task::spawn_blocking(move || {
             let fail = |e: crate::store::StoreError| Ok(Response::Error(e.into()));
-            let store = match host.lock() {
-                Ok(s) => s,
+            // The object is opened under the store's lock and read
+            // without it: a client that reads slowly holds no one up.
+            let opened = host
+                .lock()
+                .and_then(|store| store.repo(&repo)?.lfs().open_object(&oid));
+            let object = match opened {
+                Ok(Some(o)) => o,
+                Ok(None) => return drop(tx.blocking_send(Ok(Response::Absent))),
                 Err(e) => return drop(tx.blocking_send(fail(e))),
-            };
-            let repo = match store.repo(&repo) {
-                Ok(r) => r,
-                Err(e) => return drop(tx.blocking_send(fail(e))),
-            };
-            let Some(len) = repo.lfs().len_of(&oid) else {
-                return drop(tx.blocking_send(Ok(Response::Absent)));
             };
             if tx
-                .blocking_send(Ok(Response::Object { obj_type: 0, len }))
+                .blocking_send(Ok(Response::Object {
+                    obj_type: 0,
+                    len: object.len,
+                }))
                 .is_err()
             {
                 return;
             }
-            let read = repo.lfs().read(&oid, PIECE, &mut |piece| {
+            let read = object.read(PIECE, &mut |piece| {
                 tx.blocking_send(Err(piece.to_vec()))
                     .map_err(|_| crate::store::StoreError::Closed("the client left".into()))
             });
