@@ -1002,6 +1002,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
         segment_bytes: 1 << 20,
         timers,
         retention: RetentionSection { max_bytes: 1 << 30 },
+        limits: Default::default(),
     };
     let twin = TwinConfig {
         data_dir: "/var/lib/twinlog".into(),

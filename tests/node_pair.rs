@@ -62,6 +62,7 @@ fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch:
             policy,
             timers: fast(),
             epoch,
+            ..PrimaryConfig::default()
         },
     );
     let (stop, stopped) = watch::channel(false);

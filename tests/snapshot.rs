@@ -341,6 +341,7 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
             policy: TwinPolicy::Wait,
             timers: fast(),
             epoch: 0,
+            ..PrimaryConfig::default()
         },
         Some(pstore.clone()),
     );

@@ -73,6 +73,7 @@ async fn start_on(dir: &Path, log: Arc<Log>) -> Pair {
             policy: TwinPolicy::Wait,
             timers: fast(),
             epoch: 0,
+            ..PrimaryConfig::default()
         },
         Some(primary_store.clone()),
     );

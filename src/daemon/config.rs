@@ -262,6 +262,58 @@ pub struct TimersSection {
 pub const HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 10..=60_000;
 pub const IDLE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
+/// `[limits]`: what one client may cost the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawLimits")]
+pub struct LimitsSection {
+    /// The longest a client may leave a request's body without sending a
+    /// byte before the request is cut off (`BodyStalled`).
+    pub body_piece_timeout_ms: u64,
+}
+
+/// The bounds of `body_piece_timeout_ms`: shorter than 100 ms cuts off
+/// honest clients on a busy link; longer than ten minutes lets one client
+/// hold every writer that long.
+pub const BODY_PIECE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            body_piece_timeout_ms: 3_000,
+        }
+    }
+}
+
+impl LimitsSection {
+    pub fn body_piece_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.body_piece_timeout_ms)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    body_piece_timeout_ms: u64,
+}
+
+impl TryFrom<RawLimits> for LimitsSection {
+    type Error = String;
+
+    fn try_from(r: RawLimits) -> Result<LimitsSection, String> {
+        if !BODY_PIECE_TIMEOUT_MS.contains(&r.body_piece_timeout_ms) {
+            return Err(format!(
+                "body_piece_timeout_ms = {}: it must be from {} to {}",
+                r.body_piece_timeout_ms,
+                BODY_PIECE_TIMEOUT_MS.start(),
+                BODY_PIECE_TIMEOUT_MS.end()
+            ));
+        }
+        Ok(LimitsSection {
+            body_piece_timeout_ms: r.body_piece_timeout_ms,
+        })
+    }
+}
+
 /// `[timers]` as written, checked into a [`TimersSection`].
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -363,6 +415,8 @@ pub struct PrimaryConfig {
     pub timers: TimersSection,
     #[serde(default)]
     pub retention: RetentionSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
 }
 
 /// `twin.toml`.
@@ -468,8 +522,15 @@ timeout_ms = {timeout}
 # those the twin has acknowledged, then, if the log is still over, those it
 # has not (it is then below the floor and gets a snapshot). 0 keeps all.
 max_bytes = {max_bytes}
+
+[limits]
+# Milliseconds a client may leave a request's body without sending a byte
+# before the request is cut off (BodyStalled) and nothing of it is written:
+# no client holds the log's writer or the store longer than this.
+body_piece_timeout_ms = {body_piece}
 {timers}"#,
             max_bytes = self.retention.max_bytes,
+            body_piece = self.limits.body_piece_timeout_ms,
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,
@@ -574,6 +635,7 @@ mod tests {
                 idle_timeout_ms: 300,
             },
             retention: RetentionSection { max_bytes: 1 << 30 },
+            limits: Default::default(),
         }
     }
 

@@ -85,6 +85,7 @@ pub fn promote(
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
         retention: Default::default(),
+        limits: Default::default(),
     };
     write_config(&primary_config, &primary.render())?;
     tracing::warn!(epoch = new, head, "twin promoted to primary");
@@ -373,6 +374,7 @@ pub fn promote_in_place(
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
         retention: Default::default(),
+        limits: Default::default(),
     };
     for c in clients {
         let Ok(fp) = c.fingerprint.parse::<Fingerprint>() else {

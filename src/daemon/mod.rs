@@ -306,6 +306,7 @@ pub fn init_primary(
         segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
         timers: Default::default(),
         retention: Default::default(),
+        limits: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -1004,6 +1005,7 @@ pub async fn serve_primary(
             policy: cfg.durability.twin_policy(),
             timers: cfg.timers.timers(),
             epoch: epochs.current(),
+            body_piece_deadline: cfg.limits.body_piece_deadline(),
         },
         Some(store.clone()),
         epochs,

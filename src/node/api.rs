@@ -392,6 +392,14 @@ pub enum ApiError {
         /// switchover).
         primary: Option<NewPrimary>,
     },
+    /// The client sent no byte of a request's body for `after_ms`: the
+    /// request was cut off and nothing of it was written.
+    #[error("the body stalled: {received} of {expected} bytes arrived, then nothing for {after_ms} ms; nothing was written")]
+    BodyStalled {
+        received: u64,
+        expected: u64,
+        after_ms: u64,
+    },
     /// A switchover did not happen: the primary takes writes again.
     #[error("switchover refused: {why}; this box is still the primary")]
     SwitchoverRefused { why: String },

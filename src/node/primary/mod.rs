@@ -18,6 +18,7 @@ use crate::net::{self, NetError, Pins, Role};
 use crate::repl::wire::frame_prefix;
 use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
+mod body;
 mod retain;
 mod store_requests;
 mod switchover;
@@ -47,6 +48,10 @@ pub struct PrimaryConfig {
     pub timers: Timers,
     /// This primary's epoch (raised by each promotion).
     pub epoch: u64,
+    /// The longest a client may leave a request's body without sending a
+    /// byte: past it the request is cut off (`BodyStalled`), so no client
+    /// holds the log's writer or the store.
+    pub body_piece_deadline: Duration,
 }
 
 impl Default for PrimaryConfig {
@@ -55,6 +60,7 @@ impl Default for PrimaryConfig {
             policy: TwinPolicy::Wait,
             timers: Timers::default(),
             epoch: 0,
+            body_piece_deadline: body::DEFAULT_PIECE_DEADLINE,
         }
     }
 }
@@ -790,19 +796,24 @@ impl Primary {
             )));
         }
         let appended = if blob_len <= SMALL_BLOB {
-            let mut blob = vec![0u8; blob_len as usize];
-            if let Err(e) = recv.read_exact(&mut blob).await {
-                return Response::Error(ApiError::BadRequest(format!("blob: {e}")));
-            }
+            let blob = match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
+                .read_all()
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => return Response::Error(e),
+            };
             let log = self.log.clone();
-            tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await
+            match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
+                Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
+                Err(e) => Err(ApiError::Refused(e.to_string())),
+            }
         } else {
             self.append_streamed(kind, meta, blob_len, recv).await
         };
         let seq = match appended {
-            Ok(Ok(seq)) => seq,
-            Ok(Err(e)) => return Response::Error(ApiError::Refused(e.to_string())),
-            Err(e) => return Response::Error(ApiError::Refused(e.to_string())),
+            Ok(seq) => seq,
+            Err(e) => return Response::Error(e),
         };
         self.acknowledge(seq, 32 + meta_len + blob_len, durability)
             .await
@@ -841,14 +852,20 @@ impl Primary {
     }
 
     /// A large blob: pieces from the stream into a `Pending` owned by a
-    /// blocking thread; memory is a few pieces whatever the size.
+    /// blocking thread; memory is a few pieces whatever the size. The
+    /// log's writer is taken only once the first piece is in hand, and a
+    /// client that then stops sending is cut off after the piece deadline:
+    /// the entry is dropped, nothing of it is visible, and the other
+    /// writers go on.
     async fn append_streamed(
         &self,
         kind: u16,
         meta: Vec<u8>,
         blob_len: u64,
         recv: &mut RecvStream,
-    ) -> Result<Result<u64, LogError>, tokio::task::JoinError> {
+    ) -> Result<u64, ApiError> {
+        let mut body = body::Body::new(recv, blob_len, self.cfg.body_piece_deadline);
+        let first = body.next().await?;
         let (tx, mut rx) = mpsc::channel::<bytes::Bytes>(4);
         let log = self.log.clone();
         let writer = tokio::task::spawn_blocking(move || {
@@ -858,21 +875,30 @@ impl Primary {
             }
             p.commit()
         });
-        let mut left = blob_len;
-        while left > 0 {
-            match recv.read_chunk(PIECE.min(left as usize), true).await {
-                Ok(Some(chunk)) => {
-                    left -= chunk.bytes.len() as u64;
-                    if tx.send(chunk.bytes).await.is_err() {
-                        break;
-                    }
-                }
-                _ => break,
+        let mut piece = first;
+        let mut cut = None;
+        while let Some(bytes) = piece {
+            if tx.send(bytes).await.is_err() {
+                break;
             }
+            piece = match body.next().await {
+                Ok(p) => p,
+                Err(e) => {
+                    cut = Some(e);
+                    None
+                }
+            };
         }
         drop(tx);
-        // A short stream makes commit refuse with BlobLength: nothing lands.
-        writer.await
+        // A short body makes commit refuse with BlobLength: nothing lands.
+        let committed = writer.await;
+        if let Some(e) = cut {
+            return Err(e);
+        }
+        match committed {
+            Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
+            Err(e) => Err(ApiError::Refused(e.to_string())),
+        }
     }
 
     async fn wait_for_twin(&self, seq: u64) -> Response {

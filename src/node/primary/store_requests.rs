@@ -194,7 +194,11 @@ impl Primary {
             let mut pieces = rx.into_iter();
             host.push(&repo, pack_len, &updates, at_ms, &mut pieces)
         });
-        pump(recv, pack_len, tx).await;
+        if let Some(cut) = pump(recv, pack_len, tx, self.cfg.body_piece_deadline).await {
+            // The writer, left short, refuses: nothing lands.
+            let _ = writer.await;
+            return Response::Error(cut);
+        }
         let done = match writer.await {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => return Response::Error(e.into()),
@@ -238,7 +242,10 @@ impl Primary {
             let mut pieces = rx.into_iter();
             host.lfs_put(&repo, oid, len, &mut pieces)
         });
-        pump(recv, len, tx).await;
+        if let Some(cut) = pump(recv, len, tx, self.cfg.body_piece_deadline).await {
+            let _ = writer.await;
+            return Response::Error(cut);
+        }
         let seq = match writer.await {
             Ok(Ok(seq)) => seq,
             Ok(Err(e)) => return Response::Error(e.into()),
@@ -262,10 +269,13 @@ impl Primary {
                 "a document of {len} bytes; at most {max}"
             )));
         }
-        let mut content = vec![0u8; len as usize];
-        if let Err(e) = recv.read_exact(&mut content).await {
-            return Response::Error(ApiError::BadRequest(format!("document: {e}")));
-        }
+        let content = match super::body::Body::new(recv, len, self.cfg.body_piece_deadline)
+            .read_all()
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return Response::Error(e),
+        };
         self.store_write(move |host| host.put_doc(&name, &content), durability)
             .await
     }
@@ -430,19 +440,28 @@ impl Primary {
 
 /// Move `len` bytes of a request's stream to a blocking writer, a piece at
 /// a time; a stream that ends early leaves the writer short, which refuses.
-async fn pump(recv: &mut RecvStream, len: u64, tx: std::sync::mpsc::SyncSender<bytes::Bytes>) {
-    let mut left = len;
-    while left > 0 {
-        match recv.read_chunk(PIECE.min(left as usize), true).await {
-            Ok(Some(chunk)) => {
-                left -= chunk.bytes.len() as u64;
+/// Answers why the body was cut off, when it was.
+async fn pump(
+    recv: &mut RecvStream,
+    len: u64,
+    tx: std::sync::mpsc::SyncSender<bytes::Bytes>,
+    deadline: std::time::Duration,
+) -> Option<ApiError> {
+    let mut body = super::body::Body::new(recv, len, deadline);
+    loop {
+        match body.next().await {
+            Ok(Some(piece)) => {
                 let tx = tx.clone();
-                let sent = tokio::task::spawn_blocking(move || tx.send(chunk.bytes)).await;
+                let sent = tokio::task::spawn_blocking(move || tx.send(piece)).await;
                 if !matches!(sent, Ok(Ok(()))) {
-                    break;
+                    return None;
                 }
             }
-            _ => break,
+            Ok(None) => return None,
+            // A body that ends short leaves the writer short: it refuses
+            // by its own name (a push or put of the wrong length).
+            Err(e @ ApiError::BodyStalled { .. }) => return Some(e),
+            Err(_) => return None,
         }
     }
 }

@@ -1,0 +1,128 @@
+//! A client that stops sending a request's body holds no one up: it is cut
+//! off after the piece deadline with `BodyStalled`, nothing of its entry is
+//! written, and every other writer goes on meanwhile.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use twinlog::log::Log;
+use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::node::api::ApiError;
+use twinlog::node::{Client, Durability, Primary, PrimaryConfig, Request, Response, TwinPolicy};
+
+const PIECE_DEADLINE: Duration = Duration::from_millis(400);
+
+struct Running {
+    primary: Arc<Primary>,
+    addr: SocketAddr,
+    server: Identity,
+    client: Identity,
+    _stop: watch::Sender<bool>,
+}
+
+fn start(dir: &std::path::Path) -> Running {
+    let (server, client) = (
+        Identity::mint().expect("mint"),
+        Identity::mint().expect("mint"),
+    );
+    let log = Arc::new(Log::open(dir).expect("log"));
+    let pins = Arc::new(Pins::new().pin(client.fingerprint(), Role::Client));
+    let endpoint =
+        net::server(([127, 0, 0, 1], 0).into(), &server, pins.clone()).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    let primary = Primary::new(
+        log,
+        pins,
+        PrimaryConfig {
+            policy: TwinPolicy::Wait,
+            body_piece_deadline: PIECE_DEADLINE,
+            ..PrimaryConfig::default()
+        },
+    );
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(primary.clone().serve(endpoint, stopped));
+    Running {
+        primary,
+        addr,
+        server,
+        client,
+        _stop: stop,
+    }
+}
+
+/// Announce an append of `blob_len` bytes, send `send` of them, and hold
+/// the stream open: answers the stream to read the primary's answer from.
+async fn stall(r: &Running, blob_len: u64, send: usize) -> (quinn::SendStream, quinn::RecvStream) {
+    let pins = Arc::new(Pins::new().pin(r.server.fingerprint(), Role::Primary));
+    let endpoint = net::client(&r.client, pins).expect("endpoint");
+    let conn = net::connect(&endpoint, r.addr).await.expect("connect");
+    let (mut tx, rx) = conn.open_bi().await.expect("stream");
+    let req = Request::Append {
+        kind: 0x8000,
+        meta: b"stalled".to_vec(),
+        blob_len,
+        durability: Durability::Local,
+    };
+    net::write_msg(&mut tx, &req).await.expect("request");
+    tx.write_all(&vec![7u8; send]).await.expect("some bytes");
+    // The connection lives as long as its streams are held.
+    std::mem::forget(endpoint);
+    (tx, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_is_cut_off_by_name_and_other_writers_go_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = start(dir.path());
+    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
+        .await
+        .expect("client");
+    // A streamed entry (past the whole-read size) and a small one, both
+    // stalled after a few bytes; and one that sends nothing at all.
+    let mut stalled = [
+        stall(&r, 4 << 20, 1000).await,
+        stall(&r, 1000, 10).await,
+        stall(&r, 8 << 20, 0).await,
+    ];
+    // Meanwhile every other writer is served, each within a deadline or
+    // so of waiting.
+    let started = tokio::time::Instant::now();
+    for i in 0..20u8 {
+        let (seq, _) = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.append(0x8000, b"", &[i; 100], Durability::Local),
+        )
+        .await
+        .expect("answered while others stall")
+        .expect("appended");
+        assert_eq!(
+            seq,
+            u64::from(i) + 1,
+            "nothing of a stalled body is in the log"
+        );
+    }
+    println!(
+        "20 appends beside 3 stalled bodies: {:?}",
+        started.elapsed()
+    );
+    for (_tx, rx) in stalled.iter_mut() {
+        let answer = tokio::time::timeout(Duration::from_secs(10), net::read_msg::<Response>(rx))
+            .await
+            .expect("answered")
+            .expect("read");
+        match answer {
+            Some(Response::Error(ApiError::BodyStalled { after_ms, .. })) => {
+                assert_eq!(after_ms, PIECE_DEADLINE.as_millis() as u64)
+            }
+            other => panic!("a stalled body answered {other:?}"),
+        }
+    }
+    assert_eq!(r.primary.log().head_seq(), 20, "no stalled entry landed");
+    let (seq, _) = client
+        .append(0x8000, b"", b"after", Durability::Local)
+        .await
+        .expect("append after");
+    assert_eq!(seq, 21);
+}
