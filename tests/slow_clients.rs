@@ -23,6 +23,10 @@ struct Running {
 }
 
 fn start(dir: &std::path::Path) -> Running {
+    start_with(dir, PrimaryConfig::default().memory_budget)
+}
+
+fn start_with(dir: &std::path::Path, memory_budget: u64) -> Running {
     let (server, client) = (
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),
@@ -38,6 +42,7 @@ fn start(dir: &std::path::Path) -> Running {
         PrimaryConfig {
             policy: TwinPolicy::Wait,
             body_piece_deadline: PIECE_DEADLINE,
+            memory_budget,
             ..PrimaryConfig::default()
         },
     );
@@ -125,4 +130,42 @@ async fn a_stalled_body_is_cut_off_by_name_and_other_writers_go_on() {
         .await
         .expect("append after");
     assert_eq!(seq, 21);
+}
+
+/// Bodies held whole are charged to the memory budget before they are
+/// read: with a 3 MiB budget, 12 writers of 1 MiB blobs never make the
+/// primary hold more than 3 MiB of them, and every one is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_held_whole_stay_inside_the_memory_budget() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let budget = 3 << 20;
+    let r = Arc::new(start_with(dir.path(), budget));
+    let mut writers = Vec::new();
+    for w in 0..12u8 {
+        let r = r.clone();
+        writers.push(tokio::spawn(async move {
+            let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
+                .await
+                .expect("client");
+            for _ in 0..4 {
+                client
+                    .append(0x8000, b"", &vec![w; 1 << 20], Durability::Local)
+                    .await
+                    .expect("append");
+            }
+        }));
+    }
+    let mut most = 0;
+    while writers.iter().any(|w| !w.is_finished()) {
+        most = most.max(r.primary.status().memory_held);
+        tokio::task::yield_now().await;
+    }
+    for w in writers {
+        w.await.expect("writer");
+    }
+    println!("most held: {most} bytes of a {budget}-byte budget");
+    assert!(most <= budget, "held {most} bytes past the budget of {budget}");
+    assert!(most > 0, "the bodies were charged");
+    assert_eq!(r.primary.log().head_seq(), 48);
+    assert_eq!(r.primary.status().memory_held, 0, "every charge was given back");
 }

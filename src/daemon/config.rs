@@ -269,7 +269,13 @@ pub struct LimitsSection {
     /// The longest a client may leave a request's body without sending a
     /// byte before the request is cut off (`BodyStalled`).
     pub body_piece_timeout_ms: u64,
+    /// MiB that request bodies and whole answers may hold together.
+    pub memory_budget_mib: u64,
 }
+
+/// The bounds of `memory_budget_mib`: below 16 MiB an object read or a
+/// document waits for every other; past a TiB is no bound.
+pub const MEMORY_BUDGET_MIB: std::ops::RangeInclusive<u64> = 16..=1 << 20;
 
 /// The bounds of `body_piece_timeout_ms`: shorter than 100 ms cuts off
 /// honest clients on a busy link; longer than ten minutes lets one client
@@ -280,6 +286,7 @@ impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
             body_piece_timeout_ms: 3_000,
+            memory_budget_mib: 512,
         }
     }
 }
@@ -293,7 +300,18 @@ impl LimitsSection {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimits {
+    #[serde(default = "default_body_piece_timeout_ms")]
     body_piece_timeout_ms: u64,
+    #[serde(default = "default_memory_budget_mib")]
+    memory_budget_mib: u64,
+}
+
+fn default_body_piece_timeout_ms() -> u64 {
+    LimitsSection::default().body_piece_timeout_ms
+}
+
+fn default_memory_budget_mib() -> u64 {
+    LimitsSection::default().memory_budget_mib
 }
 
 impl TryFrom<RawLimits> for LimitsSection {
@@ -308,8 +326,17 @@ impl TryFrom<RawLimits> for LimitsSection {
                 BODY_PIECE_TIMEOUT_MS.end()
             ));
         }
+        if !MEMORY_BUDGET_MIB.contains(&r.memory_budget_mib) {
+            return Err(format!(
+                "memory_budget_mib = {}: it must be from {} to {}",
+                r.memory_budget_mib,
+                MEMORY_BUDGET_MIB.start(),
+                MEMORY_BUDGET_MIB.end()
+            ));
+        }
         Ok(LimitsSection {
             body_piece_timeout_ms: r.body_piece_timeout_ms,
+            memory_budget_mib: r.memory_budget_mib,
         })
     }
 }
@@ -528,9 +555,14 @@ max_bytes = {max_bytes}
 # before the request is cut off (BodyStalled) and nothing of it is written:
 # no client holds the log's writer or the store longer than this.
 body_piece_timeout_ms = {body_piece}
+# MiB that request bodies and answers held whole (appended blobs up to 1 MiB,
+# documents, git objects being sent, 2 MiB per streamed body) may take
+# together; a request past it waits its turn.
+memory_budget_mib = {memory_budget}
 {timers}"#,
             max_bytes = self.retention.max_bytes,
             body_piece = self.limits.body_piece_timeout_ms,
+            memory_budget = self.limits.memory_budget_mib,
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,

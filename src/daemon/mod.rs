@@ -1006,6 +1006,7 @@ pub async fn serve_primary(
             timers: cfg.timers.timers(),
             epoch: epochs.current(),
             body_piece_deadline: cfg.limits.body_piece_deadline(),
+            memory_budget: cfg.limits.memory_budget_mib << 20,
         },
         Some(store.clone()),
         epochs,

@@ -497,6 +497,9 @@ pub struct Status {
     /// at once with `NoTwin`.
     #[serde(default)]
     pub twin_configured: bool,
+    /// Bytes of the memory budget requests hold now.
+    #[serde(default)]
+    pub memory_held: u64,
 }
 
 /// Where the primary is after a switchover.

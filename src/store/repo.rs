@@ -331,6 +331,12 @@ impl Repo {
     }
 
     /// An object's type and bytes, its oid checked.
+    /// An object's stored length, from the index alone: what reading it
+    /// whole will hold.
+    pub fn object_len(&self, oid: &[u8]) -> Result<Option<u64>> {
+        Ok(self.index.try_lookup(oid)?.map(|row| row.len))
+    }
+
     pub fn read_object(&self, oid: &[u8]) -> Result<Option<(ObjType, Vec<u8>)>> {
         let Some(row) = self.index.try_lookup(oid)? else {
             return Ok(None);

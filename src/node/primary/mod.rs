@@ -19,6 +19,7 @@ use crate::repl::wire::frame_prefix;
 use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
 mod body;
+mod budget;
 mod retain;
 mod store_requests;
 mod switchover;
@@ -52,6 +53,9 @@ pub struct PrimaryConfig {
     /// byte: past it the request is cut off (`BodyStalled`), so no client
     /// holds the log's writer or the store.
     pub body_piece_deadline: Duration,
+    /// The memory request bodies and whole answers may hold together
+    /// (see `budget`).
+    pub memory_budget: u64,
 }
 
 impl Default for PrimaryConfig {
@@ -61,6 +65,7 @@ impl Default for PrimaryConfig {
             timers: Timers::default(),
             epoch: 0,
             body_piece_deadline: body::DEFAULT_PIECE_DEADLINE,
+            memory_budget: budget::DEFAULT_BUDGET_BYTES,
         }
     }
 }
@@ -75,6 +80,8 @@ pub struct Primary {
     twin_configured: bool,
     /// A planned switchover's state.
     switch: switchover::Switch,
+    /// The memory requests hold whole, bounded.
+    budget: budget::Budget,
     log: Arc<Log>,
     pins: Arc<Pins>,
     cfg: PrimaryConfig,
@@ -188,6 +195,7 @@ impl Primary {
             epochs,
             twin_configured,
             switch: Default::default(),
+            budget: budget::Budget::new(cfg.memory_budget),
             log,
             pins,
             cfg,
@@ -230,6 +238,7 @@ impl Primary {
     /// Status as `primary status` shows it.
     pub fn status(&self) -> Status {
         let mut s = lock(&self.status).clone();
+        s.memory_held = self.budget.in_use();
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.twin_acked = *self.acked.borrow();
@@ -795,6 +804,10 @@ impl Primary {
                 "kind {kind} is the store's: it is written by the store requests, which check it"
             )));
         }
+        let _held = self
+            .budget
+            .charge(blob_len.min(SMALL_BLOB.max(budget::STREAMED_BODY_BYTES)))
+            .await;
         let appended = if blob_len <= SMALL_BLOB {
             let blob = match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
                 .read_all()

@@ -189,6 +189,7 @@ impl Primary {
         let at_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
         let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
         let writer = tokio::task::spawn_blocking(move || {
             let mut pieces = rx.into_iter();
@@ -237,6 +238,7 @@ impl Primary {
             Ok(h) => h,
             Err(e) => return Response::Error(e),
         };
+        let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
         let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
         let writer = tokio::task::spawn_blocking(move || {
             let mut pieces = rx.into_iter();
@@ -269,6 +271,7 @@ impl Primary {
                 "a document of {len} bytes; at most {max}"
             )));
         }
+        let _held = self.budget.charge(len).await;
         let content = match super::body::Body::new(recv, len, self.cfg.body_piece_deadline)
             .read_all()
             .await
@@ -418,6 +421,19 @@ impl Primary {
         req: Request,
         mut send: SendStream,
     ) -> Result<(), NetError> {
+        // An object is read whole to be sent: its size is charged to the
+        // memory budget before it is read.
+        let mut _held = None;
+        if let (Request::ReadObject { repo, oid }, Ok(host)) = (&req, self.store()) {
+            let (repo, oid) = (repo.clone(), *oid);
+            let len = tokio::task::spawn_blocking(move || {
+                host.lock().and_then(|s| s.object_len(&repo, &oid))
+            })
+            .await;
+            if let Ok(Ok(Some(len))) = len {
+                _held = Some(self.budget.charge(len).await);
+            }
+        }
         let answer = match self.store() {
             Err(e) => Err(e),
             Ok(host) => tokio::task::spawn_blocking(move || store_answer(&host, req))
