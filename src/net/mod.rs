@@ -31,6 +31,10 @@ pub use tls::{Fingerprint, Identity, Pins, Refused, Role, TlsError};
 /// dropped a few hundred datagrams per GiB, 16 MiB none.
 pub const UDP_BUFFER_BYTES: usize = 16 << 20;
 
+/// The application close code of a twin connection the primary closed
+/// because a newer one from the same certificate replaced it.
+pub const CLOSE_REPLACED: u32 = 4;
+
 /// What the network layer fails at.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
