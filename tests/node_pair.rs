@@ -1,5 +1,6 @@
 //! A primary and a twin over real QUIC on loopback, in one process: twin
-//! durability, streamed blobs, and the policies for an absent twin.
+//! durability, streamed blobs, the policies for an absent twin, one twin
+//! session at a time.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -447,4 +448,125 @@ async fn a_client_caps_every_length_a_server_announces() {
         matches!(&err, ClientError::Unexpected(why) if why.contains("sent 10")),
         "{err}"
     );
+}
+
+/// Until `cond` holds, checked every few milliseconds; fails after 10 s.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let by = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < by, "still not {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A twin connection spoken by hand: connected, its control stream open.
+async fn hand_twin(
+    ids: &Ids,
+    addr: SocketAddr,
+) -> (
+    quinn::Endpoint,
+    quinn::Connection,
+    quinn::SendStream,
+    quinn::RecvStream,
+) {
+    let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
+    let endpoint = net::client(&ids.twin, pins).expect("endpoint");
+    let conn = net::connect(&endpoint, addr).await.expect("connect");
+    let (send, recv) = conn.open_bi().await.expect("control stream");
+    (endpoint, conn, send, recv)
+}
+
+/// Say Hello with head `seq` of the primary's own log and expect Welcome.
+async fn hello(
+    p: &Running,
+    client: &Client,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    seq: u64,
+) {
+    use twinlog::repl::{Position, PrimaryMsg, TwinMsg, PROTOCOL_VERSION};
+    let crc = client.read(seq).await.expect("read").payload_crc;
+    let hello = TwinMsg::Hello {
+        version: PROTOCOL_VERSION,
+        history: p.primary.log().history().0,
+        head: Position { seq, crc },
+        first: 1,
+        epoch: 0,
+    };
+    net::write_msg(send, &hello).await.expect("hello");
+    match net::read_msg::<PrimaryMsg>(recv).await.expect("answer") {
+        Some(PrimaryMsg::Welcome { from, .. }) => assert_eq!(from, seq + 1),
+        other => panic!("no Welcome: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    for n in 0..5 {
+        client
+            .append(0x8000, b"", &blob(n, 100), Durability::Local)
+            .await
+            .expect("append");
+    }
+    let (_e1, first, mut send1, mut recv1) = hand_twin(&ids, p.addr).await;
+    hello(&p, &client, &mut send1, &mut recv1, 5).await;
+    until("holding the twin at 5", || {
+        let s = p.primary.status();
+        s.twin_connected && s.twin_hold == 5
+    })
+    .await;
+
+    // The same twin dials again (restarted, or back after a blip): the old
+    // connection is closed at once, by name, before the new one says a word.
+    let (_e2, second, mut send2, mut recv2) = hand_twin(&ids, p.addr).await;
+    let why = tokio::time::timeout(Duration::from_secs(5), first.closed())
+        .await
+        .expect("the old connection is closed at once");
+    match &why {
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            assert_eq!(c.error_code, quinn::VarInt::from_u32(net::CLOSE_REPLACED));
+            assert_eq!(
+                &c.reason[..],
+                b"replaced by a newer connection from the twin"
+            );
+        }
+        other => panic!("closed otherwise: {other}"),
+    }
+    until("showing the replacement", || {
+        p.primary
+            .status()
+            .twin_last_error
+            .is_some_and(|e| e.contains("replaced"))
+    })
+    .await;
+    // The replacement moved nothing the twin did not say.
+    assert_eq!(p.primary.status().twin_hold, 5);
+
+    hello(&p, &client, &mut send2, &mut recv2, 5).await;
+    until("streaming to the new connection", || {
+        p.primary.status().twin_connected
+    })
+    .await;
+    assert_eq!(p.primary.status().twin_hold, 5);
+    assert!(second.close_reason().is_none(), "the new one serves");
+
+    // A twin that comes back lower (a box restored from an older copy)
+    // is held where its Hello says, as any session's first word.
+    let (_e3, _third, mut send3, mut recv3) = hand_twin(&ids, p.addr).await;
+    tokio::time::timeout(Duration::from_secs(5), second.closed())
+        .await
+        .expect("the second is replaced in turn");
+    hello(&p, &client, &mut send3, &mut recv3, 3).await;
+    until("holding the twin at 3", || {
+        let s = p.primary.status();
+        s.twin_connected && s.twin_hold == 3
+    })
+    .await;
+    let _ = p.stop.send(true);
 }
