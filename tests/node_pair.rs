@@ -1,6 +1,6 @@
 //! A primary and a twin over real QUIC on loopback, in one process: twin
 //! durability, streamed blobs, the policies for an absent twin, one twin
-//! session at a time.
+//! session at a time, the client's deadlines.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -568,5 +568,109 @@ async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
         s.twin_connected && s.twin_hold == 3
     })
     .await;
+    let _ = p.stop.send(true);
+}
+
+/// A primary that accepts a client and its requests and never answers nor
+/// reads a byte: its connection stays alive (QUIC acknowledges), nothing
+/// else happens.
+fn mute_primary(ids: &Ids) -> SocketAddr {
+    let pins = Arc::new(Pins::new().pin(ids.client.fingerprint(), Role::Client));
+    let server = net::server(([127, 0, 0, 1], 0).into(), &ids.primary, pins).expect("server");
+    let addr = server.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Some(incoming) = server.accept().await {
+            let Ok(conn) = incoming.await else { continue };
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok(streams) = conn.accept_bi().await {
+                    held.push(streams);
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_primary_never_answers_ends_at_the_client_s_deadline() {
+    use twinlog::node::ClientOptions;
+    let ids = ids();
+    let addr = mute_primary(&ids);
+    let deadline = Duration::from_millis(300);
+    let margin = Duration::from_millis(700);
+    let client = Client::connect_with(
+        &ids.client,
+        ids.primary.fingerprint(),
+        addr,
+        ClientOptions { deadline },
+    )
+    .await
+    .expect("connect");
+
+    // A request and its answer: the whole wait.
+    let started = std::time::Instant::now();
+    let err = client.status().await.expect_err("no answer");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after == deadline),
+        "{err}"
+    );
+    assert!(took >= deadline && took < deadline + margin, "{took:?}");
+    eprintln!("status: {err} after {took:?}");
+
+    // A body the primary stops taking (past the stream's 8 MiB window): the
+    // piece that does not move ends it.
+    let big = vec![7u8; 24 << 20];
+    let started = std::time::Instant::now();
+    let err = client
+        .append_reader(0x8000, b"", big.len() as u64, &big[..], Durability::Local)
+        .await
+        .expect_err("stalled");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after == deadline),
+        "{err}"
+    );
+    assert!(
+        took < deadline + margin + Duration::from_secs(1),
+        "{took:?}"
+    );
+
+    // A tail waits for frames as long as none come: the keep-alives hold the
+    // connection, and no deadline cuts the wait.
+    let mut tail = client.tail(1).await.expect("tail");
+    let waited = tokio::time::timeout(deadline * 4, tail.next()).await;
+    assert!(waited.is_err(), "the tail ended: {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_append_waiting_for_an_absent_twin_ends_at_the_client_s_deadline() {
+    use twinlog::node::ClientOptions;
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let deadline = Duration::from_millis(400);
+    let client = Client::connect_with(
+        &ids.client,
+        ids.primary.fingerprint(),
+        p.addr,
+        ClientOptions { deadline },
+    )
+    .await
+    .expect("connect");
+    let started = std::time::Instant::now();
+    let err = client
+        .append(0x8000, b"", b"waits for a twin", Durability::Twin)
+        .await
+        .expect_err("no twin");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after >= deadline),
+        "{err}"
+    );
+    assert!(took < deadline + Duration::from_secs(1), "{took:?}");
+    // What was asked was done all the same: the frame is durable here.
+    assert_eq!(p.primary.status().head, 1);
     let _ = p.stop.send(true);
 }
