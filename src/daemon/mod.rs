@@ -1100,7 +1100,7 @@ pub async fn serve_twin(
     let paths = crate::store::install::InstallPaths::new(&cfg.data_dir);
     crate::store::install::finish(&paths, &log)?;
     let store = open_store(&log, &cfg.data_dir).await?;
-    let endpoint = net::client_with(&identity, pins, net::Liveness::TWIN)?;
+    let endpoint = net::client(&identity, pins)?;
     let node = Twin::new(
         log.clone(),
         Arc::new(Epoch::load(&cfg.data_dir)?),

@@ -77,9 +77,9 @@ pub fn refused_by_peer(e: &NetError) -> bool {
 /// How quickly a connection notices a peer that went away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Liveness {
-    /// Silence on this side after which a QUIC PING goes out: what makes a
-    /// restarted peer answer with a stateless reset, and what keeps an idle
-    /// connection from timing out.
+    /// Silence after which a QUIC PING goes out, so an idle connection
+    /// does not time out (once after the peer's last packet: a PING does
+    /// not come back to a peer that went silent).
     pub keep_alive: Duration,
     /// Silence from the peer after which QUIC gives the connection up (the
     /// smaller of both sides' applies).
@@ -90,15 +90,6 @@ impl Liveness {
     /// Daemons' endpoints: what they accept, restores.
     pub const PEER: Liveness = Liveness {
         keep_alive: Duration::from_secs(1),
-        idle_timeout: Duration::from_secs(10),
-    };
-
-    /// The twin's connection to its primary: a packet at least every
-    /// 100 ms, so a restarted primary's stateless reset comes within that
-    /// of its start (a PING is ~40 bytes: ten a second cost nothing).
-    /// Giving up on a silent primary is the twin's own idle timeout's job.
-    pub const TWIN: Liveness = Liveness {
-        keep_alive: Duration::from_millis(100),
         idle_timeout: Duration::from_secs(10),
     };
 

@@ -296,9 +296,8 @@ impl Twin {
     /// Follow the primary until `shutdown` turns true, reconnecting with a
     /// capped backoff and resuming from the durable head each time. A
     /// connection that streamed a while, or that a restarted primary reset,
-    /// is redialed at once ([`Backoff::after_session`]). `endpoint` is best
-    /// made with [`net::Liveness::TWIN`]: its keep-alives are what a
-    /// restarted primary answers with the reset.
+    /// is redialed at once ([`Backoff::after_session`]). The keepalives
+    /// that find a restarted primary are [`TwinCore`]'s.
     pub async fn run(
         self: Arc<Self>,
         endpoint: quinn::Endpoint,
