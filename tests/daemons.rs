@@ -120,8 +120,9 @@ fn workload(
                     }
                     let Some(c) = client.as_ref() else { continue };
                     n += 4;
-                    // A primary killed mid-append is noticed only by QUIC's idle
-                    // timeout; give up sooner and dial again.
+                    // A primary killed mid-append is noticed by its new process's
+                    // reset or the client's 5 s deadline; a cut link only by the
+                    // deadline: give up sooner and dial again.
                     let appended = tokio::time::timeout(
                         Duration::from_secs(2),
                         c.append(0x8000, &n.to_le_bytes(), &blob(n), Durability::Twin),
