@@ -320,7 +320,7 @@ impl Twin {
             );
             let why = match ended {
                 _ if restarted => "the primary restarted: its new process reset the \
-                                   connection (a stateless reset); reconnecting at once"
+                                   connection (a stateless reset)"
                     .to_string(),
                 // The primary took a newer connection of this certificate:
                 // one this process did not make, since it runs one at a time.
