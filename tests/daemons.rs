@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,35 +21,10 @@ use twinlog::log::Tail;
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, Durability};
 
-fn start(role: &str, config: &Path, log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
-    Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
-        .args(["daemon", role])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn daemon")
-}
+#[path = "support/children.rs"]
+mod children;
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
+use children::{free_port, free_tcp, spawn as start};
 
 /// A UDP relay between the twin and the primary that can cut the link.
 struct Proxy {
@@ -145,8 +120,9 @@ fn workload(
                     }
                     let Some(c) = client.as_ref() else { continue };
                     n += 4;
-                    // A primary killed mid-append is noticed only by QUIC's idle
-                    // timeout; give up sooner and dial again.
+                    // A primary killed mid-append is noticed by its new process's
+                    // reset or the client's 5 s deadline; a cut link only by the
+                    // deadline: give up sooner and dial again.
                     let appended = tokio::time::timeout(
                         Duration::from_secs(2),
                         c.append(0x8000, &n.to_le_bytes(), &blob(n), Durability::Twin),

@@ -1,6 +1,7 @@
 //! QUIC with mutual TLS between pinned peers: a pinned peer connects and is
 //! known by its role, an unknown certificate is refused in the handshake,
-//! and an oversized message is refused before it is read.
+//! an oversized message is refused before it is read, and a box restarted
+//! on its address resets the connections its predecessor left.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,4 +163,80 @@ async fn an_oversized_message_is_refused_before_it_is_read() {
     assert!(
         matches!(got, Err(NetError::Message(DecodeError::TooLarge(n))) if n == MAX_CONTROL_LEN + 1)
     );
+}
+
+/// A server endpoint of `identity` on `addr` in a runtime of its own, that
+/// holds every connection it accepts: dropping the runtime is a process
+/// dying (nothing is sent, not even a close).
+fn doomed_server(
+    identity: &Identity,
+    pins: Arc<Pins>,
+    addr: std::net::SocketAddr,
+) -> (tokio::runtime::Runtime, std::net::SocketAddr) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // The endpoint's driver and socket belong to the runtime entered.
+    let server = {
+        let _in = rt.enter();
+        net::server(addr, identity, pins).expect("server")
+    };
+    let addr = server.local_addr().expect("addr");
+    rt.spawn(async move {
+        let mut held = Vec::new();
+        while let Some(incoming) = server.accept().await {
+            if let Ok(conn) = incoming.await {
+                held.push(conn);
+            }
+        }
+    });
+    (rt, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_endpoint_resets_its_predecessor_s_connections() {
+    let b = boxes();
+    let server_pins = Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin));
+    let (first, addr) = doomed_server(&b.primary, server_pins.clone(), loopback());
+    let client = net::client(
+        &b.twin,
+        Arc::new(Pins::new().pin(b.primary.fingerprint(), Role::Primary)),
+    )
+    .expect("client");
+    let conn = net::connect(&client, addr).await.expect("connect");
+    // The connection works: a stream's bytes are acknowledged.
+    let (mut send, _recv) = conn.open_bi().await.expect("open");
+    send.write_all(b"hello").await.expect("write");
+
+    // The process dies: its tasks and socket go, nothing is sent.
+    tokio::task::spawn_blocking(move || first.shutdown_timeout(Duration::from_secs(5)))
+        .await
+        .expect("shutdown");
+    // The next one binds the same address with the same identity (the
+    // key read back from its PEM, as a restarted daemon reads it).
+    let again = Identity::from_pem(b.primary.cert_pem(), b.primary.key_pem()).expect("pem");
+    let (second, at) = doomed_server(&again, server_pins, addr);
+    assert_eq!(at, addr);
+    // The next packet the client sends finds the new process, which
+    // answers with the reset.
+    let started = std::time::Instant::now();
+    send.write_all(b"anyone?").await.expect("write");
+    let why = tokio::time::timeout(Duration::from_secs(5), conn.closed())
+        .await
+        .expect("the connection ends well before QUIC's idle timeout");
+    let took = started.elapsed();
+    eprintln!("reset {took:?} after the first packet to the restarted endpoint");
+    assert_eq!(why, quinn::ConnectionError::Reset, "{why}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // The new endpoint serves a new connection as usual.
+    let conn = tokio::time::timeout(Duration::from_secs(5), net::connect(&client, addr))
+        .await
+        .expect("no hang")
+        .expect("a new connection");
+    drop(conn);
+    tokio::task::spawn_blocking(move || second.shutdown_timeout(Duration::from_secs(5)))
+        .await
+        .expect("shutdown");
 }

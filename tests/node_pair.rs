@@ -1,5 +1,6 @@
 //! A primary and a twin over real QUIC on loopback, in one process: twin
-//! durability, streamed blobs, and the policies for an absent twin.
+//! durability, streamed blobs, the policies for an absent twin, one twin
+//! session at a time, the client's deadlines.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -448,4 +449,230 @@ async fn a_client_caps_every_length_a_server_announces() {
         matches!(&err, ClientError::Unexpected(why) if why.contains("sent 10")),
         "{err}"
     );
+}
+
+/// Until `cond` holds, checked every few milliseconds; fails after 10 s.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let by = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < by, "still not {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A twin connection spoken by hand: connected, its control stream open.
+async fn hand_twin(
+    ids: &Ids,
+    addr: SocketAddr,
+) -> (
+    quinn::Endpoint,
+    quinn::Connection,
+    quinn::SendStream,
+    quinn::RecvStream,
+) {
+    let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
+    let endpoint = net::client(&ids.twin, pins).expect("endpoint");
+    let conn = net::connect(&endpoint, addr).await.expect("connect");
+    let (send, recv) = conn.open_bi().await.expect("control stream");
+    (endpoint, conn, send, recv)
+}
+
+/// Say Hello with head `seq` of the primary's own log and expect Welcome.
+async fn hello(
+    p: &Running,
+    client: &Client,
+    send: &mut quinn::SendStream,
+    recv: &mut quinn::RecvStream,
+    seq: u64,
+) {
+    use twinlog::repl::{Position, PrimaryMsg, TwinMsg, PROTOCOL_VERSION};
+    let crc = client.read(seq).await.expect("read").payload_crc;
+    let hello = TwinMsg::Hello {
+        version: PROTOCOL_VERSION,
+        history: p.primary.log().history().0,
+        head: Position { seq, crc },
+        first: 1,
+        epoch: 0,
+        epochs: Default::default(),
+    };
+    net::write_msg(send, &hello).await.expect("hello");
+    match net::read_msg::<PrimaryMsg>(recv).await.expect("answer") {
+        Some(PrimaryMsg::Welcome { from, .. }) => assert_eq!(from, seq + 1),
+        other => panic!("no Welcome: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    for n in 0..5 {
+        client
+            .append(0x8000, b"", &blob(n, 100), Durability::Local)
+            .await
+            .expect("append");
+    }
+    let (_e1, first, mut send1, mut recv1) = hand_twin(&ids, p.addr).await;
+    hello(&p, &client, &mut send1, &mut recv1, 5).await;
+    until("holding the twin at 5", || {
+        let s = p.primary.status();
+        s.twin_connected && s.twin_hold == 5
+    })
+    .await;
+
+    // The same twin dials again (restarted, or back after a blip): the old
+    // connection is closed at once, by name, before the new one says a word.
+    let (_e2, second, mut send2, mut recv2) = hand_twin(&ids, p.addr).await;
+    let why = tokio::time::timeout(Duration::from_secs(5), first.closed())
+        .await
+        .expect("the old connection is closed at once");
+    match &why {
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            assert_eq!(c.error_code, quinn::VarInt::from_u32(net::CLOSE_REPLACED));
+            assert_eq!(
+                &c.reason[..],
+                b"replaced by a newer connection from the twin"
+            );
+        }
+        other => panic!("closed otherwise: {other}"),
+    }
+    until("showing the replacement", || {
+        p.primary
+            .status()
+            .twin_last_error
+            .is_some_and(|e| e.contains("replaced"))
+    })
+    .await;
+    // The replacement moved nothing the twin did not say.
+    assert_eq!(p.primary.status().twin_hold, 5);
+
+    hello(&p, &client, &mut send2, &mut recv2, 5).await;
+    until("streaming to the new connection", || {
+        p.primary.status().twin_connected
+    })
+    .await;
+    assert_eq!(p.primary.status().twin_hold, 5);
+    assert!(second.close_reason().is_none(), "the new one serves");
+
+    // A twin that comes back lower (a box restored from an older copy)
+    // is held where its Hello says, as any session's first word.
+    let (_e3, _third, mut send3, mut recv3) = hand_twin(&ids, p.addr).await;
+    tokio::time::timeout(Duration::from_secs(5), second.closed())
+        .await
+        .expect("the second is replaced in turn");
+    hello(&p, &client, &mut send3, &mut recv3, 3).await;
+    until("holding the twin at 3", || {
+        let s = p.primary.status();
+        s.twin_connected && s.twin_hold == 3
+    })
+    .await;
+    let _ = p.stop.send(true);
+}
+
+/// A primary that accepts a client and its requests and never answers nor
+/// reads a byte: its connection stays alive (QUIC acknowledges), nothing
+/// else happens.
+fn mute_primary(ids: &Ids) -> SocketAddr {
+    let pins = Arc::new(Pins::new().pin(ids.client.fingerprint(), Role::Client));
+    let server = net::server(([127, 0, 0, 1], 0).into(), &ids.primary, pins).expect("server");
+    let addr = server.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Some(incoming) = server.accept().await {
+            let Ok(conn) = incoming.await else { continue };
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                while let Ok(streams) = conn.accept_bi().await {
+                    held.push(streams);
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_primary_never_answers_ends_at_the_client_s_deadline() {
+    use twinlog::node::ClientOptions;
+    let ids = ids();
+    let addr = mute_primary(&ids);
+    let deadline = Duration::from_millis(300);
+    let margin = Duration::from_millis(700);
+    let client = Client::connect_with(
+        &ids.client,
+        ids.primary.fingerprint(),
+        addr,
+        ClientOptions { deadline },
+    )
+    .await
+    .expect("connect");
+
+    // A request and its answer: the whole wait.
+    let started = std::time::Instant::now();
+    let err = client.status().await.expect_err("no answer");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after == deadline),
+        "{err}"
+    );
+    assert!(took >= deadline && took < deadline + margin, "{took:?}");
+    eprintln!("status: {err} after {took:?}");
+
+    // A body the primary stops taking (past the stream's 8 MiB window): the
+    // piece that does not move ends it.
+    let big = vec![7u8; 24 << 20];
+    let started = std::time::Instant::now();
+    let err = client
+        .append_reader(0x8000, b"", big.len() as u64, &big[..], Durability::Local)
+        .await
+        .expect_err("stalled");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after == deadline),
+        "{err}"
+    );
+    assert!(
+        took < deadline + margin + Duration::from_secs(1),
+        "{took:?}"
+    );
+
+    // A tail waits for frames as long as none come: the keep-alives hold the
+    // connection, and no deadline cuts the wait.
+    let mut tail = client.tail(1).await.expect("tail");
+    let waited = tokio::time::timeout(deadline * 4, tail.next()).await;
+    assert!(waited.is_err(), "the tail ended: {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_append_waiting_for_an_absent_twin_ends_at_the_client_s_deadline() {
+    use twinlog::node::ClientOptions;
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let deadline = Duration::from_millis(400);
+    let client = Client::connect_with(
+        &ids.client,
+        ids.primary.fingerprint(),
+        p.addr,
+        ClientOptions { deadline },
+    )
+    .await
+    .expect("connect");
+    let started = std::time::Instant::now();
+    let err = client
+        .append(0x8000, b"", b"waits for a twin", Durability::Twin)
+        .await
+        .expect_err("no twin");
+    let took = started.elapsed();
+    assert!(
+        matches!(err, ClientError::Deadline { after } if after >= deadline),
+        "{err}"
+    );
+    assert!(took < deadline + Duration::from_secs(1), "{took:?}");
+    // What was asked was done all the same: the frame is durable here.
+    assert_eq!(p.primary.status().head, 1);
+    let _ = p.stop.send(true);
 }

@@ -255,6 +255,65 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
     assert_eq!(refused(&mut c), Refusal::Timeout);
 }
 
+#[test]
+fn a_twin_that_hears_nothing_says_it_is_alive_five_times_a_heartbeat() {
+    let now = Now::system();
+    let ms = |n| now.after(Duration::from_millis(n));
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position { seq: 4, crc: 1 },
+            first: 1,
+            epoch: 0,
+            epochs: Default::default(),
+        },
+        now,
+    );
+    let welcome = PrimaryMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        history: H,
+        from: 5,
+        head: 9,
+        first: 1,
+        epoch: 0,
+        epochs: Default::default(),
+    };
+    t.handle_message(welcome, now);
+    while t.poll_transmit().is_some() {}
+    let ack = Some(TwinMsg::Ack { durable: 4 });
+    // The heartbeat is 500 ms: after 100 ms of the primary's silence, an
+    // Ack every 100 ms, so a restarted primary's reset comes that soon.
+    assert_eq!(t.poll_timeout(), Some(ms(100).at));
+    t.handle_timeout(ms(50));
+    assert_eq!(t.poll_transmit(), None, "not due");
+    for n in [100, 200, 300] {
+        t.handle_timeout(ms(n));
+        assert_eq!(t.poll_transmit(), ack, "at {n} ms");
+        assert_eq!(t.poll_timeout(), Some(ms(n + 100).at));
+    }
+    // The primary's heartbeat is answered, and the silence counts anew.
+    t.handle_message(
+        PrimaryMsg::Heartbeat {
+            head: 9,
+            unix_ms: ms(350).unix_ms,
+        },
+        ms(350),
+    );
+    assert_eq!(t.poll_transmit(), ack);
+    assert_eq!(t.poll_timeout(), Some(ms(450).at));
+    t.handle_timeout(ms(449));
+    assert_eq!(t.poll_transmit(), None, "not due");
+    t.handle_timeout(ms(450));
+    assert_eq!(t.poll_transmit(), ack);
+    // Silence past the idle timeout ends the connection, by name.
+    t.handle_timeout(ms(350 + 5000));
+    assert!(matches!(
+        t.poll_action(),
+        Some(TwinAction::Close(Refusal::Timeout))
+    ));
+}
+
 fn twin_streaming(head: u64) -> TwinCore {
     let now = Now::system();
     let mut t = TwinCore::new(

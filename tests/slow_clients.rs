@@ -164,8 +164,15 @@ async fn bodies_held_whole_stay_inside_the_memory_budget() {
         w.await.expect("writer");
     }
     println!("most held: {most} bytes of a {budget}-byte budget");
-    assert!(most <= budget, "held {most} bytes past the budget of {budget}");
+    assert!(
+        most <= budget,
+        "held {most} bytes past the budget of {budget}"
+    );
     assert!(most > 0, "the bodies were charged");
     assert_eq!(r.primary.log().head_seq(), 48);
-    assert_eq!(r.primary.status().memory_held, 0, "every charge was given back");
+    assert_eq!(
+        r.primary.status().memory_held,
+        0,
+        "every charge was given back"
+    );
 }

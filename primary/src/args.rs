@@ -3,10 +3,12 @@
 //! daemon.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 use twinlog::daemon::{DaemonError, PrimaryConfig};
 use twinlog::node::api::RefMove;
+use twinlog::node::ClientOptions;
 use twinlog::store::frames::{check_doc_name, check_repo_name, unhex};
 
 /// The environment variable `--config` falls back to.
@@ -42,6 +44,57 @@ impl ConfigArg {
     pub fn load(&self) -> Result<PrimaryConfig, DaemonError> {
         Ok(PrimaryConfig::load(self.path()?)?)
     }
+}
+
+/// `--timeout`, on every command that talks to the running daemon over
+/// QUIC: accepted anywhere after the command's name.
+#[derive(Args, Clone, Debug)]
+pub struct TimeoutArg {
+    /// How long to wait for the daemon: for an answer (a twin write's waits
+    /// for the twin too) and for each piece of a transfer as it streams
+    /// (500ms, 5s, 2m)
+    #[arg(
+        long,
+        global = true,
+        default_value = "5s",
+        value_parser = duration,
+        value_name = "DURATION"
+    )]
+    timeout: Duration,
+}
+
+impl TimeoutArg {
+    /// The client's options.
+    pub fn options(&self) -> ClientOptions {
+        ClientOptions {
+            deadline: self.timeout,
+        }
+    }
+}
+
+/// A duration: a number and its unit, `ms`, `s`, `m` or `h` (`s` when
+/// none), from 1 ms to a day.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err("not a duration: a number and ms, s, m or h (500ms, 5s, 2m)".into()),
+    };
+    let n: f64 = n
+        .parse()
+        .map_err(|_| "not a duration: a number and ms, s, m or h (500ms, 5s, 2m)".to_string())?;
+    let secs = n * scale;
+    if !(1e-3..=86_400.0).contains(&secs) {
+        return Err("from 1ms to a day (24h)".into());
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// A log sequence: sequences start at 1.
@@ -128,6 +181,29 @@ mod tests {
         assert!(ref_move("refs/heads/main=..").is_err());
         assert!(ref_move(&format!("={a}..{b}")).is_err());
         assert!(ref_move(&format!("main=xyz..{b}")).is_err());
+    }
+
+    #[test]
+    fn durations_take_their_unit() {
+        assert_eq!(duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "s",
+            "5 parsecs",
+            "-1s",
+            "0s",
+            "0.1ms",
+            "2d",
+            "25h",
+            "1.2.3s",
+        ] {
+            assert!(duration(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod out;
 mod repo;
 mod restore;
 
-use args::ConfigArg;
+use args::{ConfigArg, TimeoutArg};
 
 #[derive(Parser)]
 #[command(
@@ -137,6 +137,8 @@ enum Cmd {
     Append {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// The frame's kind (application kinds start at 32768)
         #[arg(long, default_value_t = twinlog::log::APP_KIND_FIRST)]
         kind: u16,
@@ -161,6 +163,8 @@ enum Cmd {
     Load {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// Small frames to append
         #[arg(long, default_value_t = 2000)]
         frames: u64,
@@ -179,6 +183,8 @@ enum Cmd {
     Tail {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// The first sequence to print
         #[arg(long, default_value_t = 1, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
@@ -187,6 +193,8 @@ enum Cmd {
     Repo {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         #[command(subcommand)]
         cmd: repo::RepoCmd,
     },
@@ -194,6 +202,8 @@ enum Cmd {
     Doc {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         #[command(subcommand)]
         cmd: repo::DocCmd,
     },
@@ -252,6 +262,8 @@ enum Cmd {
     Switchover {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// Milliseconds the twin has to catch up and take over
         #[arg(long, default_value_t = 5000, value_name = "MS")]
         wait: u64,
@@ -263,6 +275,8 @@ enum Cmd {
     Fence {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// The newer epoch (the promoted box's, from its status)
         #[arg(long, value_name = "EPOCH")]
         epoch: u64,
@@ -299,6 +313,8 @@ enum Cmd {
     Retain {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// Keep the log from this sequence on
         #[arg(long, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
@@ -313,6 +329,8 @@ enum Cmd {
     Store {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         #[command(subcommand)]
         cmd: StoreCmd,
     },
@@ -320,6 +338,8 @@ enum Cmd {
     Read {
         #[command(flatten)]
         config: ConfigArg,
+        #[command(flatten)]
+        timeout: TimeoutArg,
         /// The frame's sequence (sequences start at 1)
         #[arg(value_parser = args::seq)]
         seq: u64,
@@ -371,8 +391,8 @@ enum StoreCmd {
     },
 }
 
-async fn admin(config: &ConfigArg) -> Result<Client, DaemonError> {
-    daemon::load::admin_client(&config.load()?).await
+async fn admin(config: &ConfigArg, timeout: &TimeoutArg) -> Result<Client, DaemonError> {
+    daemon::load::admin_client_with(&config.load()?, timeout.options()).await
 }
 
 /// The blob `append` sends: --text, --file (`-` for stdin), or stdin when
@@ -486,6 +506,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         }
         Cmd::Append {
             config,
+            timeout,
             kind,
             durability,
             file,
@@ -493,7 +514,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             empty,
         } => {
             let blob = append_blob(file, text, empty)?;
-            let client = admin(&config).await?;
+            let client = admin(&config, &timeout).await?;
             let (seq, got) = client
                 .append(kind, &[], &blob, durability.into())
                 .await
@@ -506,12 +527,20 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         }
         Cmd::Load {
             config,
+            timeout,
             frames,
             blob_mib,
             verify_twin_log,
         } => {
             let cfg = config.load()?;
-            let r = daemon::load::run(&cfg, frames, blob_mib, verify_twin_log.as_deref()).await?;
+            let r = daemon::load::run(
+                &cfg,
+                frames,
+                blob_mib,
+                verify_twin_log.as_deref(),
+                timeout.options(),
+            )
+            .await?;
             println!(
                 "{} frames ({:.1} MiB) acknowledged as durable on both boxes in {:.1} s",
                 r.frames,
@@ -529,8 +558,12 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 );
             }
         }
-        Cmd::Tail { config, from } => {
-            let client = admin(&config).await?;
+        Cmd::Tail {
+            config,
+            timeout,
+            from,
+        } => {
+            let client = admin(&config, &timeout).await?;
             let mut tail = client
                 .tail(from)
                 .await
@@ -550,12 +583,20 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 "tail from {from}: the primary ended it {after} (stopping?)"
             )));
         }
-        Cmd::Repo { config, cmd } => {
-            let client = admin(&config).await?;
+        Cmd::Repo {
+            config,
+            timeout,
+            cmd,
+        } => {
+            let client = admin(&config, &timeout).await?;
             repo::run(&client, cmd).await?;
         }
-        Cmd::Doc { config, cmd } => {
-            let client = admin(&config).await?;
+        Cmd::Doc {
+            config,
+            timeout,
+            cmd,
+        } => {
+            let client = admin(&config, &timeout).await?;
             repo::run_doc(&client, cmd).await?;
         }
         Cmd::Restore {
@@ -586,8 +627,16 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             .await?;
             println!("{report}");
         }
-        Cmd::Switchover { config, wait } => {
-            let client = admin(&config).await?;
+        Cmd::Switchover {
+            config,
+            timeout,
+            wait,
+        } => {
+            // The answer comes once the twin took over: give it the wait
+            // on top of the usual deadline.
+            let mut options = timeout.options();
+            options.deadline += std::time::Duration::from_millis(wait);
+            let client = daemon::load::admin_client_with(&config.load()?, options).await?;
             let (epoch, head, np) = client
                 .switchover(std::time::Duration::from_millis(wait))
                 .await
@@ -598,8 +647,12 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             );
             println!("this box follows it as its twin now");
         }
-        Cmd::Fence { config, epoch } => {
-            let client = admin(&config).await?;
+        Cmd::Fence {
+            config,
+            timeout,
+            epoch,
+        } => {
+            let client = admin(&config, &timeout).await?;
             let s = client
                 .fence(epoch)
                 .await
@@ -630,10 +683,11 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         }
         Cmd::Retain {
             config,
+            timeout,
             from,
             force,
         } => {
-            let client = admin(&config).await?;
+            let client = admin(&config, &timeout).await?;
             if !force {
                 // The daemon refuses this too; asked first, the refusal can
                 // name the flag that overrides it.
@@ -655,8 +709,12 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 .map_err(DaemonError::request(format!("retain from {from}")))?;
             println!("the log retains from {first}");
         }
-        Cmd::Store { config, cmd } => {
-            let client = admin(&config).await?;
+        Cmd::Store {
+            config,
+            timeout,
+            cmd,
+        } => {
+            let client = admin(&config, &timeout).await?;
             match cmd {
                 StoreCmd::Retry => {
                     let h = client
@@ -684,8 +742,13 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
                 }
             }
         }
-        Cmd::Read { config, seq, out } => {
-            let client = admin(&config).await?;
+        Cmd::Read {
+            config,
+            timeout,
+            seq,
+            out,
+        } => {
+            let client = admin(&config, &timeout).await?;
             let e = client
                 .read(seq)
                 .await

@@ -210,6 +210,20 @@ fn no_daemon_answering_is_a_runtime_failure_naming_the_address() {
         e.contains(&p.listen.to_string()) && e.contains("primary serve"),
         "{e}"
     );
+    // --timeout bounds the wait, anywhere after the command's name.
+    let started = std::time::Instant::now();
+    let o = p.run(&["repo", "list", "--timeout", "300ms"]);
+    exits(&o, 1, "repo list with no daemon");
+    assert!(
+        stderr(&o).contains("no answer within 300ms"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -243,6 +257,14 @@ fn malformed_arguments_exit_2_before_anything_is_asked() {
     let o = p.run(&["append", "--text", ""]);
     exits(&o, 2, "an empty blob");
     assert!(stderr(&o).contains("--empty"), "{}", stderr(&o));
+    let o = p.run(&["append", "--text", "x", "--timeout", "5 parsecs"]);
+    exits(&o, 2, "a malformed timeout");
+    assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
+    exits(
+        &p.run(&["read", "1", "--timeout", "0s"]),
+        2,
+        "a zero timeout",
+    );
 }
 
 #[test]

@@ -13,9 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::{DaemonError, PrimaryConfig};
 use crate::log::Tail;
-use crate::net::NetError;
-use crate::node::ClientError;
-use crate::node::{Client, Durability};
+use crate::node::{Client, ClientError, ClientOptions, Durability};
 
 /// What a load run did.
 #[derive(Debug, Default)]
@@ -75,21 +73,26 @@ fn local(addr: std::net::SocketAddr) -> std::net::SocketAddr {
     }
 }
 
-/// Connect as the admin client `init` made.
+/// Connect as the admin client `init` made, with the default options.
 pub async fn admin_client(cfg: &PrimaryConfig) -> Result<Client, DaemonError> {
+    admin_client_with(cfg, ClientOptions::default()).await
+}
+
+/// Connect as the admin client `init` made.
+pub async fn admin_client_with(
+    cfg: &PrimaryConfig,
+    opts: ClientOptions,
+) -> Result<Client, DaemonError> {
     let admin = super::load_identity(&cfg.data_dir.join(super::ADMIN_DIR))?;
     let me = super::load_identity(&cfg.data_dir)?;
     let addr = local(super::resolve("listen", &cfg.listen)?);
-    Client::connect(&admin, me.fingerprint(), addr)
+    Client::connect_with(&admin, me.fingerprint(), addr, opts)
         .await
         .map_err(|e| {
             let why = match &e {
-                ClientError::Net(NetError::Io(io)) if io.kind() == std::io::ErrorKind::TimedOut => {
-                    format!(
-                        "no answer within {} s: is `primary serve` running with this configuration?",
-                        crate::node::client::CONNECT_TIMEOUT.as_secs()
-                    )
-                }
+                ClientError::Deadline { after } => format!(
+                    "no answer within {after:?}: is `primary serve` running with this configuration?"
+                ),
                 _ => e.to_string(),
             };
             DaemonError::Failed(format!(
@@ -128,6 +131,7 @@ pub async fn run(
     frames: u64,
     blob_mib: u64,
     twin_log: Option<&Path>,
+    opts: ClientOptions,
 ) -> Result<LoadReport, DaemonError> {
     let started = Instant::now();
     let terminal = std::io::stderr().is_terminal();
@@ -137,7 +141,7 @@ pub async fn run(
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..8 {
-        let client = admin_client(cfg).await?;
+        let client = admin_client_with(cfg, opts).await?;
         let (acked, done, bytes, next) = (acked.clone(), done.clone(), bytes.clone(), next.clone());
         tasks.push(tokio::spawn(async move {
             loop {
@@ -191,7 +195,7 @@ pub async fn run(
             .map_err(|e| DaemonError::Failed(format!("an appender: {e}")))??;
     }
     if blob_mib > 0 {
-        let client = admin_client(cfg).await?;
+        let client = admin_client_with(cfg, opts).await?;
         let len = blob_mib << 20;
         let meta = u64::MAX.to_le_bytes();
         let mut reader = PatternReader {
@@ -229,7 +233,7 @@ pub async fn run(
     if terminal {
         eprintln!();
     }
-    let status = admin_client(cfg)
+    let status = admin_client_with(cfg, opts)
         .await?
         .status()
         .await

@@ -1,12 +1,15 @@
 //! QUIC endpoints with mutual TLS, pinned peers and bounded messages.
 //!
 //! - [`tls`]: identities, fingerprints, pins and roles;
+//! - [`reset`]: stateless-reset keys derived from the box's identity, so a
+//!   restarted process ends its predecessor's connections at once;
 //! - endpoints: a server that accepts pinned peers, a client that dials
 //!   one, both with UDP buffers large enough not to drop packets at full
-//!   speed;
+//!   speed, and each with the [`Liveness`] its use needs;
 //! - [`read_msg`]/[`write_msg`]: length-prefixed control messages, every
 //!   length checked before anything is allocated.
 
+pub mod reset;
 pub mod tls;
 
 use std::net::{SocketAddr, UdpSocket};
@@ -27,6 +30,10 @@ pub use tls::{Fingerprint, Identity, Pins, Refused, Role, TlsError};
 /// loses packets. Measured on loopback with 1 GiB transfers: 2 MiB still
 /// dropped a few hundred datagrams per GiB, 16 MiB none.
 pub const UDP_BUFFER_BYTES: usize = 16 << 20;
+
+/// The application close code of a twin connection the primary closed
+/// because a newer one from the same certificate replaced it.
+pub const CLOSE_REPLACED: u32 = 4;
 
 /// What the network layer fails at.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +74,39 @@ pub fn refused_by_peer(e: &NetError) -> bool {
     }
 }
 
-fn transport() -> quinn::TransportConfig {
+/// How quickly a connection notices a peer that went away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// Silence after which a QUIC PING goes out, so an idle connection
+    /// does not time out (once after the peer's last packet: a PING does
+    /// not come back to a peer that went silent).
+    pub keep_alive: Duration,
+    /// Silence from the peer after which QUIC gives the connection up (the
+    /// smaller of both sides' applies).
+    pub idle_timeout: Duration,
+}
+
+impl Liveness {
+    /// Daemons' endpoints: what they accept, restores.
+    pub const PEER: Liveness = Liveness {
+        keep_alive: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(10),
+    };
+
+    /// A client whose calls have `deadline`: a primary that went silent is
+    /// given up after the deadline, whatever the call is doing, and the
+    /// keep-alives (a third of it, at most a second) keep an idle
+    /// connection, or a tail waiting for frames, from timing out.
+    pub fn client(deadline: Duration) -> Liveness {
+        let deadline = deadline.max(Duration::from_millis(30));
+        Liveness {
+            keep_alive: (deadline / 3).min(Duration::from_secs(1)),
+            idle_timeout: deadline,
+        }
+    }
+}
+
+fn transport(live: Liveness) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     // Windows large enough for a loopback or LAN link at full speed, small
     // enough that what a connection buffers (unacknowledged on the sender,
@@ -75,10 +114,12 @@ fn transport() -> quinn::TransportConfig {
     t.stream_receive_window(quinn::VarInt::from_u32(8 << 20));
     t.receive_window(quinn::VarInt::from_u32(16 << 20));
     t.send_window(8 << 20);
-    t.keep_alive_interval(Some(Duration::from_secs(1)));
-    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(10)) {
-        t.max_idle_timeout(Some(idle));
-    }
+    t.keep_alive_interval(Some(live.keep_alive));
+    match quinn::IdleTimeout::try_from(live.idle_timeout) {
+        Ok(idle) => t.max_idle_timeout(Some(idle)),
+        // Past QUIC's range (2^62 ms): the largest there is.
+        Err(_) => t.max_idle_timeout(Some(quinn::VarInt::MAX.into())),
+    };
     t
 }
 
@@ -113,7 +154,9 @@ fn socket(addr: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(sock)
 }
 
-/// An endpoint that accepts pinned peers on `addr` and can dial them.
+/// An endpoint that accepts pinned peers on `addr` and can dial them. A
+/// process started after another of the same box on `addr` resets the
+/// connections peers still hold to the dead one ([`reset`]).
 pub fn server(
     addr: SocketAddr,
     identity: &Identity,
@@ -122,35 +165,48 @@ pub fn server(
     let tls = QuicServerConfig::try_from(tls::server_tls(identity, pins.clone())?)
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(tls));
-    cfg.transport_config(Arc::new(transport()));
+    cfg.transport_config(Arc::new(transport(Liveness::PEER)));
     let mut endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        reset::ResetKeys::of(identity)?.endpoint_config(),
         Some(cfg),
         socket(addr)?,
         Arc::new(quinn::TokioRuntime),
     )?;
-    endpoint.set_default_client_config(client_config(identity, pins)?);
+    endpoint.set_default_client_config(client_config(identity, pins, Liveness::PEER)?);
     Ok(endpoint)
 }
 
 /// An endpoint that only dials out.
 pub fn client(identity: &Identity, pins: Arc<Pins>) -> Result<quinn::Endpoint, NetError> {
+    client_with(identity, pins, Liveness::PEER)
+}
+
+/// An endpoint that only dials out, its connections as lively as `live`.
+pub fn client_with(
+    identity: &Identity,
+    pins: Arc<Pins>,
+    live: Liveness,
+) -> Result<quinn::Endpoint, NetError> {
     let any: SocketAddr = ([0, 0, 0, 0], 0).into();
     let mut endpoint = quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        reset::ResetKeys::of(identity)?.endpoint_config(),
         None,
         socket(any)?,
         Arc::new(quinn::TokioRuntime),
     )?;
-    endpoint.set_default_client_config(client_config(identity, pins)?);
+    endpoint.set_default_client_config(client_config(identity, pins, live)?);
     Ok(endpoint)
 }
 
-fn client_config(identity: &Identity, pins: Arc<Pins>) -> Result<quinn::ClientConfig, NetError> {
+fn client_config(
+    identity: &Identity,
+    pins: Arc<Pins>,
+    live: Liveness,
+) -> Result<quinn::ClientConfig, NetError> {
     let tls = QuicClientConfig::try_from(tls::client_tls(identity, pins)?)
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(tls));
-    cfg.transport_config(Arc::new(transport()));
+    cfg.transport_config(Arc::new(transport(live)));
     Ok(cfg)
 }
 

@@ -212,6 +212,12 @@ impl Identity {
         Fingerprint::of(&self.cert)
     }
 
+    /// The private key's PKCS#8 bytes, to derive this box's other secrets
+    /// from (see `reset`).
+    pub(crate) fn secret_der(&self) -> &[u8] {
+        self.key.secret_pkcs8_der()
+    }
+
     fn key(&self) -> PrivateKeyDer<'static> {
         PrivateKeyDer::Pkcs8(self.key.clone_key())
     }

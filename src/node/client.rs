@@ -1,7 +1,21 @@
 //! The typed client of a primary, used by the command line and the tests.
+//!
+//! Every wait on the primary has a deadline ([`ClientOptions::deadline`],
+//! 5 s unless told): a request's answer must come within it, and so must
+//! each piece of a body that streams, either way. So a transfer takes as
+//! long as it needs while bytes move (a 1 GiB upload on a slow link is not
+//! cut), and a primary that stops answering, or stops taking bytes, ends
+//! the call with [`ClientError::Deadline`] after the deadline, never after
+//! QUIC's idle timeout: the connection's idle timeout is the deadline too,
+//! with keep-alives that keep a quiet connection, or a tail waiting for
+//! frames, open. A write's answer also waits a second per MiB of its body,
+//! the time to make it durable and ship it to the twin, which starts once
+//! the primary has it whole.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::api::{ApiError, Durability, Request, Response, Status};
 use crate::log::Entry;
@@ -19,6 +33,71 @@ pub enum ClientError {
     /// Reading the git repository to import failed.
     #[error("import: {0}")]
     Import(String),
+    /// The primary did not answer, or did not move a piece of a transfer,
+    /// within the deadline: it is stopped, overloaded or cut off. What was
+    /// asked may have been done all the same.
+    #[error(
+        "no answer from the primary within {after:?} (the client's deadline, --timeout): it may \
+         be stopped, overloaded or cut off, and what was asked may have been done all the same \
+         (a `twin` write, for one, may be durable on the primary and waiting for its twin: \
+         see `primary status`)"
+    )]
+    Deadline { after: Duration },
+}
+
+/// How long a client waits for the primary unless told otherwise.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A write's answer waits, past the deadline, a second per this many
+/// bytes of its body: the primary makes the body durable, and ships it to
+/// the twin only once it has it whole. A twin link slower than this needs a
+/// longer deadline for large `twin` writes.
+const BODY_BYTES_PER_SEC: u64 = 1 << 20;
+
+/// The pieces a body is written in, each within the deadline.
+const BODY_PIECE: usize = 1 << 20;
+
+/// How a client waits for the primary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// The longest wait on the primary: for a request's answer, and for
+    /// each piece of a body moving either way. Also the connection's idle
+    /// timeout, so a primary gone silent is given up as soon.
+    pub deadline: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+}
+
+/// `fut`, a wait on the primary over `conn`, given `after`: past it, or
+/// when QUIC gave the connection up for the primary's silence (its idle
+/// timeout is the deadline), the deadline's error.
+pub(crate) async fn timed<T, E: Into<ClientError>>(
+    conn: &quinn::Connection,
+    after: Duration,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, ClientError> {
+    match tokio::time::timeout(after, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(silent(conn, after, e.into())),
+        Err(_) => Err(ClientError::Deadline { after }),
+    }
+}
+
+/// A network error on a connection QUIC gave up for the primary's silence
+/// is the deadline's.
+fn silent(conn: &quinn::Connection, after: Duration, e: ClientError) -> ClientError {
+    match (&e, conn.close_reason()) {
+        (ClientError::Net(_), Some(quinn::ConnectionError::TimedOut)) => {
+            ClientError::Deadline { after }
+        }
+        _ => e,
+    }
 }
 
 /// The largest blob [`Client::read`] and [`Tailing::next`] take whole: a
@@ -28,8 +107,11 @@ pub const MAX_WHOLE_BLOB: u64 = 1 << 30;
 /// Read the `len` bytes a server announced, capped at `max`: refused by
 /// name past it, and memory grows with the bytes that arrive, never with
 /// what was announced, so a server that lies about a length cannot make
-/// this side allocate what it never sends.
+/// this side allocate what it never sends. Each piece comes within the
+/// deadline `after`.
 pub(crate) async fn read_announced(
+    conn: &quinn::Connection,
+    after: Duration,
     recv: &mut quinn::RecvStream,
     len: u64,
     max: u64,
@@ -43,23 +125,26 @@ pub(crate) async fn read_announced(
     let mut out = Vec::with_capacity(len.min(1 << 20) as usize);
     while (out.len() as u64) < len {
         let want = ((len - out.len() as u64).min(1 << 20)) as usize;
-        match recv.read_chunk(want, true).await {
-            Ok(Some(chunk)) => out.extend_from_slice(&chunk.bytes),
-            Ok(None) => {
+        let chunk = timed(conn, after, async {
+            recv.read_chunk(want, true)
+                .await
+                .map_err(|e| NetError::Io(std::io::Error::other(e.to_string())))
+        })
+        .await?;
+        match chunk {
+            Some(chunk) => out.extend_from_slice(&chunk.bytes),
+            None => {
                 return Err(ClientError::Unexpected(format!(
                     "{what}: the server announced {len} bytes and sent {}",
                     out.len()
                 )))
-            }
-            Err(e) => {
-                return Err(NetError::Io(std::io::Error::other(e.to_string())).into());
             }
         }
     }
     Ok(out)
 }
 
-/// How long [`Client::connect`] waits for the handshake.
+/// How long a restore waits for its handshake with the twin.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// An acknowledged append.
@@ -77,67 +162,122 @@ pub struct Appended {
 pub struct Client {
     _endpoint: quinn::Endpoint,
     pub(crate) conn: quinn::Connection,
+    deadline: Duration,
 }
 
 impl Client {
-    /// Connect to the primary at `addr`, pinned by `primary`.
+    /// Connect to the primary at `addr`, pinned by `primary`, with the
+    /// default options.
     pub async fn connect(
         identity: &Identity,
         primary: Fingerprint,
         addr: SocketAddr,
     ) -> Result<Client, ClientError> {
+        Self::connect_with(identity, primary, addr, ClientOptions::default()).await
+    }
+
+    /// Connect to the primary at `addr`, pinned by `primary`; the handshake
+    /// too is given the deadline.
+    pub async fn connect_with(
+        identity: &Identity,
+        primary: Fingerprint,
+        addr: SocketAddr,
+        opts: ClientOptions,
+    ) -> Result<Client, ClientError> {
         let pins = Arc::new(Pins::new().pin(primary, Role::Primary));
-        let endpoint = net::client(identity, pins)?;
-        // An unreachable primary would otherwise cost QUIC's whole idle
-        // timeout before the caller hears of it.
-        let conn = tokio::time::timeout(CONNECT_TIMEOUT, net::connect(&endpoint, addr))
-            .await
-            .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        let endpoint = net::client_with(identity, pins, net::Liveness::client(opts.deadline))?;
+        let conn = match tokio::time::timeout(opts.deadline, net::connect(&endpoint, addr)).await {
+            Ok(Ok(conn)) => conn,
+            // QUIC's idle timeout, the deadline too, may end the handshake
+            // first.
+            Ok(Err(NetError::Connection(quinn::ConnectionError::TimedOut))) | Err(_) => {
+                return Err(ClientError::Deadline {
+                    after: opts.deadline,
+                })
+            }
+            Ok(Err(e)) => return Err(e.into()),
+        };
         Ok(Client {
             _endpoint: endpoint,
             conn,
+            deadline: opts.deadline,
         })
     }
 
+    /// The longest wait on the primary.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// `fut`, a wait on the primary, within the deadline.
+    pub(crate) async fn timed<T, E: Into<ClientError>>(
+        &self,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, ClientError> {
+        timed(&self.conn, self.deadline, fut).await
+    }
+
+    /// A new request stream.
+    pub(crate) async fn open(&self) -> Result<(quinn::SendStream, quinn::RecvStream), ClientError> {
+        self.timed(async { self.conn.open_bi().await.map_err(NetError::from) })
+            .await
+    }
+
+    /// A request with its body in memory, and its answer.
     pub(crate) async fn call(
         &self,
         req: &Request,
         blob: &[u8],
     ) -> Result<(Response, quinn::RecvStream), ClientError> {
-        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = async {
-            net::write_msg(&mut send, req).await?;
-            if !blob.is_empty() {
-                send.write_all(blob).await.map_err(NetError::from)?;
-            }
-            Ok::<(), NetError>(())
-        }
-        .await;
+        let (mut send, mut recv) = self.open().await?;
+        let mut body = blob;
+        let wrote = self
+            .send_body(&mut send, req, blob.len() as u64, &mut body)
+            .await;
         let _ = send.finish();
-        let resp = Self::answer(wrote, &mut recv).await?;
+        let resp = self.answer(wrote, &mut recv, blob.len() as u64).await?;
         Ok((resp, recv))
     }
 
-    /// A request and then `len` bytes read from `body` a piece at a time:
-    /// memory is one piece whatever the size. A body that ends early leaves
-    /// the request short, which the primary refuses.
-    pub(crate) async fn send_streamed<R: tokio::io::AsyncRead + Unpin>(
+    /// A request with a body of `len` bytes read from `body`, and its
+    /// answer.
+    pub(crate) async fn call_streamed<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        req: &Request,
+        len: u64,
+        body: &mut R,
+    ) -> Result<Response, ClientError> {
+        let (mut send, mut recv) = self.open().await?;
+        let wrote = self.send_body(&mut send, req, len, body).await;
+        let _ = send.finish();
+        self.answer(wrote, &mut recv, len).await
+    }
+
+    /// A request and then `len` bytes read from `body` a piece at a time,
+    /// each piece taken by the primary within the deadline: memory is one
+    /// piece whatever the size. A body that ends early leaves the request
+    /// short, which the primary refuses.
+    async fn send_body<R: tokio::io::AsyncRead + Unpin>(
+        &self,
         send: &mut quinn::SendStream,
         req: &Request,
         len: u64,
         body: &mut R,
-    ) -> Result<(), NetError> {
+    ) -> Result<(), ClientError> {
         use tokio::io::AsyncReadExt;
-        net::write_msg(send, req).await?;
-        let mut buf = vec![0u8; 1 << 20];
+        self.timed(net::write_msg(send, req)).await?;
+        let mut buf = vec![0u8; BODY_PIECE.min(len as usize)];
         let mut left = len;
         while left > 0 {
             let want = buf.len().min(left as usize);
-            let n = body.read(&mut buf[..want]).await?;
+            // The caller's reader (a file, stdin) is not the primary: it is
+            // not timed.
+            let n = body.read(&mut buf[..want]).await.map_err(NetError::from)?;
             if n == 0 {
                 break;
             }
-            send.write_all(&buf[..n]).await?;
+            self.timed(async { send.write_all(&buf[..n]).await.map_err(NetError::from) })
+                .await?;
             left -= n as u64;
         }
         Ok(())
@@ -146,25 +286,47 @@ impl Client {
     /// The answer to a request whose bytes may not all have been taken: a
     /// primary that refuses a request answers before it reads the blob and
     /// stops the stream, and its answer, not the stopped write, says why.
-    pub(crate) async fn answer(
-        wrote: Result<(), NetError>,
+    /// It waits the deadline, and a second more per MiB of `body_len`.
+    async fn answer(
+        &self,
+        wrote: Result<(), ClientError>,
         recv: &mut quinn::RecvStream,
+        body_len: u64,
     ) -> Result<Response, ClientError> {
-        match (Self::response(recv).await, wrote) {
+        // A primary that stopped taking bytes will not answer either.
+        if let Err(e @ ClientError::Deadline { .. }) = wrote {
+            return Err(e);
+        }
+        let syncing =
+            Duration::from_micros(body_len.saturating_mul(1_000_000) / BODY_BYTES_PER_SEC);
+        let after = self.deadline.saturating_add(syncing);
+        match (timed(&self.conn, after, Self::response(recv)).await, wrote) {
             (Ok(resp), _) => Ok(resp),
-            (Err(ClientError::Api(e)), _) => Err(ClientError::Api(e)),
-            (Err(_), Err(write)) => Err(write.into()),
+            (Err(e @ (ClientError::Api(_) | ClientError::Deadline { .. })), _) => Err(e),
+            (Err(_), Err(write)) => Err(write),
             (Err(read), Ok(())) => Err(read),
         }
     }
 
     /// The answer to a request: a named error, or the response.
-    pub(crate) async fn response(recv: &mut quinn::RecvStream) -> Result<Response, ClientError> {
+    async fn response(recv: &mut quinn::RecvStream) -> Result<Response, ClientError> {
         match net::read_msg::<Response>(recv).await? {
             None => Err(ClientError::Unexpected("no answer".into())),
             Some(Response::Error(e)) => Err(e.into()),
             Some(resp) => Ok(resp),
         }
+    }
+
+    /// The `len` bytes announced after an answer on `recv`, capped at
+    /// `max`, each piece within the deadline.
+    pub(crate) async fn read_body(
+        &self,
+        recv: &mut quinn::RecvStream,
+        len: u64,
+        max: u64,
+        what: &str,
+    ) -> Result<Vec<u8>, ClientError> {
+        read_announced(&self.conn, self.deadline, recv, len, max, what).await
     }
 
     /// Append a frame; answers its sequence and the durability reached
@@ -230,10 +392,7 @@ impl Client {
             blob_len: len,
             durability,
         };
-        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = Self::send_streamed(&mut send, &req, len, &mut blob).await;
-        let _ = send.finish();
-        Self::appended(Self::answer(wrote, &mut recv).await?)
+        Self::appended(self.call_streamed(&req, len, &mut blob).await?)
     }
 
     /// Read one frame whole.
@@ -249,7 +408,9 @@ impl Client {
         else {
             return Err(ClientError::Unexpected(format!("{resp:?}")));
         };
-        let blob = read_announced(&mut recv, blob_len, MAX_WHOLE_BLOB, "a frame").await?;
+        let blob = self
+            .read_body(&mut recv, blob_len, MAX_WHOLE_BLOB, "a frame")
+            .await?;
         Ok(Entry {
             seq,
             kind,
@@ -259,12 +420,19 @@ impl Client {
         })
     }
 
-    /// Follow the log from `from`: frames as they become durable.
+    /// Follow the log from `from`: frames as they become durable. The
+    /// wait for the next frame has no deadline (a quiet log sends none);
+    /// a primary gone silent still ends it after the deadline.
     pub async fn tail(&self, from: u64) -> Result<Tailing, ClientError> {
-        let (mut send, recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        net::write_msg(&mut send, &Request::Tail { from }).await?;
+        let (mut send, recv) = self.open().await?;
+        self.timed(net::write_msg(&mut send, &Request::Tail { from }))
+            .await?;
         let _ = send.finish();
-        Ok(Tailing { recv })
+        Ok(Tailing {
+            recv,
+            conn: self.conn.clone(),
+            deadline: self.deadline,
+        })
     }
 
     /// The primary's status.
@@ -308,12 +476,17 @@ impl Client {
 #[derive(Debug)]
 pub struct Tailing {
     recv: quinn::RecvStream,
+    conn: quinn::Connection,
+    deadline: Duration,
 }
 
 impl Tailing {
     /// The next frame; None when the primary ended the tail.
     pub async fn next(&mut self) -> Result<Option<Entry>, ClientError> {
-        let Some(resp) = net::read_msg::<Response>(&mut self.recv).await? else {
+        let next = net::read_msg::<Response>(&mut self.recv)
+            .await
+            .map_err(|e| silent(&self.conn, self.deadline, e.into()))?;
+        let Some(resp) = next else {
             return Ok(None);
         };
         match resp {
@@ -324,8 +497,15 @@ impl Tailing {
                 blob_len,
                 payload_crc,
             } => {
-                let blob =
-                    read_announced(&mut self.recv, blob_len, MAX_WHOLE_BLOB, "a frame").await?;
+                let blob = read_announced(
+                    &self.conn,
+                    self.deadline,
+                    &mut self.recv,
+                    blob_len,
+                    MAX_WHOLE_BLOB,
+                    "a frame",
+                )
+                .await?;
                 Ok(Some(Entry {
                     seq,
                     kind,

@@ -18,6 +18,6 @@ pub mod twin;
 pub mod twin_retention;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
-pub use client::{Appended, Client, ClientError, Tailing};
+pub use client::{Appended, Client, ClientError, ClientOptions, Tailing};
 pub use primary::{Primary, PrimaryConfig, TwinPolicy};
 pub use twin::{Twin, TwinConfig, TwinStatus};

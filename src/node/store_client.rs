@@ -107,10 +107,7 @@ impl Client {
             updates,
             durability,
         };
-        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = Client::send_streamed(&mut send, &req, len, &mut pack).await;
-        let _ = send.finish();
-        pushed(Client::answer(wrote, &mut recv).await?)
+        pushed(self.call_streamed(&req, len, &mut pack).await?)
     }
 
     async fn listing<T: serde::de::DeserializeOwned>(
@@ -121,7 +118,9 @@ impl Client {
         let Response::Listing { len } = resp else {
             return Err(ClientError::Unexpected(format!("{resp:?}")));
         };
-        let bytes = super::client::read_announced(&mut recv, len, MAX_LISTING, "a listing").await?;
+        let bytes = self
+            .read_body(&mut recv, len, MAX_LISTING, "a listing")
+            .await?;
         postcard::from_bytes(&bytes).map_err(|e| ClientError::Unexpected(format!("listing: {e}")))
     }
 
@@ -161,13 +160,14 @@ impl Client {
             Response::Object { obj_type, len } => {
                 let t = ObjType::from_u8(obj_type)
                     .ok_or_else(|| ClientError::Unexpected(format!("object type {obj_type}")))?;
-                let data = super::client::read_announced(
-                    &mut recv,
-                    len,
-                    crate::store::frames::MAX_OBJECT_BYTES,
-                    "an object",
-                )
-                .await?;
+                let data = self
+                    .read_body(
+                        &mut recv,
+                        len,
+                        crate::store::frames::MAX_OBJECT_BYTES,
+                        "an object",
+                    )
+                    .await?;
                 if crate::store::frames::git_oid(t, &data) != oid {
                     return Err(ClientError::Unexpected(
                         "the object does not hash to its id".into(),
@@ -299,10 +299,7 @@ impl Client {
             len,
             durability,
         };
-        let (mut send, mut recv) = self.conn.open_bi().await.map_err(NetError::from)?;
-        let wrote = Client::send_streamed(&mut send, &req, len, &mut content).await;
-        let _ = send.finish();
-        Client::appended(Client::answer(wrote, &mut recv).await?)
+        Client::appended(self.call_streamed(&req, len, &mut content).await?)
     }
 
     /// A large object's bytes, written to `out` as they arrive; false when
@@ -327,10 +324,14 @@ impl Client {
         let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
         let mut left = len;
         while left > 0 {
-            let chunk = recv
-                .read_chunk((1 << 20).min(left as usize), true)
-                .await
-                .map_err(|e| NetError::Io(std::io::Error::other(e)))?
+            let want = (1 << 20).min(left as usize);
+            let chunk = self
+                .timed(async {
+                    recv.read_chunk(want, true)
+                        .await
+                        .map_err(|e| NetError::Io(std::io::Error::other(e)))
+                })
+                .await?
                 .ok_or_else(|| {
                     ClientError::Unexpected(format!("the object ended {left} bytes short"))
                 })?;
@@ -370,7 +371,7 @@ impl Client {
         match resp {
             Response::Absent => Ok(None),
             Response::Object { len, .. } => Ok(Some(
-                super::client::read_announced(
+                self.read_body(
                     &mut recv,
                     len,
                     crate::store::frames::MAX_DOC_BYTES,

@@ -317,7 +317,10 @@ impl Twin {
     }
 
     /// Follow the primary until `shutdown` turns true, reconnecting with a
-    /// capped backoff and resuming from the durable head each time.
+    /// capped backoff and resuming from the durable head each time. A
+    /// connection that streamed a while, or that a restarted primary reset,
+    /// is redialed at once ([`Backoff::after_session`]). The keepalives
+    /// that find a restarted primary are [`TwinCore`]'s.
     pub async fn run(
         self: Arc<Self>,
         endpoint: quinn::Endpoint,
@@ -328,11 +331,30 @@ impl Twin {
             if *shutdown.borrow() {
                 break;
             }
-            let ended = self.session(&endpoint, &mut backoff, &mut shutdown).await;
+            let mut end = SessionEnd::default();
+            let ended = self
+                .session(&endpoint, &mut backoff, &mut shutdown, &mut end)
+                .await;
             if *self.promoted.borrow() {
                 break;
             }
+            let restarted = matches!(end.closed_by, Some(quinn::ConnectionError::Reset));
+            let replaced = matches!(
+                &end.closed_by,
+                Some(quinn::ConnectionError::ApplicationClosed(c))
+                    if c.error_code == quinn::VarInt::from_u32(net::CLOSE_REPLACED)
+            );
             let why = match ended {
+                _ if restarted => "the primary restarted: its new process reset the \
+                                   connection (a stateless reset)"
+                    .to_string(),
+                // The primary took a newer connection of this certificate:
+                // one this process did not make, since it runs one at a time.
+                _ if replaced => format!(
+                    "the primary replaced this connection with a newer one from this box's \
+                     certificate: is a second twin running with this key? Retrying in {:?}",
+                    self.cfg.backoff_cap
+                ),
                 Ok(why) => why,
                 Err(e) if net::refused_by_peer(&e) => {
                     let fp = self
@@ -354,7 +376,13 @@ impl Twin {
                 s.connected = false;
                 s.last_error = Some(why);
             });
-            let delay = backoff.next_delay();
+            // Two twins of one key would replace each other in turn: the
+            // longest wait keeps that a slow, visible flap.
+            let delay = if replaced {
+                self.cfg.backoff_cap
+            } else {
+                backoff.after_session(end.streamed, restarted)
+            };
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = shutdown.changed() => break,
@@ -383,6 +411,7 @@ impl Twin {
         endpoint: &quinn::Endpoint,
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
+        end: &mut SessionEnd,
     ) -> Result<String, NetError> {
         // A handshake into a dead link would otherwise wait out QUIC's own
         // idle timeout before the next attempt.
@@ -398,6 +427,7 @@ impl Twin {
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
         let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
         let mut frames_task = None;
+        let mut streaming_since = None;
         let (write_tx, write_rx) = mpsc::channel::<Vec<Write>>(WRITE_BATCHES);
         let (written_tx, mut written) = mpsc::unbounded_channel::<Written>();
         let writer = {
@@ -487,6 +517,7 @@ impl Twin {
                     s.below_floor = false;
                 });
                 frames_task = Some(tokio::spawn(read_frames(conn.clone(), chunks_tx.clone())));
+                streaming_since = Some(std::time::Instant::now());
             }
             self.set_status(|s| {
                 s.primary_head = core.primary_head().0;
@@ -537,6 +568,9 @@ impl Twin {
         if let Some(t) = frames_task {
             t.abort();
         }
+        end.streamed = streaming_since.map_or(Duration::ZERO, |t| t.elapsed());
+        // Before this side closes it: what the peer or the transport did.
+        end.closed_by = conn.close_reason();
         drop(write_tx);
         // The writer aborts a partial frame and syncs what it committed, so
         // the next Hello reports it; its last sync is acknowledged, when the
@@ -566,6 +600,15 @@ impl Twin {
         conn.close(0u32.into(), b"session over");
         result
     }
+}
+
+/// How a session ended, besides why: what the next delay depends on.
+#[derive(Default)]
+struct SessionEnd {
+    /// How long it streamed (zero: it never did).
+    streamed: Duration,
+    /// What closed the connection, when it was not this side.
+    closed_by: Option<quinn::ConnectionError>,
 }
 
 /// Batches of writer commands in flight: one batch per chunk read from the

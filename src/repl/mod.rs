@@ -66,13 +66,22 @@ impl Now {
 }
 
 /// Reconnect delays: doubling from `base` up to `cap`, back to `base` once a
-/// connection streams.
+/// connection streams. After a connection that streamed a while, or that a
+/// restarted peer reset, the first redial is immediate: the peer was there
+/// a moment ago, and a restart or a blip is over sooner than a backoff.
+/// Never twice in a row without a connection streaming a while in between,
+/// so a peer that ends every connection at once is not dialed in a loop.
 #[derive(Clone, Copy, Debug)]
 pub struct Backoff {
     base: Duration,
     cap: Duration,
     failures: u32,
+    /// The last delay was an immediate redial.
+    redialed_at_once: bool,
 }
+
+/// How long a connection must have streamed to count as working fine.
+pub const STREAMED_FINE: Duration = Duration::from_secs(1);
 
 impl Backoff {
     pub fn new(base: Duration, cap: Duration) -> Self {
@@ -80,17 +89,35 @@ impl Backoff {
             base,
             cap,
             failures: 0,
+            redialed_at_once: false,
         }
     }
 
     /// The delay before the next attempt, after one more failure.
     pub fn next_delay(&mut self) -> Duration {
+        self.redialed_at_once = false;
         let d = self
             .base
             .saturating_mul(1u32 << self.failures.min(16))
             .min(self.cap);
         self.failures = self.failures.saturating_add(1);
         d
+    }
+
+    /// The delay before redialing a peer whose connection streamed for
+    /// `streamed` (zero: it never did), and which a restarted process of
+    /// the peer reset when `peer_restarted`.
+    pub fn after_session(&mut self, streamed: Duration, peer_restarted: bool) -> Duration {
+        let fine = streamed >= STREAMED_FINE;
+        if fine {
+            self.failures = 0;
+            self.redialed_at_once = false;
+        }
+        if (fine || peer_restarted) && !self.redialed_at_once {
+            self.redialed_at_once = true;
+            return Duration::ZERO;
+        }
+        self.next_delay()
     }
 
     /// A connection worked: start again from `base`.
@@ -110,5 +137,29 @@ mod tests {
         assert_eq!(got, vec![10, 20, 40, 70, 70]);
         b.reset();
         assert_eq!(b.next_delay(), Duration::from_millis(10));
+    }
+
+    #[test]
+    fn a_peer_that_was_there_is_redialed_at_once_but_never_in_a_loop() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(10), ms(70));
+        // A connection that streamed a while: at once, then the backoff.
+        assert_eq!(b.after_session(STREAMED_FINE, false), Duration::ZERO);
+        assert_eq!(b.next_delay(), ms(10));
+        assert_eq!(b.next_delay(), ms(20));
+        // A restarted peer reset the connection: it is up, dial at once.
+        assert_eq!(b.after_session(Duration::ZERO, true), Duration::ZERO);
+        // A peer that resets again before anything streamed a while waits.
+        assert_eq!(b.after_session(Duration::ZERO, true), ms(40));
+        // So does one that ends every connection at once, Welcome or not.
+        let mut b = Backoff::new(ms(10), ms(70));
+        b.reset();
+        assert_eq!(b.after_session(ms(5), false), ms(10));
+        assert_eq!(b.after_session(ms(5), false), ms(20));
+        // Streaming a while again earns the next immediate redial, each
+        // time, and starts the backoff over.
+        assert_eq!(b.after_session(ms(1500), false), Duration::ZERO);
+        assert_eq!(b.after_session(ms(1500), true), Duration::ZERO);
+        assert_eq!(b.next_delay(), ms(10));
     }
 }

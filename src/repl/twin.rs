@@ -83,7 +83,8 @@ pub struct TwinCore {
     primary_head: u64,
     primary_unix_ms: u64,
     heard: Now,
-    next_heartbeat: std::time::Instant,
+    /// When the last keepalive went.
+    last_beat: std::time::Instant,
     decoder: FrameDecoder,
     transmit: VecDeque<TwinMsg>,
     actions: VecDeque<TwinAction>,
@@ -116,7 +117,7 @@ impl TwinCore {
             primary_head: 0,
             primary_unix_ms: 0,
             heard: now,
-            next_heartbeat: now.at + timers.heartbeat,
+            last_beat: now.at,
             decoder: FrameDecoder::default(),
             transmit,
             actions: VecDeque::new(),
@@ -379,8 +380,8 @@ impl TwinCore {
         }
     }
 
-    /// Timers: giving up on a silent primary, and keepalives when nothing
-    /// else is sent. A call before anything is due does nothing.
+    /// Timers: giving up on a silent primary, and keepalives (an `Ack` of
+    /// the durable head). A call before anything is due does nothing.
     pub fn handle_timeout(&mut self, now: Now) {
         if self.state == TwinState::Closed {
             return;
@@ -389,20 +390,32 @@ impl TwinCore {
             self.refuse(Refusal::Timeout);
             return;
         }
-        if now.at >= self.next_heartbeat {
+        if now.at >= self.next_beat() {
             if self.state == TwinState::Streaming {
                 self.transmit.push_back(TwinMsg::Ack {
                     durable: self.durable,
                 });
             }
-            self.next_heartbeat = now.at + self.timers.heartbeat;
+            self.last_beat = now.at;
         }
+    }
+
+    /// The next keepalive: a heartbeat after the last, or, once the primary
+    /// has been silent a fifth of a heartbeat, a fifth of one after the
+    /// last. A primary that restarted on its address answers the first
+    /// packet after its start with a stateless reset, which ends this
+    /// connection at once; the transport's keep-alive stops once the peer
+    /// is silent, so these are the packets that find the new process.
+    fn next_beat(&self) -> std::time::Instant {
+        let probe = self.timers.heartbeat / 5;
+        let regular = self.last_beat + self.timers.heartbeat;
+        regular.min((self.last_beat + probe).max(self.heard.at + probe))
     }
 
     /// When [`TwinCore::handle_timeout`] is next due.
     pub fn poll_timeout(&self) -> Option<std::time::Instant> {
         (self.state != TwinState::Closed).then(|| {
-            self.next_heartbeat
+            self.next_beat()
                 .min(self.heard.at + self.timers.idle_timeout)
         })
     }

@@ -23,6 +23,7 @@ mod budget;
 mod retain;
 mod store_requests;
 mod switchover;
+mod twin_seat;
 
 /// Appends up to this size are read whole and appended in one call (and
 /// share fdatasyncs with concurrent appends); larger blobs stream.
@@ -117,6 +118,8 @@ pub struct Primary {
     /// Each pinned client's role; a client pinned and not named here is an
     /// admin (a library user that pins through `Pins` alone).
     client_roles: Mutex<std::collections::HashMap<crate::net::Fingerprint, ClientRole>>,
+    /// The twin connection being served: one at a time.
+    twin_seat: twin_seat::TwinSeat,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -215,6 +218,7 @@ impl Primary {
             twin_waiting: std::sync::atomic::AtomicU64::new(0),
             client_roles: Mutex::new(std::collections::HashMap::new()),
             ack_delay: Default::default(),
+            twin_seat: Default::default(),
         })
     }
 
@@ -348,8 +352,14 @@ impl Primary {
         tracing::info!(peer = %peer.0, role = ?peer.1, addr = %conn.remote_address(), "connected");
         match peer.1 {
             Role::Twin => {
+                // Held until this session's end is recorded below, so the
+                // session that replaces it starts after.
+                let seated = self.twin_seat.take(&conn).await;
                 let end = self.clone().twin_session(&conn).await;
                 let why = match &end {
+                    _ if seated.replaced() => {
+                        "replaced by a newer connection from the twin".to_string()
+                    }
                     Ok(why) => why.clone(),
                     Err(e) => e.to_string(),
                 };

@@ -1,0 +1,97 @@
+//! Daemons as child processes of a test (`twinlog-test-child daemon`), on
+//! loopback ports of their own. Included by path by the tests that start
+//! them.
+
+#![allow(dead_code)] // each test uses its own part
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Start the daemon of `role` (`primary`, `twin`) on `config`, its logs
+/// appended to `log`.
+pub fn spawn(role: &str, config: &Path, log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file");
+    Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
+        .args(["daemon", role])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn daemon")
+}
+
+/// A daemon that is killed when the test lets go of it, passed or failed.
+pub struct Daemon(Child);
+
+impl Daemon {
+    pub fn start(role: &str, config: &Path, log: &Path) -> Daemon {
+        Daemon(spawn(role, config, log))
+    }
+
+    /// Send `signal` (`STOP`, `CONT`, `TERM`...).
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.0.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill -{signal}");
+    }
+
+    /// Whether every thread of the process is stopped (SIGSTOP took hold:
+    /// a signal is delivered to each thread in its own time).
+    pub fn stopped(&self) -> bool {
+        let tasks = format!("/proc/{}/task", self.0.id());
+        let Ok(threads) = std::fs::read_dir(tasks) else {
+            return false;
+        };
+        threads.filter_map(|t| t.ok()).all(|t| {
+            // `pid (comm) S ...`: the state follows the last parenthesis.
+            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+        })
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        self.0.kill().expect("SIGKILL");
+        self.0.wait().expect("reap");
+    }
+
+    /// SIGTERM (a clean stop), and reap.
+    pub fn stop(mut self) {
+        self.signal("TERM");
+        self.0.wait().expect("reap");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+pub fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
