@@ -17,6 +17,7 @@
 
 pub mod ack;
 pub mod epochs;
+mod link;
 pub mod msg;
 pub mod pair;
 pub mod primary;
