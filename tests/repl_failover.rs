@@ -396,7 +396,7 @@ fn run(c: &mut Cluster, s: &Step) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     /// Any schedule of writes, faults and operator steps keeps every
     /// promise at every step; then the operator's usual moves bring the
@@ -406,8 +406,10 @@ proptest! {
     fn every_promise_holds_through_failovers_fences_rejoins_and_switchovers(
         steps in prop::collection::vec(step(), 1..150),
         chunk in 50usize..3000,
+        delay_ms in 1u64..8,
     ) {
-        let mut c = Cluster::new(PairConfig { chunk, ..PairConfig::default() });
+        let delay = std::time::Duration::from_millis(delay_ms);
+        let mut c = Cluster::new(PairConfig { chunk, delay, ..PairConfig::default() });
         for s in &steps {
             run(&mut c, s);
             let found = c.check();
