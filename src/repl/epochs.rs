@@ -222,6 +222,16 @@ impl EpochState {
         !was
     }
 
+    /// The epoch that fences this primary when a switchover's `Handover`
+    /// went unanswered: the twin may have promoted itself, which takes an
+    /// epoch past this box's current one, so `current + 1` fences. Never a
+    /// guess past the newest heard of: once this box follows the new
+    /// primary, its Hello tells the newest epoch it heard of, and one that
+    /// no box serves would fence that primary.
+    pub fn unknown_successor(&self) -> u64 {
+        self.current() + 1
+    }
+
     /// Promote: a new epoch above every one heard of, from `head + 1`.
     /// Answers the new epoch.
     pub fn promote(&mut self, head: u64) -> Result<u64, EpochError> {
@@ -336,6 +346,25 @@ mod tests {
         heard.hear(7, "client");
         assert_eq!(heard.promote(3).expect("promote"), 8);
         assert!(!heard.fenced());
+    }
+
+    #[test]
+    fn an_unanswered_handover_fences_with_no_epoch_past_the_newest_heard_of() {
+        let mut old = EpochState::new(0);
+        // A client told of the twin's promotion before the switchover gave
+        // up waiting for its answer.
+        assert!(old.hear(1, "a client"));
+        old.hear(old.unknown_successor(), "a switchover");
+        assert_eq!(old.newest(), 1, "no phantom epoch 2");
+        // Rejoined, it follows the new primary and its Hello tells epoch 1:
+        // no newer than the primary's, which it would otherwise fence.
+        old.follow(h(&[(0, 1), (1, 4)]));
+        assert_eq!(old.newest(), 1);
+        assert!(!old.fenced());
+        // Unanswered with nothing heard of, it still fences.
+        let mut alone = EpochState::new(3);
+        assert!(alone.hear(alone.unknown_successor(), "a switchover"));
+        assert!(alone.fenced());
     }
 
     /// Logs as the epochs that wrote each frame: a history of each, and a

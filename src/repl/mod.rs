@@ -6,7 +6,8 @@
 //! driven by quinn. The network driver only moves bytes, timers and events;
 //! [`pair::ReplPair`] drives both cores over a simulated link with
 //! simulated time, which is how every interleaving is tested without a
-//! socket.
+//! socket; [`cluster::Cluster`] does so for two boxes through failovers,
+//! fences, rejoins and switchovers.
 //!
 //! - [`ack`]: who may acknowledge what (fencing, no twin);
 //! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
@@ -16,7 +17,9 @@
 //! - [`Backoff`]: capped reconnect delays.
 
 pub mod ack;
+pub mod cluster;
 pub mod epochs;
+mod link;
 pub mod msg;
 pub mod pair;
 pub mod primary;

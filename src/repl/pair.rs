@@ -14,17 +14,14 @@
 //! honest (a frame's blob is gathered before it is committed, where the
 //! network driver streams it into a `Pending`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::msg::{Position, PrimaryMsg, TwinMsg};
-use super::primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers};
-use super::twin::{TwinAction, TwinCore, TwinState, TwinView};
-use super::wire::{frame_prefix, FrameEvent};
+use super::link::{self, Link, LinkEvent};
+use super::primary::{PrimaryAction, Timers};
+use super::twin::TwinAction;
 use super::{Backoff, Now};
-use crate::log::format::FrameHeader;
-use crate::log::{CrashMode, Error, HistoryId, Kind, Log, OpenOptions, SimStorage};
+use crate::log::{CrashMode, Kind, Log, OpenOptions, SimStorage};
 
 /// How the pair is set up.
 #[derive(Clone, Copy, Debug)]
@@ -71,12 +68,6 @@ pub enum Fault {
     RestartPrimary,
 }
 
-struct Frame {
-    header: FrameHeader,
-    meta: Vec<u8>,
-    blob: Vec<u8>,
-}
-
 /// The pair; see the module documentation.
 pub struct ReplPair {
     cfg: PairConfig,
@@ -85,13 +76,8 @@ pub struct ReplPair {
     twin_disk: SimStorage,
     primary: Log,
     twin: Log,
-    primary_core: Option<PrimaryCore>,
-    twin_core: Option<TwinCore>,
-    /// A frame arriving on the stream, gathered before it is committed.
-    arriving: Option<Frame>,
-    to_primary: VecDeque<(std::time::Instant, TwinMsg)>,
-    to_twin: VecDeque<(std::time::Instant, PrimaryMsg)>,
-    data: VecDeque<(std::time::Instant, Vec<u8>)>,
+    /// The connection, while there is one.
+    link: Option<Link>,
     reconnect_at: Option<std::time::Instant>,
     backoff: Backoff,
     /// The highest sequence the primary was told is durable on the twin.
@@ -101,7 +87,8 @@ pub struct ReplPair {
     connections: u64,
 }
 
-fn open(disk: &SimStorage, cfg: &PairConfig) -> Log {
+/// The log on a simulated disk, as a box opens it at start.
+pub(crate) fn open(disk: &SimStorage, cfg: &PairConfig) -> Log {
     Log::open_opts(
         "/log",
         OpenOptions {
@@ -113,7 +100,7 @@ fn open(disk: &SimStorage, cfg: &PairConfig) -> Log {
     .unwrap_or_else(|e| panic!("a simulated log must open: {e}"))
 }
 
-fn same_frame(a: &crate::log::Entry, b: &crate::log::Entry) -> bool {
+pub(crate) fn same_frame(a: &crate::log::Entry, b: &crate::log::Entry) -> bool {
     (a.seq, a.kind, &a.meta, &a.blob, a.payload_crc)
         == (b.seq, b.kind, &b.meta, &b.blob, b.payload_crc)
 }
@@ -134,12 +121,7 @@ impl ReplPair {
             twin_disk,
             primary,
             twin,
-            primary_core: None,
-            twin_core: None,
-            arriving: None,
-            to_primary: VecDeque::new(),
-            to_twin: VecDeque::new(),
-            data: VecDeque::new(),
+            link: None,
             reconnect_at: Some(now.at),
             backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(200)),
             max_acked: 0,
@@ -168,13 +150,7 @@ impl ReplPair {
 
     /// Whether the link carries a streaming connection.
     pub fn streaming(&self) -> bool {
-        self.primary_core
-            .as_ref()
-            .is_some_and(|c| c.state() == PrimaryState::Streaming)
-            && self
-                .twin_core
-                .as_ref()
-                .is_some_and(|c| c.state() == TwinState::Streaming)
+        self.link.as_ref().is_some_and(Link::streaming)
     }
 
     /// Append a frame on the primary (durable there when this returns).
@@ -184,8 +160,8 @@ impl ReplPair {
             .primary
             .append(kind, &meta, blob)
             .unwrap_or_else(|e| panic!("primary append: {e}"));
-        if let Some(core) = self.primary_core.as_mut() {
-            core.handle_appended(seq, blob.len() as u64 + 32, self.now);
+        if let Some(link) = self.link.as_mut() {
+            link.appended(seq, blob.len() as u64 + 32, self.now);
         }
         self.pump();
         seq
@@ -201,34 +177,12 @@ impl ReplPair {
     /// Break something.
     pub fn inject(&mut self, fault: Fault) {
         match fault {
-            Fault::DropControl => {
-                if self.to_primary.pop_front().is_none() {
-                    self.to_twin.pop_front();
-                }
-            }
-            Fault::DuplicateControl => {
-                if let Some(m) = self.to_primary.front().cloned() {
-                    self.to_primary.push_front(m);
-                } else if let Some(m) = self.to_twin.front().cloned() {
-                    self.to_twin.push_front(m);
-                }
-            }
-            Fault::DelayControl(ms) => {
-                let d = Duration::from_millis(ms);
-                self.to_primary.iter_mut().for_each(|m| m.0 += d);
-                self.to_twin.iter_mut().for_each(|m| m.0 += d);
-            }
-            Fault::CorruptData(at) => {
-                let total: usize = self.data.iter().map(|d| d.1.len()).sum();
-                if total > 0 {
-                    let mut at = at % total;
-                    for (_, chunk) in self.data.iter_mut() {
-                        if at < chunk.len() {
-                            chunk[at] ^= 0x20;
-                            break;
-                        }
-                        at -= chunk.len();
-                    }
+            Fault::DropControl
+            | Fault::DuplicateControl
+            | Fault::DelayControl(_)
+            | Fault::CorruptData(_) => {
+                if let Some(link) = self.link.as_mut() {
+                    link.inject(fault);
                 }
             }
             Fault::Cut => self.disconnect("cut"),
@@ -276,7 +230,7 @@ impl ReplPair {
     pub fn converge(&mut self, max_ms: u64) -> bool {
         for _ in 0..max_ms {
             let head = self.primary.head_seq();
-            let acked = self.primary_core.as_ref().map_or(0, PrimaryCore::acked);
+            let acked = self.link.as_ref().map_or(0, |l| l.primary.acked());
             if self.twin.head_seq() == head && acked == head && self.streaming() {
                 self.check_prefix();
                 return true;
@@ -311,16 +265,10 @@ impl ReplPair {
     }
 
     fn disconnect(&mut self, why: &str) {
-        if self.primary_core.is_none() && self.twin_core.is_none() {
+        if self.link.take().is_none() {
             return;
         }
         self.closes.push(why.to_string());
-        self.primary_core = None;
-        self.twin_core = None;
-        self.arriving = None;
-        self.to_primary.clear();
-        self.to_twin.clear();
-        self.data.clear();
         // Frames committed and crc-checked stay: sync them so the next Hello
         // reports them.
         if let Err(e) = self.twin.sync() {
@@ -329,37 +277,13 @@ impl ReplPair {
         self.reconnect_at = Some(self.now.at + self.backoff.next_delay());
     }
 
-    fn position(log: &Log, seq: u64) -> Position {
-        if seq == 0 {
-            return Position::default();
-        }
-        let crc = log
-            .locate_blob(seq)
-            .unwrap_or_else(|e| panic!("position of {seq}: {e}"))
-            .payload_crc;
-        Position { seq, crc }
-    }
-
     fn connect(&mut self) {
         self.reconnect_at = None;
         self.connections += 1;
-        let t = &self.twin;
-        let view = TwinView {
-            history: t.history().0,
-            head: Self::position(t, t.head_seq()),
-            first: t.first_seq(),
-            epoch: 0,
-            epochs: Default::default(),
-        };
-        self.twin_core = Some(TwinCore::new(self.cfg.timers, view, self.now));
-        let p = &self.primary;
-        let view = PrimaryView {
-            history: p.history().0,
-            head: p.head_seq(),
-            first: p.first_seq(),
-            epochs: Default::default(),
-        };
-        self.primary_core = Some(PrimaryCore::new(self.cfg.timers, view, self.now));
+        // The pair keeps one epoch: both logs are of epoch 0 throughout.
+        let twin = link::twin_view(&self.twin, 0, Default::default());
+        let primary = link::primary_view(&self.primary, Default::default());
+        self.link = Some(Link::connect(self.cfg, primary, twin, self.now));
     }
 
     /// Deliver what is due, run the timers, carry out every action.
@@ -367,76 +291,12 @@ impl ReplPair {
         if self.reconnect_at.is_some_and(|at| at <= self.now.at) {
             self.connect();
         }
-        let now = self.now;
-        while self.to_primary.front().is_some_and(|m| m.0 <= now.at) {
-            let Some((_, msg)) = self.to_primary.pop_front() else {
-                break;
-            };
-            let Some(core) = self.primary_core.as_mut() else {
-                break;
-            };
-            if core.state() == PrimaryState::AwaitingHello {
-                let log = &self.primary;
-                let frame_at = |seq| {
-                    log.locate_blob(seq).ok().map(|l| super::HeadFrame {
-                        crc: l.payload_crc,
-                        erased: l.is_erased(),
-                    })
-                };
-                core.handle_hello(msg, frame_at, now);
-            } else {
-                core.handle_message(msg, now);
-            }
-        }
-        while self.to_twin.front().is_some_and(|m| m.0 <= now.at) {
-            let Some((_, msg)) = self.to_twin.pop_front() else {
-                break;
-            };
-            let Some(core) = self.twin_core.as_mut() else {
-                break;
-            };
-            core.handle_message(msg, now);
-        }
-        self.twin_actions();
-        self.receive_frames();
-        if let Some(core) = self.primary_core.as_mut() {
-            core.handle_timeout(now);
-        }
-        if let Some(core) = self.twin_core.as_mut() {
-            core.handle_timeout(now);
-        }
-        self.primary_actions();
-        self.twin_actions();
-        self.transmit();
-    }
-
-    fn transmit(&mut self) {
-        let at = self.now.at + self.cfg.delay;
-        if let Some(core) = self.primary_core.as_mut() {
-            while let Some(m) = core.poll_transmit() {
-                self.to_twin.push_back((at, m));
-            }
-        }
-        if let Some(core) = self.twin_core.as_mut() {
-            while let Some(m) = core.poll_transmit() {
-                self.to_primary.push_back((at, m));
-            }
-        }
-    }
-
-    fn primary_actions(&mut self) {
-        while let Some(action) = self
-            .primary_core
-            .as_mut()
-            .and_then(PrimaryCore::poll_action)
-        {
-            match action {
-                PrimaryAction::Ship { from, through } => {
-                    for seq in from..=through {
-                        self.ship(seq);
-                    }
-                }
-                PrimaryAction::Acked(durable) => {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        for event in link.pump(&self.primary, &self.twin, self.now) {
+            match event {
+                LinkEvent::Primary(PrimaryAction::Acked(durable)) => {
                     assert!(
                         durable <= self.twin.head_seq(),
                         "acknowledged {durable}, the twin holds {} durably",
@@ -444,150 +304,28 @@ impl ReplPair {
                     );
                     self.max_acked = self.max_acked.max(durable);
                 }
-                PrimaryAction::BelowFloor { twin_head, first } => {
+                LinkEvent::Primary(PrimaryAction::BelowFloor { twin_head, first }) => {
                     self.closes
                         .push(format!("below floor: twin {twin_head}, first {first}"));
                 }
-                // The pair keeps no store, and one epoch.
-                PrimaryAction::TwinStore(_)
-                | PrimaryAction::Fence { .. }
-                | PrimaryAction::TwinPromoted { .. } => {}
-                PrimaryAction::Close(why) => {
-                    // Let the refusal reach the twin before the link goes.
-                    self.transmit();
+                LinkEvent::Primary(PrimaryAction::Close(why)) => {
                     self.disconnect(&format!("primary: {why}"));
                 }
-            }
-        }
-    }
-
-    fn twin_actions(&mut self) {
-        while let Some(action) = self.twin_core.as_mut().and_then(TwinCore::poll_action) {
-            match action {
-                TwinAction::AdoptHistory(h) => {
-                    self.twin
-                        .adopt_history(HistoryId(h))
-                        .unwrap_or_else(|e| panic!("adopt history: {e}"));
-                }
-                TwinAction::AdoptEpochs(_) | TwinAction::Promote { .. } => {}
-                TwinAction::BelowFloor {
+                LinkEvent::Twin(TwinAction::BelowFloor {
                     first,
                     primary_head,
-                } => {
+                }) => {
                     self.closes.push(format!(
                         "twin below floor: first {first}, head {primary_head}"
                     ));
                 }
-                TwinAction::Close(why) => {
-                    self.transmit();
+                LinkEvent::Twin(TwinAction::Close(why)) => {
                     self.disconnect(&format!("twin: {why}"));
                 }
+                // The pair keeps no store and one epoch; the link ships
+                // frames and adopts the history itself.
+                LinkEvent::Primary(_) | LinkEvent::Twin(_) => {}
             }
-        }
-    }
-
-    /// Put frame `seq` on the stream as its stored bytes, in chunks.
-    fn ship(&mut self, seq: u64) {
-        let mut bytes = Vec::new();
-        let shipped = self.primary.read_pieces(seq, 1 << 16, |loc, piece, _last| {
-            if bytes.is_empty() {
-                let header = loc.header();
-                bytes.extend_from_slice(&frame_prefix(&header, &loc.meta));
-            }
-            bytes.extend_from_slice(piece);
-            Ok::<(), Error>(())
-        });
-        shipped.unwrap_or_else(|e| panic!("ship {seq}: {e}"));
-        let at = self.now.at + self.cfg.delay;
-        for chunk in bytes.chunks(self.cfg.chunk.max(1)) {
-            self.data.push_back((at, chunk.to_vec()));
-        }
-    }
-
-    fn receive_frames(&mut self) {
-        let now = self.now.at;
-        loop {
-            let streaming = self
-                .twin_core
-                .as_ref()
-                .is_some_and(|c| c.state() == TwinState::Streaming);
-            if !streaming || self.data.front().is_none_or(|d| d.0 > now) {
-                break;
-            }
-            let Some((_, chunk)) = self.data.pop_front() else {
-                break;
-            };
-            let mut pos = 0;
-            while let Some(core) = self.twin_core.as_mut() {
-                let (n, ev) = match core.handle_frame_data(&chunk[pos..]) {
-                    Ok(x) => x,
-                    Err(_) => break,
-                };
-                let piece = &chunk[pos..pos + n];
-                pos += n;
-                match ev {
-                    None if n == 0 => break,
-                    None => {}
-                    Some(FrameEvent::Begin(header)) => {
-                        self.arriving = Some(Frame {
-                            header,
-                            meta: core.meta().to_vec(),
-                            blob: Vec::new(),
-                        });
-                    }
-                    Some(FrameEvent::Piece) => {
-                        if let Some(f) = self.arriving.as_mut() {
-                            f.blob.extend_from_slice(piece);
-                        }
-                    }
-                    Some(FrameEvent::End(header)) => {
-                        let frame = self.arriving.take();
-                        self.commit(header, frame);
-                    }
-                    Some(FrameEvent::Erased(h)) => {
-                        let meta = core.meta().to_vec();
-                        match self
-                            .twin
-                            .stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc)
-                        {
-                            Ok(seq) => core.handle_committed(seq),
-                            Err(e) => core.handle_commit_failed(e.to_string()),
-                        }
-                    }
-                }
-            }
-            self.twin_actions();
-        }
-        // The input at hand is drained: one sync for the batch, one ack.
-        if let Some(core) = self.twin_core.as_mut() {
-            if core.needs_sync() {
-                let head = self
-                    .twin
-                    .sync()
-                    .unwrap_or_else(|e| panic!("twin sync: {e}"));
-                core.handle_synced(head);
-            }
-        }
-    }
-
-    fn commit(&mut self, header: FrameHeader, frame: Option<Frame>) {
-        let Some(core) = self.twin_core.as_mut() else {
-            return;
-        };
-        let Some(frame) = frame else {
-            return core.handle_commit_failed("a frame ended that never began".into());
-        };
-        let committed = (|| {
-            let mut p =
-                self.twin
-                    .begin(Some(header.seq), header.kind, &frame.meta, header.blob_len)?;
-            p.write(&frame.blob)?;
-            p.expect_payload_crc(frame.header.payload_crc);
-            p.commit_unsynced()
-        })();
-        match committed {
-            Ok(seq) => core.handle_committed(seq),
-            Err(e) => core.handle_commit_failed(e.to_string()),
         }
     }
 }

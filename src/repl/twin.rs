@@ -90,6 +90,8 @@ pub struct TwinCore {
     actions: VecDeque<TwinAction>,
     /// The store report last sent on this connection.
     store_sent: Option<StoreHealth>,
+    /// A `Handover` was taken: the driver promotes this box once.
+    handed_over: bool,
 }
 
 impl TwinCore {
@@ -122,6 +124,7 @@ impl TwinCore {
             transmit,
             actions: VecDeque::new(),
             store_sent: None,
+            handed_over: false,
         }
     }
 
@@ -284,6 +287,12 @@ impl TwinCore {
                 self.actions.push_back(TwinAction::Close(why));
             }
             PrimaryMsg::Handover { head, clients } => {
+                // A second one would promote the box again, to another
+                // epoch than the one it answers `Promoted` with.
+                if self.handed_over {
+                    self.refuse(Refusal::Protocol("a second Handover".into()));
+                    return;
+                }
                 // Only a twin holding every frame through the primary's
                 // head, durably and nothing past it, may take over: then
                 // no acknowledged frame is left behind.
@@ -298,6 +307,7 @@ impl TwinCore {
                     )));
                     return;
                 }
+                self.handed_over = true;
                 self.actions
                     .push_back(TwinAction::Promote { head, clients });
             }
@@ -426,5 +436,64 @@ impl TwinCore {
 
     pub fn poll_action(&mut self) -> Option<TwinAction> {
         self.actions.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streaming_twin() -> TwinCore {
+        let now = Now {
+            at: std::time::Instant::now(),
+            unix_ms: 0,
+        };
+        let view = TwinView {
+            history: [1; 16],
+            head: Position { seq: 3, crc: 9 },
+            first: 1,
+            epoch: 0,
+            epochs: EpochHistory::default(),
+        };
+        let mut t = TwinCore::new(Timers::default(), view, now);
+        t.handle_message(
+            PrimaryMsg::Welcome {
+                version: PROTOCOL_VERSION,
+                history: [1; 16],
+                from: 4,
+                head: 3,
+                first: 1,
+                epoch: 0,
+                epochs: EpochHistory::default(),
+            },
+            now,
+        );
+        assert_eq!(t.state(), TwinState::Streaming);
+        while t.poll_transmit().is_some() {}
+        t
+    }
+
+    #[test]
+    fn a_handover_arriving_twice_promotes_once_and_the_second_is_refused() {
+        let mut t = streaming_twin();
+        let now = t.heard;
+        let handover = PrimaryMsg::Handover {
+            head: 3,
+            clients: Vec::new(),
+        };
+        // Both arrive before the driver looks at the actions, as a driver
+        // taking a batch of messages sees them.
+        t.handle_message(handover.clone(), now);
+        t.handle_message(handover, now);
+        let actions: Vec<TwinAction> = std::iter::from_fn(|| t.poll_action()).collect();
+        let promotes = actions
+            .iter()
+            .filter(|a| matches!(a, TwinAction::Promote { head: 3, .. }))
+            .count();
+        assert_eq!(promotes, 1, "{actions:?}");
+        assert!(
+            matches!(actions.last(), Some(TwinAction::Close(Refusal::Protocol(why))) if why.contains("second Handover")),
+            "{actions:?}"
+        );
     }
 }

@@ -146,7 +146,7 @@ impl Primary {
                 // The twin may have promoted itself and its answer been
                 // lost: taking writes again could make two primaries. This
                 // box stays fenced until an operator knows which it is.
-                let unknown = self.epochs.newest() + 1;
+                let unknown = self.epochs.state().unknown_successor();
                 self.fence(
                     unknown,
                     "a switchover whose outcome is unknown: see whether the twin promoted itself (then `primary rejoin`), or else `primary unfence`",

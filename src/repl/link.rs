@@ -1,0 +1,347 @@
+//! `Link`: one replication connection over a simulated link, shared by the
+//! simulations ([`super::pair::ReplPair`], [`super::cluster::Cluster`]).
+//!
+//! It holds a [`PrimaryCore`] and a [`TwinCore`], the control messages and
+//! frame-stream bytes in flight between them, and plays the drivers' part
+//! that only needs the two logs: the primary's handshake lookups and
+//! shipping, the twin's adopting of a history, gathering each frame,
+//! committing it with the primary's crc checked and one sync per batch.
+//! Everything else a core asks for (acknowledgements, epochs, promotion,
+//! fencing, the end of the connection) is handed to the simulation that
+//! owns the link, as [`LinkEvent`]s in the order the cores asked.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::epochs::EpochHistory;
+use super::msg::{Position, PrimaryMsg, TwinMsg};
+use super::pair::{Fault, PairConfig};
+use super::primary::{HeadFrame, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView};
+use super::twin::{TwinAction, TwinCore, TwinState, TwinView};
+use super::wire::{frame_prefix, FrameEvent};
+use super::Now;
+use crate::log::format::FrameHeader;
+use crate::log::{Error, HistoryId, Log};
+
+/// What a core asks of the box it runs on, beyond moving frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum LinkEvent {
+    Primary(PrimaryAction),
+    Twin(TwinAction),
+}
+
+struct Frame {
+    header: FrameHeader,
+    meta: Vec<u8>,
+    blob: Vec<u8>,
+}
+
+/// One connection; see the module documentation.
+pub(crate) struct Link {
+    cfg: PairConfig,
+    pub(crate) primary: PrimaryCore,
+    pub(crate) twin: TwinCore,
+    /// A frame arriving on the stream, gathered before it is committed.
+    arriving: Option<Frame>,
+    to_primary: VecDeque<(Instant, TwinMsg)>,
+    to_twin: VecDeque<(Instant, PrimaryMsg)>,
+    data: VecDeque<(Instant, Vec<u8>)>,
+    /// What the cores asked since the owner last looked.
+    events: Vec<LinkEvent>,
+    /// A core ended the connection: nothing more moves.
+    closed: bool,
+}
+
+/// A log's position at `seq`, as a Hello carries it.
+pub(crate) fn position(log: &Log, seq: u64) -> Position {
+    if seq == 0 {
+        return Position::default();
+    }
+    let crc = log
+        .locate_blob(seq)
+        .unwrap_or_else(|e| panic!("position of {seq}: {e}"))
+        .payload_crc;
+    Position { seq, crc }
+}
+
+/// The view a box's log gives a twin core: `epoch` is the newest epoch the
+/// box knows of, `epochs` its log's history.
+pub(crate) fn twin_view(log: &Log, epoch: u64, epochs: EpochHistory) -> TwinView {
+    TwinView {
+        history: log.history().0,
+        head: position(log, log.head_seq()),
+        first: log.first_seq(),
+        epoch,
+        epochs,
+    }
+}
+
+/// The view a box's log gives a primary core.
+pub(crate) fn primary_view(log: &Log, epochs: EpochHistory) -> PrimaryView {
+    PrimaryView {
+        history: log.history().0,
+        head: log.head_seq(),
+        first: log.first_seq(),
+        epochs,
+    }
+}
+
+/// The primary's frame at `seq`, as the handshake compares it.
+pub(crate) fn head_frame(log: &Log, seq: u64) -> Option<HeadFrame> {
+    log.locate_blob(seq).ok().map(|l| HeadFrame {
+        crc: l.payload_crc,
+        erased: l.is_erased(),
+    })
+}
+
+impl Link {
+    /// A twin dials a primary: both cores start now, the Hello is queued.
+    pub(crate) fn connect(cfg: PairConfig, primary: PrimaryView, twin: TwinView, now: Now) -> Link {
+        Link {
+            cfg,
+            primary: PrimaryCore::new(cfg.timers, primary, now),
+            twin: TwinCore::new(cfg.timers, twin, now),
+            arriving: None,
+            to_primary: VecDeque::new(),
+            to_twin: VecDeque::new(),
+            data: VecDeque::new(),
+            events: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// Whether both sides stream.
+    pub(crate) fn streaming(&self) -> bool {
+        !self.closed
+            && self.primary.state() == PrimaryState::Streaming
+            && self.twin.state() == TwinState::Streaming
+    }
+
+    /// Frames were appended on the primary.
+    pub(crate) fn appended(&mut self, head: u64, bytes: u64, now: Now) {
+        if !self.closed {
+            self.primary.handle_appended(head, bytes, now);
+        }
+    }
+
+    /// Break something in flight. The faults that end the connection or a
+    /// box are the owner's; they do nothing here.
+    pub(crate) fn inject(&mut self, fault: Fault) {
+        match fault {
+            Fault::DropControl => {
+                if self.to_primary.pop_front().is_none() {
+                    self.to_twin.pop_front();
+                }
+            }
+            Fault::DuplicateControl => {
+                if let Some(m) = self.to_primary.front().cloned() {
+                    self.to_primary.push_front(m);
+                } else if let Some(m) = self.to_twin.front().cloned() {
+                    self.to_twin.push_front(m);
+                }
+            }
+            Fault::DelayControl(ms) => {
+                let d = Duration::from_millis(ms);
+                self.to_primary.iter_mut().for_each(|m| m.0 += d);
+                self.to_twin.iter_mut().for_each(|m| m.0 += d);
+            }
+            Fault::CorruptData(at) => {
+                let total: usize = self.data.iter().map(|d| d.1.len()).sum();
+                if total > 0 {
+                    let mut at = at % total;
+                    for (_, chunk) in self.data.iter_mut() {
+                        if at < chunk.len() {
+                            chunk[at] ^= 0x20;
+                            break;
+                        }
+                        at -= chunk.len();
+                    }
+                }
+            }
+            Fault::Cut | Fault::RestartTwin(_) | Fault::RestartPrimary => {}
+        }
+    }
+
+    /// Deliver what is due, apply the frames that arrived to the twin's
+    /// log, run both cores' timers and send what they queued. Answers what
+    /// the cores asked of their boxes since the last call, in order; after
+    /// a `Close` nothing more moves and the owner drops the link.
+    pub(crate) fn pump(&mut self, primary: &Log, twin: &Log, now: Now) -> Vec<LinkEvent> {
+        if !self.closed {
+            self.deliver(primary, now);
+        }
+        if !self.closed {
+            self.twin_actions(twin);
+        }
+        if !self.closed {
+            self.receive_frames(twin, now);
+        }
+        if !self.closed {
+            self.primary.handle_timeout(now);
+            self.twin.handle_timeout(now);
+            self.primary_actions(primary, now);
+        }
+        if !self.closed {
+            self.twin_actions(twin);
+        }
+        if !self.closed {
+            self.transmit(now);
+        }
+        std::mem::take(&mut self.events)
+    }
+
+    fn deliver(&mut self, primary: &Log, now: Now) {
+        while self.to_primary.front().is_some_and(|m| m.0 <= now.at) {
+            let Some((_, msg)) = self.to_primary.pop_front() else {
+                break;
+            };
+            if self.primary.state() == PrimaryState::AwaitingHello {
+                self.primary
+                    .handle_hello(msg, |seq| head_frame(primary, seq), now);
+            } else {
+                self.primary.handle_message(msg, now);
+            }
+        }
+        while self.to_twin.front().is_some_and(|m| m.0 <= now.at) {
+            let Some((_, msg)) = self.to_twin.pop_front() else {
+                break;
+            };
+            self.twin.handle_message(msg, now);
+        }
+    }
+
+    /// Put what both cores queued on the link.
+    pub(crate) fn transmit(&mut self, now: Now) {
+        let at = now.at + self.cfg.delay;
+        while let Some(m) = self.primary.poll_transmit() {
+            self.to_twin.push_back((at, m));
+        }
+        while let Some(m) = self.twin.poll_transmit() {
+            self.to_primary.push_back((at, m));
+        }
+    }
+
+    fn primary_actions(&mut self, primary: &Log, now: Now) {
+        while let Some(action) = self.primary.poll_action() {
+            match action {
+                PrimaryAction::Ship { from, through } => {
+                    for seq in from..=through {
+                        self.ship(primary, seq, now);
+                    }
+                }
+                PrimaryAction::Close(why) => {
+                    self.closed = true;
+                    self.events
+                        .push(LinkEvent::Primary(PrimaryAction::Close(why)));
+                    return;
+                }
+                other => self.events.push(LinkEvent::Primary(other)),
+            }
+        }
+    }
+
+    fn twin_actions(&mut self, twin: &Log) {
+        while let Some(action) = self.twin.poll_action() {
+            match action {
+                TwinAction::AdoptHistory(h) => {
+                    // Before the first frame: the log holds none yet.
+                    twin.adopt_history(HistoryId(h))
+                        .unwrap_or_else(|e| panic!("adopt history: {e}"));
+                }
+                TwinAction::Close(why) => {
+                    self.closed = true;
+                    self.events.push(LinkEvent::Twin(TwinAction::Close(why)));
+                    return;
+                }
+                other => self.events.push(LinkEvent::Twin(other)),
+            }
+        }
+    }
+
+    /// Put frame `seq` on the stream as its stored bytes, in chunks.
+    fn ship(&mut self, primary: &Log, seq: u64, now: Now) {
+        let mut bytes = Vec::new();
+        let shipped = primary.read_pieces(seq, 1 << 16, |loc, piece, _last| {
+            if bytes.is_empty() {
+                let header = loc.header();
+                bytes.extend_from_slice(&frame_prefix(&header, &loc.meta));
+            }
+            bytes.extend_from_slice(piece);
+            Ok::<(), Error>(())
+        });
+        shipped.unwrap_or_else(|e| panic!("ship {seq}: {e}"));
+        let at = now.at + self.cfg.delay;
+        for chunk in bytes.chunks(self.cfg.chunk.max(1)) {
+            self.data.push_back((at, chunk.to_vec()));
+        }
+    }
+
+    fn receive_frames(&mut self, twin: &Log, now: Now) {
+        loop {
+            let streaming = self.twin.state() == TwinState::Streaming;
+            if self.closed || !streaming || self.data.front().is_none_or(|d| d.0 > now.at) {
+                break;
+            }
+            let Some((_, chunk)) = self.data.pop_front() else {
+                break;
+            };
+            let mut pos = 0;
+            // A refusal ends the chunk: the core is closed and says why.
+            while let Ok((n, ev)) = self.twin.handle_frame_data(&chunk[pos..]) {
+                let piece = &chunk[pos..pos + n];
+                pos += n;
+                match ev {
+                    None if n == 0 => break,
+                    None => {}
+                    Some(FrameEvent::Begin(header)) => {
+                        self.arriving = Some(Frame {
+                            header,
+                            meta: self.twin.meta().to_vec(),
+                            blob: Vec::new(),
+                        });
+                    }
+                    Some(FrameEvent::Piece) => {
+                        if let Some(f) = self.arriving.as_mut() {
+                            f.blob.extend_from_slice(piece);
+                        }
+                    }
+                    Some(FrameEvent::End(header)) => {
+                        let frame = self.arriving.take();
+                        self.commit(twin, header, frame);
+                    }
+                    Some(FrameEvent::Erased(h)) => {
+                        let meta = self.twin.meta().to_vec();
+                        match twin.stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc) {
+                            Ok(seq) => self.twin.handle_committed(seq),
+                            Err(e) => self.twin.handle_commit_failed(e.to_string()),
+                        }
+                    }
+                }
+            }
+            self.twin_actions(twin);
+        }
+        // The input at hand is drained: one sync for the batch, one ack.
+        if !self.closed && self.twin.needs_sync() {
+            let head = twin.sync().unwrap_or_else(|e| panic!("twin sync: {e}"));
+            self.twin.handle_synced(head);
+        }
+    }
+
+    fn commit(&mut self, twin: &Log, header: FrameHeader, frame: Option<Frame>) {
+        let Some(frame) = frame else {
+            return self
+                .twin
+                .handle_commit_failed("a frame ended that never began".into());
+        };
+        let committed = (|| {
+            let mut p = twin.begin(Some(header.seq), header.kind, &frame.meta, header.blob_len)?;
+            p.write(&frame.blob)?;
+            p.expect_payload_crc(frame.header.payload_crc);
+            p.commit_unsynced()
+        })();
+        match committed {
+            Ok(seq) => self.twin.handle_committed(seq),
+            Err(e) => self.twin.handle_commit_failed(e.to_string()),
+        }
+    }
+}
