@@ -375,7 +375,9 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
         "a bounded pause: {longest:?}"
     );
     a.stop().await;
+    eprintln!("A stopped: {:?}", t0.elapsed());
     b.stop().await;
+    eprintln!("B stopped: {:?}", t0.elapsed());
     let (on_a, on_b) = (frames_of(&a_dir), frames_of(&b_dir));
     assert_eq!(on_a, on_b, "both boxes hold the same frames");
     for (seq, bytes) in &acked {

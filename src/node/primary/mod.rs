@@ -338,7 +338,10 @@ impl Primary {
         }
         retainer.abort();
         endpoint.close(0u32.into(), b"shutdown");
-        endpoint.wait_idle().await;
+        // Every peer was told the endpoint closed; what is left to wait
+        // for is the draining of connections a peer abandoned mid-way,
+        // which would last their whole idle timeout.
+        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {
