@@ -27,6 +27,16 @@ fn start(dir: &std::path::Path) -> Running {
 }
 
 fn start_with(dir: &std::path::Path, memory_budget: u64) -> Running {
+    start_limited(
+        dir,
+        PrimaryConfig {
+            memory_budget,
+            ..PrimaryConfig::default()
+        },
+    )
+}
+
+fn start_limited(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
     let (server, client) = (
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),
@@ -42,8 +52,7 @@ fn start_with(dir: &std::path::Path, memory_budget: u64) -> Running {
         PrimaryConfig {
             policy: TwinPolicy::Wait,
             body_piece_deadline: PIECE_DEADLINE,
-            memory_budget,
-            ..PrimaryConfig::default()
+            ..cfg
         },
     );
     let (stop, stopped) = watch::channel(false);
@@ -175,4 +184,60 @@ async fn bodies_held_whole_stay_inside_the_memory_budget() {
         0,
         "every charge was given back"
     );
+}
+
+/// Client connections past the cap are closed at once by name; the ones
+/// served go on, and a slot freed is taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_connections_past_the_cap_are_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = start_limited(
+        dir.path(),
+        PrimaryConfig {
+            max_clients: 2,
+            ..PrimaryConfig::default()
+        },
+    );
+    let connect = || Client::connect(&r.client, r.server.fingerprint(), r.addr);
+    let first = connect().await.expect("first");
+    let second = connect().await.expect("second");
+    for c in [&first, &second] {
+        c.append(0x8000, b"", b"x", Durability::Local)
+            .await
+            .expect("served");
+    }
+    let third = connect().await.expect("the handshake itself completes");
+    match third.append(0x8000, b"", b"x", Durability::Local).await {
+        Err(e) => {
+            let why = e.to_string();
+            assert!(why.contains("at most 2 client connections"), "{why}");
+        }
+        Ok(_) => panic!("a third connection was served"),
+    }
+    assert_eq!(
+        r.primary.log().head_seq(),
+        2,
+        "nothing of the refused one landed"
+    );
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let fourth = connect().await.expect("connect");
+        if fourth
+            .append(0x8000, b"", b"y", Durability::Local)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the freed slot was never taken"
+        );
+        tokio::task::yield_now().await;
+    }
+    second
+        .append(0x8000, b"", b"z", Durability::Local)
+        .await
+        .expect("still served");
 }

@@ -271,7 +271,12 @@ pub struct LimitsSection {
     pub body_piece_timeout_ms: u64,
     /// MiB that request bodies and whole answers may hold together.
     pub memory_budget_mib: u64,
+    /// Client connections served at once.
+    pub max_client_connections: u64,
 }
+
+/// The bounds of `max_client_connections`.
+pub const MAX_CLIENT_CONNECTIONS: std::ops::RangeInclusive<u64> = 1..=65_536;
 
 /// The bounds of `memory_budget_mib`: below 16 MiB an object read or a
 /// document waits for every other; past a TiB is no bound.
@@ -287,6 +292,7 @@ impl Default for LimitsSection {
         LimitsSection {
             body_piece_timeout_ms: 3_000,
             memory_budget_mib: 512,
+            max_client_connections: 64,
         }
     }
 }
@@ -304,6 +310,12 @@ struct RawLimits {
     body_piece_timeout_ms: u64,
     #[serde(default = "default_memory_budget_mib")]
     memory_budget_mib: u64,
+    #[serde(default = "default_max_client_connections")]
+    max_client_connections: u64,
+}
+
+fn default_max_client_connections() -> u64 {
+    LimitsSection::default().max_client_connections
 }
 
 fn default_body_piece_timeout_ms() -> u64 {
@@ -334,9 +346,18 @@ impl TryFrom<RawLimits> for LimitsSection {
                 MEMORY_BUDGET_MIB.end()
             ));
         }
+        if !MAX_CLIENT_CONNECTIONS.contains(&r.max_client_connections) {
+            return Err(format!(
+                "max_client_connections = {}: it must be from {} to {}",
+                r.max_client_connections,
+                MAX_CLIENT_CONNECTIONS.start(),
+                MAX_CLIENT_CONNECTIONS.end()
+            ));
+        }
         Ok(LimitsSection {
             body_piece_timeout_ms: r.body_piece_timeout_ms,
             memory_budget_mib: r.memory_budget_mib,
+            max_client_connections: r.max_client_connections,
         })
     }
 }
@@ -559,10 +580,16 @@ body_piece_timeout_ms = {body_piece}
 # documents, git objects being sent, 2 MiB per streamed body) may take
 # together; a request past it waits its turn.
 memory_budget_mib = {memory_budget}
+# Client connections served at once; one past it is closed at once. Each
+# may have 32 requests open and buffer up to 16 MiB in flight, so the
+# primary's memory is bounded by about this times 24 MiB plus the budget
+# above plus the log's own (see the README).
+max_client_connections = {max_clients}
 {timers}"#,
             max_bytes = self.retention.max_bytes,
             body_piece = self.limits.body_piece_timeout_ms,
             memory_budget = self.limits.memory_budget_mib,
+            max_clients = self.limits.max_client_connections,
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,

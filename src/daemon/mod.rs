@@ -1007,6 +1007,7 @@ pub async fn serve_primary(
             epoch: epochs.current(),
             body_piece_deadline: cfg.limits.body_piece_deadline(),
             memory_budget: cfg.limits.memory_budget_mib << 20,
+            max_clients: cfg.limits.max_client_connections as usize,
         },
         Some(store.clone()),
         epochs,

@@ -35,6 +35,10 @@ pub const UDP_BUFFER_BYTES: usize = 16 << 20;
 /// because a newer one from the same certificate replaced it.
 pub const CLOSE_REPLACED: u32 = 4;
 
+/// The application close code of a client connection past the primary's
+/// cap on client connections.
+pub const CLOSE_TOO_MANY: u32 = 5;
+
 /// What the network layer fails at.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -46,14 +50,39 @@ pub enum NetError {
     Connect(#[from] quinn::ConnectError),
     #[error("connection: {0}")]
     Connection(#[from] quinn::ConnectionError),
-    #[error("stream write: {0}")]
-    Write(#[from] quinn::WriteError),
-    #[error("stream read: {0}")]
-    Read(#[from] quinn::ReadExactError),
+    #[error("stream write: {source}{}", lost_why_write(.source))]
+    Write {
+        #[from]
+        source: quinn::WriteError,
+    },
+    #[error("stream read: {source}{}", lost_why_read(.source))]
+    Read {
+        #[from]
+        source: quinn::ReadExactError,
+    },
     #[error("message: {0}")]
     Message(#[from] DecodeError),
     #[error("the peer is not pinned")]
     Unpinned,
+}
+
+/// Why a lost connection was lost, for the messages that only say it was.
+fn lost_why(c: &quinn::ConnectionError) -> String {
+    format!(" ({c})")
+}
+
+fn lost_why_read(e: &quinn::ReadExactError) -> String {
+    match e {
+        quinn::ReadExactError::ReadError(quinn::ReadError::ConnectionLost(c)) => lost_why(c),
+        _ => String::new(),
+    }
+}
+
+fn lost_why_write(e: &quinn::WriteError) -> String {
+    match e {
+        quinn::WriteError::ConnectionLost(c) => lost_why(c),
+        _ => String::new(),
+    }
 }
 
 /// Whether `e` says the peer refused this box's certificate in the TLS
@@ -61,8 +90,12 @@ pub enum NetError {
 pub fn refused_by_peer(e: &NetError) -> bool {
     let conn = match e {
         NetError::Connection(c) => c,
-        NetError::Read(quinn::ReadExactError::ReadError(quinn::ReadError::ConnectionLost(c))) => c,
-        NetError::Write(quinn::WriteError::ConnectionLost(c)) => c,
+        NetError::Read {
+            source: quinn::ReadExactError::ReadError(quinn::ReadError::ConnectionLost(c)),
+        } => c,
+        NetError::Write {
+            source: quinn::WriteError::ConnectionLost(c),
+        } => c,
         _ => return false,
     };
     match conn {
@@ -106,8 +139,13 @@ impl Liveness {
     }
 }
 
+/// Requests a peer may have open at once on one connection: each is a
+/// bidirectional stream, and each holds memory until it is answered.
+pub const STREAMS_PER_CONNECTION: u32 = 32;
+
 fn transport(live: Liveness) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(STREAMS_PER_CONNECTION));
     // Windows large enough for a loopback or LAN link at full speed, small
     // enough that what a connection buffers (unacknowledged on the sender,
     // unread on the receiver) stays a few tens of MiB.

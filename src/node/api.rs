@@ -500,6 +500,9 @@ pub struct Status {
     /// Bytes of the memory budget requests hold now.
     #[serde(default)]
     pub memory_held: u64,
+    /// Client connections open now.
+    #[serde(default)]
+    pub client_connections: u64,
 }
 
 /// Where the primary is after a switchover.

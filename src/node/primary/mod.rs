@@ -57,6 +57,9 @@ pub struct PrimaryConfig {
     /// The memory request bodies and whole answers may hold together
     /// (see `budget`).
     pub memory_budget: u64,
+    /// Client connections served at once; more are closed at once
+    /// (`CLOSE_TOO_MANY`). The twin is never counted.
+    pub max_clients: usize,
 }
 
 impl Default for PrimaryConfig {
@@ -67,6 +70,7 @@ impl Default for PrimaryConfig {
             epoch: 0,
             body_piece_deadline: body::DEFAULT_PIECE_DEADLINE,
             memory_budget: budget::DEFAULT_BUDGET_BYTES,
+            max_clients: 64,
         }
     }
 }
@@ -83,6 +87,8 @@ pub struct Primary {
     switch: switchover::Switch,
     /// The memory requests hold whole, bounded.
     budget: budget::Budget,
+    /// Client connections open now.
+    clients: std::sync::atomic::AtomicUsize,
     log: Arc<Log>,
     pins: Arc<Pins>,
     cfg: PrimaryConfig,
@@ -199,6 +205,7 @@ impl Primary {
             twin_configured,
             switch: Default::default(),
             budget: budget::Budget::new(cfg.memory_budget),
+            clients: std::sync::atomic::AtomicUsize::new(0),
             log,
             pins,
             cfg,
@@ -243,6 +250,7 @@ impl Primary {
     pub fn status(&self) -> Status {
         let mut s = lock(&self.status).clone();
         s.memory_held = self.budget.in_use();
+        s.client_connections = self.clients.load(std::sync::atomic::Ordering::SeqCst) as u64;
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.twin_acked = *self.acked.borrow();
@@ -377,7 +385,26 @@ impl Primary {
                     lag_ms: s.lag_ms,
                 });
             }
-            Role::Client => self.client_session(conn).await,
+            Role::Client => {
+                let clients = self
+                    .clients
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if clients >= self.cfg.max_clients {
+                    tracing::warn!(peer = %peer.0, max = self.cfg.max_clients, "too many client connections: refused");
+                    conn.close(
+                        net::CLOSE_TOO_MANY.into(),
+                        format!(
+                            "this primary serves at most {} client connections",
+                            self.cfg.max_clients
+                        )
+                        .as_bytes(),
+                    );
+                } else {
+                    self.clone().client_session(conn).await;
+                }
+                self.clients
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
             other => conn.close(
                 2u32.into(),
                 format!("{other:?} is not served here").as_bytes(),
