@@ -1018,6 +1018,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
             max_age_secs: 86_400,
         },
         listen_as_primary: "0.0.0.0:7400".parse().expect("addr"),
+        restore_expiry: Default::default(),
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

@@ -354,7 +354,7 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
     let (tcfg, twin_fp) =
         daemon::init_twin(&tdir, free_udp(), free_tcp(), None).expect("twin init");
     let (pcfg, box_fp) = daemon::init_primary(&pdir, free_udp(), free_tcp(), None).expect("init");
-    daemon::pin_restore(&tcfg, box_fp, Some(restore_addr)).expect("pin");
+    daemon::pin_restore(&tcfg, box_fp, Some(restore_addr), None).expect("pin");
     // The twin's primary is gone (it never existed here): the twin keeps
     // trying it and serves restores meanwhile.
     daemon::pin_primary(&tcfg, Identity::mint().expect("mint").fingerprint()).expect("pin");

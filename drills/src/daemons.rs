@@ -239,7 +239,8 @@ impl Pair {
                 .ctx(|| "init the primary".into())?;
         daemon::pin_primary(&tcfg, primary_fp).ctx(|| "pin the primary".into())?;
         if let Some((addr, fp)) = opts.restore {
-            daemon::pin_restore(&tcfg, fp, Some(addr)).ctx(|| "pin the restoring box".into())?;
+            daemon::pin_restore(&tcfg, fp, Some(addr), None)
+                .ctx(|| "pin the restoring box".into())?;
         }
         let mut p = PrimaryConfig::load(&pcfg).ctx(|| "load primary.toml".into())?;
         p.timers = fast_timers();

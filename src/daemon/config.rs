@@ -498,6 +498,10 @@ pub struct TwinConfig {
     /// primary.
     #[serde(default = "default_listen_as_primary")]
     pub listen_as_primary: Address,
+    /// When each restore pin expires (RFC 3339, UTC), by fingerprint; a pin
+    /// not named here does not expire.
+    #[serde(default)]
+    pub restore_expiry: std::collections::BTreeMap<String, String>,
 }
 
 pub(crate) fn default_listen_as_primary() -> Address {
@@ -644,7 +648,11 @@ restore_fingerprints = [{restorers}]
 # starts from a snapshot of the store.
 max_bytes = {twin_max_bytes}
 max_age_secs = {twin_max_age}
-{timers}"#,
+{timers}
+[restore_expiry]
+# When each restore pin expires (`twin pin-restore --expires-in`): from then
+# on that box's handshakes are refused.
+{expiry}"#,
             twin_max_bytes = self.retention.max_bytes,
             twin_max_age = self.retention.max_age_secs,
             restore_listen = self.restore_listen.as_ref().map_or(
@@ -667,6 +675,11 @@ max_age_secs = {twin_max_age}
             metrics = self.metrics,
             segment = self.segment_bytes,
             listen_as_primary = self.listen_as_primary,
+            expiry = self
+                .restore_expiry
+                .iter()
+                .map(|(fp, at)| format!("\"{fp}\" = \"{at}\"\n"))
+                .collect::<String>(),
         )
     }
 }
@@ -719,6 +732,7 @@ mod tests {
                 max_age_secs: 86_400,
             },
             listen_as_primary: "0.0.0.0:7500".parse().expect("addr"),
+            restore_expiry: Default::default(),
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }
@@ -828,6 +842,7 @@ mod tests {
                 max_age_secs: 3600,
             },
             listen_as_primary: default_listen_as_primary(),
+            restore_expiry: Default::default(),
         };
         let text = t.render();
         assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);

@@ -227,6 +227,7 @@ pub async fn rejoin(
             restore_fingerprints: Vec::new(),
             retention: Default::default(),
             listen_as_primary: cfg.listen.clone(),
+            restore_expiry: Default::default(),
         },
     };
     twin.data_dir = cfg.data_dir.clone();
@@ -443,6 +444,7 @@ pub fn follow_after_switchover(
         restore_fingerprints: Vec::new(),
         retention: Default::default(),
         listen_as_primary: cfg.listen.clone(),
+        restore_expiry: Default::default(),
     });
     twin.data_dir = cfg.data_dir.clone();
     twin.primary = primary;

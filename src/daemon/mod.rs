@@ -338,6 +338,7 @@ pub fn init_twin(
         restore_fingerprints: Vec::new(),
         retention: Default::default(),
         listen_as_primary: config::default_listen_as_primary(),
+        restore_expiry: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
@@ -520,7 +521,12 @@ pub fn twin_pins(config_path: &Path) -> Result<String, DaemonError> {
         out.push_str(&format!("{fp}  primary\n"));
     }
     for fp in &cfg.restore_fingerprints {
-        out.push_str(&format!("{fp}  restore\n"));
+        let until = match cfg.restore_expiry.get(&fp.to_string()) {
+            Some(at) if parse_utc(at).is_some_and(|t| t <= now_ms()) => format!(", EXPIRED {at}"),
+            Some(at) => format!(", until {at}"),
+            None => String::new(),
+        };
+        out.push_str(&format!("{fp}  restore{until}\n"));
     }
     Ok(out)
 }
@@ -536,6 +542,7 @@ pub fn unpin_restore(config_path: &Path, fp: Fingerprint) -> Result<Pinned, Daem
         false,
         &mut changes,
     );
+    cfg.restore_expiry.remove(&fp.to_string());
     pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
@@ -561,6 +568,7 @@ pub fn pin_restore<A: Into<Address>>(
     config_path: &Path,
     fp: Fingerprint,
     listen: Option<A>,
+    expires_in: Option<std::time::Duration>,
 ) -> Result<Pinned, DaemonError> {
     let mut cfg = TwinConfig::load(config_path)?;
     let listen: Option<Address> = listen.map(Into::into);
@@ -588,7 +596,50 @@ pub fn pin_restore<A: Into<Address>>(
         true,
         &mut changes,
     );
+    let key = fp.to_string();
+    let expiry = expires_in.map(|d| utc(now_ms().saturating_add(d.as_millis() as u64)));
+    let old = cfg.restore_expiry.get(&key).cloned();
+    if old != expiry {
+        changes.push(Change {
+            key: "restore_expiry",
+            old: old.unwrap_or_else(|| "never".into()),
+            new: expiry.clone().unwrap_or_else(|| "never".into()),
+        });
+        match expiry {
+            Some(at) => cfg.restore_expiry.insert(key, at),
+            None => cfg.restore_expiry.remove(&key),
+        };
+    }
     pinned(config_path, "twin serve", changes, || cfg.render())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A twin's restore pins, each until its expiry; an expiry that does not
+/// parse is refused by name rather than taken as none.
+fn restore_pins(cfg: &TwinConfig) -> Result<Pins, DaemonError> {
+    let mut pins = Pins::new();
+    for fp in &cfg.restore_fingerprints {
+        pins = match cfg.restore_expiry.get(&fp.to_string()) {
+            Some(at) => {
+                let until = parse_utc(at).ok_or_else(|| {
+                    DaemonError::Setup(format!(
+                        "restore_expiry for {fp}: {at:?} is not a time like 2026-12-01T00:00:00Z"
+                    ))
+                })?;
+                if until <= now_ms() {
+                    tracing::warn!(%fp, expired = %at, "a restore pin has expired: that box is refused");
+                }
+                pins.pin_until(*fp, Role::Restore, until)
+            }
+            None => pins.pin(*fp, Role::Restore),
+        };
+    }
+    Ok(pins)
 }
 
 /// Structured logs to stderr: human by default, JSON lines on request.
@@ -1225,11 +1276,7 @@ pub async fn serve_twin(
     })?;
     let mut restore_snapshots = None;
     if let Some(addr) = &cfg.restore_listen {
-        let mut rpins = Pins::new();
-        for fp in &cfg.restore_fingerprints {
-            rpins = rpins.pin(*fp, Role::Restore);
-        }
-        let rpins = Arc::new(rpins);
+        let rpins = Arc::new(restore_pins(&cfg)?);
         let listen = resolve("restore_listen", addr)?;
         let rend = net::server(listen, &identity, rpins.clone()).map_err(|e| match e {
             NetError::Io(io) => listen_failed("restore_listen", addr, &io),
@@ -1639,6 +1686,43 @@ pub fn check_log(dir: &Path) -> Result<LogCheck, DaemonError> {
 #[cfg(test)]
 mod time_tests {
     use super::{parse_utc, utc};
+
+    #[test]
+    fn a_restore_pin_lasts_as_long_as_asked_and_unpinning_drops_its_expiry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (cfg, _) = super::init_twin(
+            dir.path(),
+            std::net::SocketAddr::from(([127, 0, 0, 1], 7400)),
+            std::net::SocketAddr::from(([127, 0, 0, 1], 9401)),
+            None,
+        )
+        .expect("init");
+        let (a, b) = (
+            crate::net::Fingerprint([5; 32]),
+            crate::net::Fingerprint([6; 32]),
+        );
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 7401));
+        super::pin_restore(
+            &cfg,
+            a,
+            Some(listen),
+            Some(std::time::Duration::from_secs(3600)),
+        )
+        .expect("pin a");
+        super::pin_restore(&cfg, b, None::<std::net::SocketAddr>, None).expect("pin b");
+        let listed = super::twin_pins(&cfg).expect("pins");
+        assert!(
+            listed.contains(&format!("{a}  restore, until ")),
+            "{listed}"
+        );
+        assert!(listed.contains(&format!("{b}  restore\n")), "{listed}");
+        let t = super::TwinConfig::load(&cfg).expect("load");
+        let pins = super::restore_pins(&t).expect("pins");
+        assert!(pins.role(&a).is_some() && pins.role(&b).is_some());
+        super::unpin_restore(&cfg, a).expect("unpin");
+        let t = super::TwinConfig::load(&cfg).expect("load");
+        assert!(t.restore_expiry.is_empty(), "the expiry goes with the pin");
+    }
 
     #[test]
     fn times_print_and_parse_as_rfc_3339_utc() {

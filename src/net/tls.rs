@@ -103,7 +103,7 @@ pub enum Role {
 /// last certificates it refused, so a status can say who knocked.
 #[derive(Clone, Debug, Default)]
 pub struct Pins(
-    HashMap<Fingerprint, Role>,
+    HashMap<Fingerprint, (Role, Option<u64>)>,
     Arc<std::sync::Mutex<Vec<Refused>>>,
 );
 
@@ -116,6 +116,12 @@ pub struct Refused {
     pub at_ms: u64,
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// How many refusals [`Pins::refused`] remembers.
 const REFUSALS_KEPT: usize = 8;
 
@@ -126,9 +132,7 @@ impl Pins {
     }
 
     fn note_refused(&self, fp: &Fingerprint) {
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let at_ms = unix_ms();
         let mut r = self.1.lock().unwrap_or_else(|e| e.into_inner());
         let fingerprint = fp.to_string();
         r.retain(|x| x.fingerprint != fingerprint);
@@ -144,18 +148,29 @@ impl Pins {
 
     /// Accept `fp` in `role`.
     pub fn pin(mut self, fp: Fingerprint, role: Role) -> Pins {
-        self.0.insert(fp, role);
+        self.0.insert(fp, (role, None));
         self
     }
 
-    /// The role of a pinned peer.
+    /// Accept `fp` in `role` until `until_ms` (ms since the Unix epoch):
+    /// from then on its handshakes are refused as if it were not pinned.
+    pub fn pin_until(mut self, fp: Fingerprint, role: Role, until_ms: u64) -> Pins {
+        self.0.insert(fp, (role, Some(until_ms)));
+        self
+    }
+
+    /// The role of a pinned peer whose pin has not expired.
     pub fn role(&self, fp: &Fingerprint) -> Option<Role> {
-        self.0.get(fp).copied()
+        let (role, until) = self.0.get(fp).copied()?;
+        match until {
+            Some(until) if unix_ms() >= until => None,
+            _ => Some(role),
+        }
     }
 
     /// Whether any peer is pinned in `role`.
     pub fn has_role(&self, role: Role) -> bool {
-        self.0.values().any(|&r| r == role)
+        self.0.values().any(|&(r, _)| r == role)
     }
 }
 
@@ -404,6 +419,18 @@ pub fn client_tls(identity: &Identity, pins: Arc<Pins>) -> Result<rustls::Client
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_expired_pin_is_no_pin() {
+        let (fresh, stale) = (Fingerprint([1; 32]), Fingerprint([2; 32]));
+        let now = unix_ms();
+        let pins = Pins::new()
+            .pin_until(fresh, Role::Restore, now + 3_600_000)
+            .pin_until(stale, Role::Restore, now.saturating_sub(1));
+        assert_eq!(pins.role(&fresh), Some(Role::Restore));
+        assert_eq!(pins.role(&stale), None, "refused like an unpinned peer");
+    }
+
     use super::*;
 
     #[test]

@@ -91,6 +91,13 @@ enum Cmd {
         /// restore_listen, needed unless it is set already)
         #[arg(long, value_name = "ADDRESS")]
         listen: Option<Address>,
+        /// How long the pin lasts: the box's handshakes are refused after
+        /// (seconds, or with a unit: 30m, 24h, 7d)
+        #[arg(long, default_value = "24h", value_parser = expiry, value_name = "DURATION", conflicts_with = "no_expiry")]
+        expires_in: std::time::Duration,
+        /// A pin that never expires
+        #[arg(long)]
+        no_expiry: bool,
         /// The restoring box's fingerprint
         fingerprint: Fingerprint,
     },
@@ -197,10 +204,17 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         Cmd::PinRestore {
             config,
             listen,
+            expires_in,
+            no_expiry,
             fingerprint,
         } => print!(
             "{}",
-            daemon::pin_restore(config.path()?, fingerprint, listen)?
+            daemon::pin_restore(
+                config.path()?,
+                fingerprint,
+                listen,
+                (!no_expiry).then_some(expires_in)
+            )?
         ),
         Cmd::UnpinRestore {
             config,
@@ -272,6 +286,28 @@ async fn main() -> ExitCode {
             ExitCode::from(e.exit_code().clamp(1, 255) as u8)
         }
     }
+}
+
+/// A pin's lifetime: a number and its unit, `s`, `m`, `h` or `d` (`s` when
+/// none), from a second to a year.
+fn expiry(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 24h"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86_400),
+        _ => return Err(format!("{s:?}: the unit is s, m, h or d")),
+    };
+    if !(1..=365 * 86_400).contains(&secs) {
+        return Err(format!("{s:?}: from 1s to 365d"));
+    }
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 #[cfg(test)]
