@@ -50,6 +50,16 @@ pub struct TwinStatus {
     /// The twin's retention: its limits, the log's bytes, what it dropped.
     #[serde(default)]
     pub retention: super::twin_retention::TwinRetentionStatus,
+    /// Bytes received from primaries since start, as QUIC counted them on
+    /// the wire (UDP payloads: frames, snapshots, control messages and
+    /// their framing): what following cost the network, which is how a
+    /// rejoin is seen to move only the frames past the fork.
+    #[serde(default)]
+    pub received_bytes: u64,
+    /// Frame-stream bytes received since start: each frame's header, meta
+    /// and blob as the primary shipped them.
+    #[serde(default)]
+    pub frame_bytes_received: u64,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -405,6 +415,11 @@ impl Twin {
             std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
         };
         let mut below_floor = false;
+        let (received_before, frames_before) = {
+            let s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            (s.received_bytes, s.frame_bytes_received)
+        };
+        let mut frame_bytes = 0u64;
         let mut store_health = self.store().map(|s| s.watch_health());
         // Reported once streaming starts, then on each change: not per
         // chunk, which is this loop's pace.
@@ -491,6 +506,8 @@ impl Twin {
             self.set_status(|s| {
                 s.primary_head = core.primary_head().0;
                 s.lag_frames = core.lag_frames();
+                s.received_bytes = received_before + conn.stats().udp_rx.bytes;
+                s.frame_bytes_received = frames_before + frame_bytes;
             });
             let deadline = core.poll_timeout().map_or_else(
                 || tokio::time::Instant::now() + Duration::from_secs(1),
@@ -505,6 +522,7 @@ impl Twin {
                 chunk = chunks.recv() => match chunk {
                     // A refusal is queued in the core and ends the loop above.
                     Some(Ok(bytes)) => {
+                        frame_bytes += bytes.len() as u64;
                         let _ = feed(&mut core, &bytes, &write_tx).await;
                     }
                     Some(Err(e)) => break Err(e),
@@ -563,6 +581,11 @@ impl Twin {
             (true, Some(s)) => Ok(self.take_snapshot(&conn, &s).await),
             _ => result,
         };
+        // The snapshot, if one came, arrived on this connection too.
+        self.set_status(|s| {
+            s.received_bytes = received_before + conn.stats().udp_rx.bytes;
+            s.frame_bytes_received = frames_before + frame_bytes;
+        });
         conn.close(0u32.into(), b"session over");
         result
     }
