@@ -134,6 +134,8 @@ impl Drop for InFlight<'_> {
 /// How long a shutdown waits for requests in flight, then for the twin's
 /// final acknowledgement.
 const DRAIN: Duration = Duration::from_secs(5);
+/// How long a stopping primary waits for its connections' closes.
+const DRAIN_IDLE: Duration = Duration::from_secs(1);
 
 /// A policy's timeout as a person writes it: `2s`, `1.5s`, `250ms`.
 fn humantime(d: Duration) -> String {
@@ -319,7 +321,18 @@ impl Primary {
         }
         retainer.abort();
         endpoint.close(0u32.into(), b"shutdown");
-        endpoint.wait_idle().await;
+        // A peer gone without a close (SIGKILLed, unplugged) would hold
+        // this until QUIC's idle timeout: a deposed primary would follow
+        // as the twin 10 s late, with the new primary's `twin` appends
+        // waiting meanwhile.
+        if tokio::time::timeout(DRAIN_IDLE, endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                "a peer did not answer the close within {DRAIN_IDLE:?}: stopping anyway"
+            );
+        }
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {
