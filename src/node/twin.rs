@@ -575,6 +575,14 @@ impl Twin {
             }
         }
         let _ = ctl_send.finish();
+        // After a switchover's `Promoted`, the old primary must hear it
+        // before the connection closes (and this process execs the
+        // primary): a close discards stream data not yet delivered, and
+        // the old primary would then time the switchover out and fence
+        // itself, knowing no new primary to name.
+        if *self.promoted.borrow() {
+            let _ = tokio::time::timeout(PROMOTED_FLUSH, ctl_send.stopped()).await;
+        }
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         self.durable.send_replace(self.log.head_seq());
         let result = match (below_floor, self.snapshots()) {
@@ -590,6 +598,10 @@ impl Twin {
         result
     }
 }
+
+/// How long a twin promoted at a switchover waits for the old primary to
+/// acknowledge its `Promoted` before closing the connection.
+const PROMOTED_FLUSH: Duration = Duration::from_secs(2);
 
 /// Batches of writer commands in flight: one batch per chunk read from the
 /// stream (at most 256 KiB), so at most a few MiB are buffered, whatever the

@@ -134,8 +134,10 @@ impl Drop for InFlight<'_> {
 /// How long a shutdown waits for requests in flight, then for the twin's
 /// final acknowledgement.
 const DRAIN: Duration = Duration::from_secs(5);
-/// How long a stopping primary waits for its connections' closes.
-const DRAIN_IDLE: Duration = Duration::from_secs(1);
+/// How long a stopping primary waits for its connections' closes: they go
+/// out at once; a peer that no longer answers would hold the endpoint
+/// until QUIC's idle timeout.
+const DRAIN_IDLE: Duration = Duration::from_millis(250);
 
 /// A policy's timeout as a person writes it: `2s`, `1.5s`, `250ms`.
 fn humantime(d: Duration) -> String {
