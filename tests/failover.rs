@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use twinlog::daemon::{self, DaemonError, PrimaryConfig, Served, TwinConfig};
 use twinlog::node::api::ApiError;
+use twinlog::node::rejoin::StoreFate;
 use twinlog::node::{ClientError, Durability, Status, TwinStatus};
 
 fn free_udp() -> SocketAddr {
@@ -220,6 +221,18 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
         "the saved frames are exactly the divergent tail"
     );
     assert_eq!(frames_of(&a_dir).len(), 30, "the log was cut at the fork");
+    // None of the cut frames was the store's: only its applied mark moves
+    // back, and it stays back once reopened.
+    assert_eq!(r.store, StoreFate::Rewound { from: 42 });
+    let history = twinlog::log::Log::open(a_dir.join(daemon::LOG_DIR))
+        .expect("open log")
+        .history();
+    assert_eq!(
+        twinlog::store::Store::applied_mark(&a_dir.join(daemon::STORE_DIR), history)
+            .expect("the store's mark"),
+        30,
+        "the store's applied mark after the rejoin"
+    );
     assert!(!a_cfg_path.exists(), "primary.toml moved aside");
 
     // A follows B as its twin; `twin` appends on B are acknowledged.
@@ -232,6 +245,13 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     assert_eq!((seq, d), (41, Durability::Twin));
     let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.head == 41).await;
     assert_eq!(st.epoch, 1);
+    // The rejoined twin's store applies the new primary's frames past the
+    // fork, not stopped at the mark the cut frames had left.
+    let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| {
+        s.store.applied == 41 || s.store.stalled.is_some()
+    })
+    .await;
+    assert_eq!((st.store.applied, st.store.stalled), (41, None));
     a_twin.stop().await;
     drop(b_client);
     b.stop().await;

@@ -6,7 +6,8 @@
 //! ```text
 //! twinlog-test-child log-writer DIR ROUND
 //! twinlog-test-child wal-writer DIR
-//! twinlog-test-child daemon primary|twin CONFIG
+//! twinlog-test-child daemon primary|twin CONFIG   (a switchover's new role
+//!                                                    is served in its place)
 //! twinlog-test-child restore CONFIG TWIN_ADDR TWIN_FINGERPRINT
 //! ```
 
@@ -102,10 +103,20 @@ async fn serve(role: &str, config: &str) -> Result<(), Failed> {
         "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await?,
         other => return Err(format!("no daemon role {other:?}").into()),
     };
-    if served != daemon::Served::Stopped {
-        return Err(format!("the role changed: {served:?}").into());
-    }
-    Ok(())
+    // A switchover changed the role: become the daemon of the new one in a
+    // new program image, as `daemon::failover::continue_as` makes the
+    // shipped binaries do (the log's lock goes with the old image).
+    let (role, config) = match &served {
+        daemon::Served::Stopped => return Ok(()),
+        daemon::Served::Deposed { twin_config } => ("twin", twin_config),
+        daemon::Served::Promoted { primary_config } => ("primary", primary_config),
+    };
+    use std::os::unix::process::CommandExt;
+    let e = std::process::Command::new(std::env::current_exe()?)
+        .args(["daemon", role])
+        .arg(config)
+        .exec();
+    Err(format!("the role changed to {role}, but serving it failed: {e}").into())
 }
 
 /// One restore run, its report printed as one JSON line.

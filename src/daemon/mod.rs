@@ -1394,6 +1394,18 @@ pub async fn serve_twin(
                 "Snapshots installed since start.",
                 s.snapshots_installed,
             );
+            counter(
+                out,
+                "twinlog_received_bytes_total",
+                "Bytes received from primaries since start, on the wire (UDP payloads).",
+                s.received_bytes,
+            );
+            counter(
+                out,
+                "twinlog_frame_bytes_received_total",
+                "Frame-stream bytes (headers, metas, blobs) received since start.",
+                s.frame_bytes_received,
+            );
             store_metrics(out, "twinlog_store", "This box's store", &s.store);
             twin_retention_metrics(out, &s.retention);
         },

@@ -50,6 +50,16 @@ pub struct TwinStatus {
     /// The twin's retention: its limits, the log's bytes, what it dropped.
     #[serde(default)]
     pub retention: super::twin_retention::TwinRetentionStatus,
+    /// Bytes received from primaries since start, as QUIC counted them on
+    /// the wire (UDP payloads: frames, snapshots, control messages and
+    /// their framing): what following cost the network, which is how a
+    /// rejoin is seen to move only the frames past the fork.
+    #[serde(default)]
+    pub received_bytes: u64,
+    /// Frame-stream bytes received since start: each frame's header, meta
+    /// and blob as the primary shipped them.
+    #[serde(default)]
+    pub frame_bytes_received: u64,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -435,6 +445,11 @@ impl Twin {
             std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
         };
         let mut below_floor = false;
+        let (received_before, frames_before) = {
+            let s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            (s.received_bytes, s.frame_bytes_received)
+        };
+        let mut frame_bytes = 0u64;
         let mut store_health = self.store().map(|s| s.watch_health());
         // Reported once streaming starts, then on each change: not per
         // chunk, which is this loop's pace.
@@ -522,6 +537,8 @@ impl Twin {
             self.set_status(|s| {
                 s.primary_head = core.primary_head().0;
                 s.lag_frames = core.lag_frames();
+                s.received_bytes = received_before + conn.stats().udp_rx.bytes;
+                s.frame_bytes_received = frames_before + frame_bytes;
             });
             let deadline = core.poll_timeout().map_or_else(
                 || tokio::time::Instant::now() + Duration::from_secs(1),
@@ -536,6 +553,7 @@ impl Twin {
                 chunk = chunks.recv() => match chunk {
                     // A refusal is queued in the core and ends the loop above.
                     Some(Ok(bytes)) => {
+                        frame_bytes += bytes.len() as u64;
                         let _ = feed(&mut core, &bytes, &write_tx).await;
                     }
                     Some(Err(e)) => break Err(e),
@@ -591,12 +609,25 @@ impl Twin {
             }
         }
         let _ = ctl_send.finish();
+        // After a switchover's `Promoted`, the old primary must hear it
+        // before the connection closes (and this process execs the
+        // primary): a close discards stream data not yet delivered, and
+        // the old primary would then time the switchover out and fence
+        // itself, knowing no new primary to name.
+        if *self.promoted.borrow() {
+            let _ = tokio::time::timeout(PROMOTED_FLUSH, ctl_send.stopped()).await;
+        }
         let _ = tokio::task::spawn_blocking(move || writer.join()).await;
         self.durable.send_replace(self.log.head_seq());
         let result = match (below_floor, self.snapshots()) {
             (true, Some(s)) => Ok(self.take_snapshot(&conn, &s).await),
             _ => result,
         };
+        // The snapshot, if one came, arrived on this connection too.
+        self.set_status(|s| {
+            s.received_bytes = received_before + conn.stats().udp_rx.bytes;
+            s.frame_bytes_received = frames_before + frame_bytes;
+        });
         conn.close(0u32.into(), b"session over");
         result
     }
@@ -610,6 +641,10 @@ struct SessionEnd {
     /// What closed the connection, when it was not this side.
     closed_by: Option<quinn::ConnectionError>,
 }
+
+/// How long a twin promoted at a switchover waits for the old primary to
+/// acknowledge its `Promoted` before closing the connection.
+const PROMOTED_FLUSH: Duration = Duration::from_secs(2);
 
 /// Batches of writer commands in flight: one batch per chunk read from the
 /// stream (at most 256 KiB), so at most a few MiB are buffered, whatever the

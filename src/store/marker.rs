@@ -108,6 +108,21 @@ impl AppliedMarker {
     }
 
     /// Record `seq` durably.
+    /// Record `seq`, below the mark, in both slots: `open` takes the slot
+    /// with the higher seq, so a lower one written to a single slot would
+    /// lose to the other slot at the next open. The slot not current is
+    /// written first: a crash between the two writes leaves the old mark,
+    /// and a rejoin run again rewinds again.
+    pub(crate) fn rewind(&mut self, seq: u64) -> Result<()> {
+        let bytes = encode(self.history, seq);
+        for slot in [1 - self.slot, self.slot] {
+            self.file.write_all_at(&bytes, slot * SLOT)?;
+            self.file.sync_data()?;
+        }
+        self.applied = seq;
+        Ok(())
+    }
+
     pub(crate) fn record(&mut self, seq: u64) -> Result<()> {
         let slot = 1 - self.slot;
         self.file
@@ -122,6 +137,26 @@ impl AppliedMarker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rewind_survives_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("APPLIED");
+        let h = HistoryId([3; 16]);
+        let mut m = AppliedMarker::open(&path, h).expect("open");
+        m.record(300).expect("record");
+        m.record(347).expect("record");
+        m.rewind(228).expect("rewind");
+        drop(m);
+        let mut m = AppliedMarker::open(&path, h).expect("reopen");
+        assert_eq!(m.applied(), 228, "the higher slot must not win back");
+        m.record(229).expect("record after the rewind");
+        drop(m);
+        assert_eq!(
+            AppliedMarker::open(&path, h).expect("reopen").applied(),
+            229
+        );
+    }
 
     #[test]
     fn a_torn_slot_leaves_the_other() {

@@ -335,7 +335,7 @@ impl Store {
         let mut marker = marker::AppliedMarker::open(&dir.join("APPLIED"), history)?;
         let was = marker.applied();
         if was > seq {
-            marker.record(seq)?;
+            marker.rewind(seq)?;
         }
         Ok(was)
     }

@@ -156,6 +156,10 @@ impl Drop for InFlight<'_> {
 /// How long a shutdown waits for requests in flight, then for the twin's
 /// final acknowledgement.
 const DRAIN: Duration = Duration::from_secs(5);
+/// How long a stopping primary waits for its connections' closes: they go
+/// out at once; a peer that no longer answers would hold the endpoint
+/// until QUIC's idle timeout.
+const DRAIN_IDLE: Duration = Duration::from_millis(250);
 
 /// A policy's timeout as a person writes it: `2s`, `1.5s`, `250ms`.
 fn humantime(d: Duration) -> String {
@@ -346,10 +350,18 @@ impl Primary {
         }
         retainer.abort();
         endpoint.close(0u32.into(), b"shutdown");
-        // Every peer was told the endpoint closed; what is left to wait
-        // for is the draining of connections a peer abandoned mid-way,
-        // which would last their whole idle timeout.
-        let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+        // A peer gone without a close (SIGKILLed, unplugged) would hold
+        // this until QUIC's idle timeout: a deposed primary would follow
+        // as the twin 10 s late, with the new primary's `twin` appends
+        // waiting meanwhile.
+        if tokio::time::timeout(DRAIN_IDLE, endpoint.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::info!(
+                "a peer did not answer the close within {DRAIN_IDLE:?}: stopping anyway"
+            );
+        }
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {

@@ -13,14 +13,18 @@
 //!   either box, nor of a box restored from the twin, holds its bytes;
 //! - `promote`: the primary killed, the twin promoted; the promoted box
 //!   serves every acknowledged frame and the old primary is refused by
-//!   epoch.
+//!   epoch;
+//! - `failover-cycle`: cycles of kill, promote, fence, rejoin and
+//!   switchover; every twin acknowledgement kept, the divergent tail saved
+//!   exactly, a rejoin moving only what lies past the fork
+//!   (`--broken no-fence|no-save`: the negative controls, which must fail).
 //!
 //! Each prints a summary, its invariant and one JSON line of figures, and
 //! exits 0 only when the invariant held (1 when it broke, 2 when the drill
 //! itself could not run).
 //!
 //! `feature-drill --drill NAME --primary-bin P --twin-bin T --work DIR
-//! [--rounds N] [--seed S]`
+//! [--rounds N] [--seed S] [--broken MODE]`
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,6 +41,7 @@ use drills::daemons::{tenths, Bins};
 use drills::{Args, Context, DrillError, Result, Rng};
 
 mod erase;
+mod failover_cycle;
 mod promote;
 mod restore;
 mod retention;
@@ -282,6 +287,10 @@ const DRILLS: &[(&str, &str)] = &[
         "promote",
         "kill the primary, promote the twin, restart the old primary",
     ),
+    (
+        "failover-cycle",
+        "kill, promote, fence, rejoin by truncate-to-fork, switch over back: N cycles",
+    ),
 ];
 
 async fn drill(args: Args) -> Result<bool> {
@@ -318,6 +327,7 @@ async fn drill(args: Args) -> Result<bool> {
         "retention-hole" => retention::run(setup).await?,
         "erase-both" => erase::run(setup).await?,
         "promote" => promote::run(setup).await?,
+        "failover-cycle" => failover_cycle::run(setup).await?,
         other => return Err(DrillError(format!("no drill named {other}"))),
     };
     let ok = out.failures.is_empty();
