@@ -111,6 +111,9 @@ fn check(dir: &Path, acked: &BTreeMap<u64, String>, what: &str) -> u64 {
 /// times on one directory.
 #[test]
 fn acknowledged_frames_survive_sigkill() {
+    // The environment only chooses the seed, to replay a failure: the
+    // test kills its writer twenty times whatever it says. The writer is
+    // the `twinlog-test-child` binary.
     let seed = std::env::var(SEED_ENV)
         .ok()
         .and_then(|s| s.parse().ok())

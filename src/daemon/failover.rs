@@ -213,34 +213,8 @@ pub async fn rejoin(
     .map_err(|e| DaemonError::Failed(e.to_string()))?;
     endpoint.close(0u32.into(), b"rejoined");
     drop(log);
-    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
-    let mut twin = match TwinConfig::load(&twin_path) {
-        Ok(t) => t,
-        Err(_) => TwinConfig {
-            data_dir: cfg.data_dir.clone(),
-            primary: primary.clone(),
-            primary_fingerprint: None,
-            metrics: cfg.metrics.clone(),
-            segment_bytes: cfg.segment_bytes,
-            timers: cfg.timers,
-            restore_listen: None,
-            restore_fingerprints: Vec::new(),
-            retention: Default::default(),
-            listen_as_primary: cfg.listen.clone(),
-            restore_expiry: Default::default(),
-        },
-    };
-    twin.data_dir = cfg.data_dir.clone();
-    twin.listen_as_primary = cfg.listen.clone();
-    twin.primary = primary;
-    twin.primary_fingerprint = Some(primary_fingerprint);
-    if let Some(m) = metrics {
-        twin.metrics = m;
-    }
-    write_config(&twin_path, &twin.render())?;
-    let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
-    std::fs::rename(primary_config, &deposed).at("moving aside", primary_config)?;
-    crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
+    let (twin_path, deposed) =
+        become_twin(&cfg, primary_config, primary, primary_fingerprint, metrics)?;
     tracing::warn!(
         fork = rejoined.fork,
         epoch = rejoined.epoch,
@@ -251,6 +225,50 @@ pub async fn rejoin(
         twin_config: twin_path,
         deposed_config: deposed,
     })
+}
+
+/// Make a deposed primary's data directory a twin's, following `primary`:
+/// `twin.toml` is written (keeping the restore and retention settings of
+/// one already there; the metrics address `metrics`, else the one there,
+/// else the primary's), then `primary_config` is moved aside, last, so a
+/// crash between leaves a box that is both and is finished by running the
+/// step again. Answers the twin configuration and where the primary's
+/// went.
+fn become_twin(
+    cfg: &PrimaryConfig,
+    primary_config: &Path,
+    primary: Address,
+    fingerprint: Fingerprint,
+    metrics: Option<Address>,
+) -> Result<(PathBuf, PathBuf), DaemonError> {
+    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
+    let mut twin = TwinConfig::load(&twin_path).unwrap_or_else(|_| TwinConfig {
+        data_dir: cfg.data_dir.clone(),
+        primary: primary.clone(),
+        primary_fingerprint: None,
+        metrics: cfg.metrics.clone(),
+        segment_bytes: cfg.segment_bytes,
+        timers: cfg.timers,
+        restore_listen: None,
+        restore_fingerprints: Vec::new(),
+        retention: Default::default(),
+        listen_as_primary: cfg.listen.clone(),
+        restore_expiry: Default::default(),
+    });
+    twin.data_dir = cfg.data_dir.clone();
+    twin.listen_as_primary = cfg.listen.clone();
+    twin.primary = primary;
+    twin.primary_fingerprint = Some(fingerprint);
+    if let Some(m) = metrics {
+        twin.metrics = m;
+    }
+    write_config(&twin_path, &twin.render())?;
+    let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
+    if primary_config.exists() {
+        std::fs::rename(primary_config, &deposed).at("moving aside", primary_config)?;
+        crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
+    }
+    Ok((twin_path, deposed))
 }
 
 /// Lift a stopped primary's fence by making it the primary of a new epoch
@@ -432,32 +450,13 @@ pub fn follow_after_switchover(
                 np.addr
             ))
         })?;
-    let twin_path = cfg.data_dir.join(TWIN_CONFIG);
-    let mut twin = TwinConfig::load(&twin_path).unwrap_or_else(|_| TwinConfig {
-        data_dir: cfg.data_dir.clone(),
-        primary: primary.clone(),
-        primary_fingerprint: None,
-        metrics: cfg.metrics.clone(),
-        segment_bytes: cfg.segment_bytes,
-        timers: cfg.timers,
-        restore_listen: None,
-        restore_fingerprints: Vec::new(),
-        retention: Default::default(),
-        listen_as_primary: cfg.listen.clone(),
-        restore_expiry: Default::default(),
-    });
-    twin.data_dir = cfg.data_dir.clone();
-    twin.primary = primary;
-    twin.primary_fingerprint = Some(fingerprint);
-    twin.metrics = cfg.metrics.clone();
-    twin.listen_as_primary = cfg.listen.clone();
-    write_config(&twin_path, &twin.render())?;
-    let primary_path = cfg.data_dir.join(PRIMARY_CONFIG);
-    if primary_path.exists() {
-        let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
-        std::fs::rename(&primary_path, &deposed).at("moving aside", &primary_path)?;
-        crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
-    }
+    let (twin_path, _) = become_twin(
+        cfg,
+        &cfg.data_dir.join(PRIMARY_CONFIG),
+        primary,
+        fingerprint,
+        Some(cfg.metrics.clone()),
+    )?;
     tracing::warn!(primary = %np.addr, "switchover: this box follows the new primary");
     Ok(twin_path)
 }

@@ -522,7 +522,9 @@ pub fn twin_pins(config_path: &Path) -> Result<String, DaemonError> {
     }
     for fp in &cfg.restore_fingerprints {
         let until = match cfg.restore_expiry.get(&fp.to_string()) {
-            Some(at) if parse_utc(at).is_some_and(|t| t <= now_ms()) => format!(", EXPIRED {at}"),
+            Some(at) if parse_utc(at).is_some_and(|t| t <= crate::repl::Now::system().unix_ms) => {
+                format!(", EXPIRED {at}")
+            }
             Some(at) => format!(", until {at}"),
             None => String::new(),
         };
@@ -597,7 +599,11 @@ pub fn pin_restore<A: Into<Address>>(
         &mut changes,
     );
     let key = fp.to_string();
-    let expiry = expires_in.map(|d| utc(now_ms().saturating_add(d.as_millis() as u64)));
+    let expiry = expires_in.map(|d| {
+        utc(crate::repl::Now::system()
+            .unix_ms
+            .saturating_add(d.as_millis() as u64))
+    });
     let old = cfg.restore_expiry.get(&key).cloned();
     if old != expiry {
         changes.push(Change {
@@ -613,12 +619,6 @@ pub fn pin_restore<A: Into<Address>>(
     pinned(config_path, "twin serve", changes, || cfg.render())
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// A twin's restore pins, each until its expiry; an expiry that does not
 /// parse is refused by name rather than taken as none.
 fn restore_pins(cfg: &TwinConfig) -> Result<Pins, DaemonError> {
@@ -631,7 +631,7 @@ fn restore_pins(cfg: &TwinConfig) -> Result<Pins, DaemonError> {
                         "restore_expiry for {fp}: {at:?} is not a time like 2026-12-01T00:00:00Z"
                     ))
                 })?;
-                if until <= now_ms() {
+                if until <= crate::repl::Now::system().unix_ms {
                     tracing::warn!(%fp, expired = %at, "a restore pin has expired: that box is refused");
                 }
                 pins.pin_until(*fp, Role::Restore, until)

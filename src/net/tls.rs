@@ -116,12 +116,6 @@ pub struct Refused {
     pub at_ms: u64,
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// How many refusals [`Pins::refused`] remembers.
 const REFUSALS_KEPT: usize = 8;
 
@@ -132,7 +126,7 @@ impl Pins {
     }
 
     fn note_refused(&self, fp: &Fingerprint) {
-        let at_ms = unix_ms();
+        let at_ms = crate::repl::Now::system().unix_ms;
         let mut r = self.1.lock().unwrap_or_else(|e| e.into_inner());
         let fingerprint = fp.to_string();
         r.retain(|x| x.fingerprint != fingerprint);
@@ -163,7 +157,7 @@ impl Pins {
     pub fn role(&self, fp: &Fingerprint) -> Option<Role> {
         let (role, until) = self.0.get(fp).copied()?;
         match until {
-            Some(until) if unix_ms() >= until => None,
+            Some(until) if crate::repl::Now::system().unix_ms >= until => None,
             _ => Some(role),
         }
     }
@@ -423,7 +417,7 @@ mod tests {
     #[test]
     fn an_expired_pin_is_no_pin() {
         let (fresh, stale) = (Fingerprint([1; 32]), Fingerprint([2; 32]));
-        let now = unix_ms();
+        let now = crate::repl::Now::system().unix_ms;
         let pins = Pins::new()
             .pin_until(fresh, Role::Restore, now + 3_600_000)
             .pin_until(stale, Role::Restore, now.saturating_sub(1));

@@ -56,12 +56,6 @@ pub struct SavedFrame {
     pub erased: bool,
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// What to save and why.
 pub struct Tail<'a> {
     pub log: &'a Log,
@@ -114,7 +108,7 @@ pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, Pat
         epoch: tail.epoch,
         new_epoch: tail.new_epoch,
         primary: tail.primary.clone(),
-        saved_ms: unix_ms(),
+        saved_ms: crate::repl::Now::system().unix_ms,
     };
     let path = dir.join(format!("{stem}.json"));
     let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;

@@ -183,12 +183,7 @@ pub struct Store {
 }
 
 /// fsync the directory holding `path`.
-pub(crate) fn sync_dir(path: &Path) -> std::io::Result<()> {
-    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => File::open(dir)?.sync_all(),
-        None => File::open(".")?.sync_all(),
-    }
-}
+pub(crate) use crate::publish::sync_parent as sync_dir;
 
 /// fsync a directory itself.
 pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
