@@ -732,6 +732,74 @@ async fn append_round(
     (appends, t.elapsed().as_secs_f64())
 }
 
+/// `CONNECTIONS` closed-loop appenders of `twin` 128-byte frames for `run`:
+/// each append's latency in microseconds.
+async fn timed_appends(clients: &[Arc<Client>], run: Duration) -> Vec<f64> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut set = JoinSet::new();
+    for client in clients.iter().take(CONNECTIONS) {
+        let (client, stop) = (client.clone(), stop.clone());
+        set.spawn(async move {
+            let blob = pattern(SMALL);
+            let mut took = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                client
+                    .append(KIND, &[], &blob, Durability::Twin)
+                    .await
+                    .expect("append");
+                took.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            took
+        });
+    }
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::Relaxed);
+    set.join_all().await.into_iter().flatten().collect()
+}
+
+/// The announced size of the stalled client's append.
+const STALLED_BODY: u64 = 64 << 20;
+
+/// Hold a `STALLED_BODY` append stalled after 1,000 bytes until `stop`,
+/// starting another each time the primary cuts one off; answers how many
+/// were cut off (each must end in `BodyStalled`).
+async fn hold_stalled(conn: quinn::Connection, stop: Arc<AtomicBool>) -> u64 {
+    use twinlog::node::api::ApiError;
+    use twinlog::node::{Request, Response};
+    let mut cut_off = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let (mut tx, mut rx) = conn.open_bi().await.expect("a stream");
+        let req = Request::Append {
+            kind: KIND,
+            meta: b"stalled".to_vec(),
+            blob_len: STALLED_BODY,
+            durability: Durability::Twin,
+        };
+        twinlog::net::write_msg(&mut tx, &req)
+            .await
+            .expect("the request");
+        tx.write_all(&[7u8; 1000]).await.expect("1,000 bytes");
+        loop {
+            let answer =
+                tokio::time::timeout(POLL, twinlog::net::read_msg::<Response>(&mut rx)).await;
+            match answer {
+                Err(_) if stop.load(Ordering::Relaxed) => {
+                    let _ = tx.reset(0u32.into());
+                    return cut_off;
+                }
+                Err(_) => continue,
+                Ok(Ok(Some(Response::Error(ApiError::BodyStalled { .. })))) => {
+                    cut_off += 1;
+                    break;
+                }
+                Ok(other) => panic!("a stalled append answered {other:?}"),
+            }
+        }
+    }
+    cut_off
+}
+
 /// Append `frames` frames of `blob` at Local durability from `tasks`
 /// appenders on the clients; answers the highest sequence.
 async fn append_frames(
@@ -900,6 +968,12 @@ impl Bench {
                 line.print();
             }
         }
+        if cfg.runs(&["p99_append_us", "p99_append_us_with_stalled_client"]) {
+            eprintln!("p99_append_us ...");
+            for line in self.stalled_client(pair, &clients).await {
+                line.print();
+            }
+        }
         if cfg.runs(&["throughput_drift_10m"]) {
             eprintln!("throughput_drift_10m ...");
             self.drift(pair, &clients).await.print();
@@ -960,6 +1034,76 @@ impl Bench {
             .int("tasks", CONNECTIONS as u64)
             .int("appends", acked.load(Ordering::Relaxed))
             .usage(&usage)
+    }
+
+    /// `p99_append_us` and `p99_append_us_with_stalled_client`: the p99 of
+    /// `twin` appends from `CONNECTIONS` closed-loop clients, alone and
+    /// while one more client holds a 64 MiB streamed append stalled after
+    /// 1,000 bytes (stalling again each time the primary cuts it off).
+    /// Rounds alternate between the two, so drift lands on both alike.
+    async fn stalled_client(&self, pair: &mut Pair, clients: &[Arc<Client>]) -> [Line; 2] {
+        pair.converged(&clients[0], Duration::from_secs(60)).await;
+        self.syncfs();
+        let pins =
+            Arc::new(twinlog::net::Pins::new().pin(pair.primary_fp, twinlog::net::Role::Primary));
+        let endpoint = twinlog::net::client(&pair.admin, pins).expect("an endpoint");
+        let conn = twinlog::net::connect(&endpoint, pair.listen)
+            .await
+            .expect("the stalling client's connection");
+        let (mut calm, mut stalled) = (Vec::new(), Vec::new());
+        let (mut calm_usage, mut stalled_usage) = (Usage::default(), Usage::default());
+        let mut cut_off = 0;
+        for _ in 0..self.cfg.rounds {
+            let probe = Probe::take(pair);
+            calm.extend(timed_appends(clients, self.cfg.round).await);
+            calm_usage.add(&probe.since(pair));
+            pair.converged(&clients[0], Duration::from_secs(60)).await;
+
+            let stop = Arc::new(AtomicBool::new(false));
+            let staller = tokio::spawn(hold_stalled(conn.clone(), stop.clone()));
+            pair.wait_status(
+                &clients[0],
+                Duration::from_secs(10),
+                "a stalled body staged",
+                |s| s.staging_held > 0,
+            )
+            .await;
+            let probe = Probe::take(pair);
+            stalled.extend(timed_appends(clients, self.cfg.round).await);
+            stalled_usage.add(&probe.since(pair));
+            stop.store(true, Ordering::Relaxed);
+            cut_off += staller.await.expect("the stalling client");
+            pair.converged(&clients[0], Duration::from_secs(60)).await;
+        }
+        let head = pair
+            .wait_status(&clients[0], Duration::from_secs(10), "status", |_| true)
+            .await
+            .head;
+        calm.sort_by(f64::total_cmp);
+        stalled.sort_by(f64::total_cmp);
+        let calm_p99 = quantile(&calm, 0.99);
+        let line = |name: &str, v: &[f64], usage: &Usage| {
+            Line::new(BENCH, name, quantile(v, 0.99), "us")
+                .lower_is_better()
+                .int("samples", v.len() as u64)
+                .num("p50_us", quantile(v, 0.5))
+                .num("max_us", v.last().copied().unwrap_or(f64::NAN))
+                .int("tasks", CONNECTIONS as u64)
+                .usage(usage)
+        };
+        [
+            line("p99_append_us", &calm, &calm_usage),
+            line(
+                "p99_append_us_with_stalled_client",
+                &stalled,
+                &stalled_usage,
+            )
+            .baseline("p99_append_us", calm_p99)
+            .target(1.5)
+            .int("stalled_body_bytes", STALLED_BODY)
+            .int("stalls_cut_off", cut_off)
+            .int("head", head),
+        ]
     }
 
     /// `local_128b_c*` and `twin_128b_c*`: `rounds` rounds, each running

@@ -40,6 +40,8 @@ struct Running {
     primary: Arc<Primary>,
     addr: SocketAddr,
     stop: watch::Sender<bool>,
+    /// The serving task: it ends, letting go of the log, after `stop`.
+    served: tokio::task::JoinHandle<()>,
 }
 
 fn start_primary(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy) -> Running {
@@ -67,11 +69,15 @@ fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch:
         },
     );
     let (stop, stopped) = watch::channel(false);
-    tokio::spawn(primary.clone().serve(endpoint, stopped));
+    let serving = primary.clone().serve(endpoint, stopped);
+    let served = tokio::spawn(async move {
+        let _ = serving.await;
+    });
     Running {
         primary,
         addr,
         stop,
+        served,
     }
 }
 
@@ -349,7 +355,10 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
         );
         let _ = stop.send(true);
         let _ = p.stop.send(true);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The next case opens the primary's log again: wait until this
+        // primary has let go of it.
+        p.served.await.expect("the primary's serving task");
+        drop(p.primary);
         assert_eq!(
             std::fs::read_dir(tdir.path()).expect("ls").count(),
             before_twin

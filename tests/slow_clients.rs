@@ -37,6 +37,16 @@ fn start_with(dir: &std::path::Path, memory_budget: u64) -> Running {
 }
 
 fn start_limited(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
+    start_exactly(
+        dir,
+        PrimaryConfig {
+            body_piece_deadline: PIECE_DEADLINE,
+            ..cfg
+        },
+    )
+}
+
+fn start_exactly(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
     let (server, client) = (
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),
@@ -51,7 +61,6 @@ fn start_limited(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
         pins,
         PrimaryConfig {
             policy: TwinPolicy::Wait,
-            body_piece_deadline: PIECE_DEADLINE,
             ..cfg
         },
     );
@@ -139,6 +148,73 @@ async fn a_stalled_body_is_cut_off_by_name_and_other_writers_go_on() {
         .await
         .expect("append after");
     assert_eq!(seq, 21);
+}
+
+/// A streamed body under the staging bound is staged whole before the
+/// log's writer is taken: a client that stalls mid-body holds no writer
+/// even for one piece deadline. With a deadline of 30 s, 20 appends beside
+/// two stalled bodies (4 and 64 MiB) are each answered within 2 s, and the
+/// stalled ones end by name with nothing of them in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_body_under_the_staging_bound_holds_no_writer_at_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = start_exactly(
+        dir.path(),
+        PrimaryConfig {
+            body_piece_deadline: Duration::from_secs(30),
+            ..PrimaryConfig::default()
+        },
+    );
+    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
+        .await
+        .expect("client");
+    let mut stalled = [
+        stall(&r, 4 << 20, 1000).await,
+        stall(&r, 64 << 20, 3 << 20).await,
+    ];
+    // The staged bytes show before anything is appended.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while r.primary.status().staging_held < (64 << 20) {
+        assert!(tokio::time::Instant::now() < deadline, "nothing was staged");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for i in 0..20u8 {
+        let (seq, _) = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.append(0x8000, b"", &[i; 100], Durability::Local),
+        )
+        .await
+        .expect("answered at once while others stall")
+        .expect("appended");
+        assert_eq!(seq, u64::from(i) + 1);
+    }
+    // Ending the stalled streams ends their requests by name.
+    for (tx, rx) in stalled.iter_mut() {
+        let _ = tx.finish();
+        let answer = tokio::time::timeout(Duration::from_secs(10), net::read_msg::<Response>(rx))
+            .await
+            .expect("answered")
+            .expect("read");
+        match answer {
+            Some(Response::Error(ApiError::BadRequest(why))) => {
+                assert!(why.contains("the body ended after"), "{why}")
+            }
+            other => panic!("a short body answered {other:?}"),
+        }
+    }
+    assert_eq!(r.primary.log().head_seq(), 20, "no stalled entry landed");
+    assert_eq!(r.primary.status().staging_held, 0, "staging was given back");
+    // A staged body that arrives whole lands whole.
+    let blob: Vec<u8> = (0..(5 << 20) + 3).map(|i: u32| (i % 251) as u8).collect();
+    let (seq, _) = client
+        .append(0x8000, b"whole", &blob, Durability::Local)
+        .await
+        .expect("a staged append");
+    let back = client.read(seq).await.expect("read back");
+    assert!(
+        back.meta == b"whole" && back.blob == blob,
+        "the staged body reads back as sent"
+    );
 }
 
 /// Bodies held whole are charged to the memory budget before they are

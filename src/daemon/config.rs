@@ -273,6 +273,11 @@ pub struct LimitsSection {
     pub memory_budget_mib: u64,
     /// Client connections served at once.
     pub max_client_connections: u64,
+    /// MiB up to which a streamed body is staged whole before the log's
+    /// writer is taken (0: none is); larger bodies stream as they arrive.
+    pub staged_body_max_mib: u64,
+    /// MiB of disk that staged bodies share.
+    pub staging_mib: u64,
 }
 
 /// The bounds of `max_client_connections`.
@@ -287,12 +292,17 @@ pub const MEMORY_BUDGET_MIB: std::ops::RangeInclusive<u64> = 16..=1 << 20;
 /// hold every writer that long.
 pub const BODY_PIECE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
 
+/// The bounds of `staging_mib`: a staged body must fit in it.
+pub const STAGING_MIB: std::ops::RangeInclusive<u64> = 1..=1 << 20;
+
 impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
             body_piece_timeout_ms: 3_000,
             memory_budget_mib: 512,
             max_client_connections: 64,
+            staged_body_max_mib: 64,
+            staging_mib: 1024,
         }
     }
 }
@@ -312,6 +322,18 @@ struct RawLimits {
     memory_budget_mib: u64,
     #[serde(default = "default_max_client_connections")]
     max_client_connections: u64,
+    #[serde(default = "default_staged_body_max_mib")]
+    staged_body_max_mib: u64,
+    #[serde(default = "default_staging_mib")]
+    staging_mib: u64,
+}
+
+fn default_staged_body_max_mib() -> u64 {
+    LimitsSection::default().staged_body_max_mib
+}
+
+fn default_staging_mib() -> u64 {
+    LimitsSection::default().staging_mib
 }
 
 fn default_max_client_connections() -> u64 {
@@ -354,10 +376,26 @@ impl TryFrom<RawLimits> for LimitsSection {
                 MAX_CLIENT_CONNECTIONS.end()
             ));
         }
+        if !STAGING_MIB.contains(&r.staging_mib) {
+            return Err(format!(
+                "staging_mib = {}: it must be from {} to {}",
+                r.staging_mib,
+                STAGING_MIB.start(),
+                STAGING_MIB.end()
+            ));
+        }
+        if r.staged_body_max_mib > r.staging_mib {
+            return Err(format!(
+                "staged_body_max_mib = {} is more than staging_mib = {}: no body that large could be staged",
+                r.staged_body_max_mib, r.staging_mib
+            ));
+        }
         Ok(LimitsSection {
             body_piece_timeout_ms: r.body_piece_timeout_ms,
             memory_budget_mib: r.memory_budget_mib,
             max_client_connections: r.max_client_connections,
+            staged_body_max_mib: r.staged_body_max_mib,
+            staging_mib: r.staging_mib,
         })
     }
 }
@@ -577,12 +615,19 @@ max_bytes = {max_bytes}
 
 [limits]
 # Milliseconds a client may leave a request's body without sending a byte
-# before the request is cut off (BodyStalled) and nothing of it is written:
-# no client holds the log's writer or the store longer than this.
+# before the request is cut off (BodyStalled) and nothing of it is written.
 body_piece_timeout_ms = {body_piece}
-# MiB that request bodies and answers held whole (appended blobs up to 1 MiB,
-# documents, git objects being sent, 2 MiB per streamed body) may take
-# together; a request past it waits its turn.
+# A streamed body up to this many MiB is staged whole on disk (an unnamed
+# file beside the log) before the log's writer or the store is taken, so a
+# client that stalls mid-body holds up no one; a larger body streams into
+# the log as it arrives and holds the writer up to the timeout above. 0
+# stages none.
+staged_body_max_mib = {staged_max}
+# MiB of disk that staged bodies share; a body past it waits its turn.
+staging_mib = {staging}
+# MiB that request bodies held whole (appended blobs up to 1 MiB, documents,
+# 2 MiB in flight per streamed body) may take together; a request past it
+# waits its turn. Objects are sent in pieces and are not counted.
 memory_budget_mib = {memory_budget}
 # Client connections served at once; one past it is closed at once. Each
 # may have 32 requests open and buffer up to 16 MiB in flight, so the
@@ -593,6 +638,8 @@ max_client_connections = {max_clients}
             max_bytes = self.retention.max_bytes,
             body_piece = self.limits.body_piece_timeout_ms,
             memory_budget = self.limits.memory_budget_mib,
+            staged_max = self.limits.staged_body_max_mib,
+            staging = self.limits.staging_mib,
             max_clients = self.limits.max_client_connections,
             data = self.data_dir.display(),
             listen = self.listen,

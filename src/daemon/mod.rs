@@ -1059,6 +1059,8 @@ pub async fn serve_primary(
             body_piece_deadline: cfg.limits.body_piece_deadline(),
             memory_budget: cfg.limits.memory_budget_mib << 20,
             max_clients: cfg.limits.max_client_connections as usize,
+            stage_max_body: cfg.limits.staged_body_max_mib << 20,
+            staging_space: cfg.limits.staging_mib << 20,
         },
         Some(store.clone()),
         epochs,
@@ -1526,6 +1528,12 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     if let Some(e) = &s.twin_last_error {
         out.push_str(&format!("last twin disconnect: {e}\n"));
     }
+    out.push_str(&format!(
+        "clients: {} connected, {:.1} MiB of the memory budget held, {:.1} MiB of bodies staged\n",
+        s.client_connections,
+        s.memory_held as f64 / (1 << 20) as f64,
+        s.staging_held as f64 / (1 << 20) as f64
+    ));
     for r in &s.refused_peers {
         out.push_str(&format!(
             "refused a certificate that is not pinned: {} at {} (pin it with `primary pin-twin` or `pin-client` if it is yours)\n",

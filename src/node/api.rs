@@ -503,6 +503,9 @@ pub struct Status {
     /// Client connections open now.
     #[serde(default)]
     pub client_connections: u64,
+    /// Bytes of streamed bodies staged now, waiting to be whole.
+    #[serde(default)]
+    pub staging_held: u64,
 }
 
 /// Where the primary is after a switchover.

@@ -377,6 +377,26 @@ impl Archive {
         Ok(b)
     }
 
+    /// An extent opened to be read later without the archive: the file is
+    /// only ever appended to, so the bytes stay where they are (an erase
+    /// zeroes a body in place, which the reader's hash check catches).
+    pub fn open_extent(&self, offset: u64, len: u64) -> Result<Extent> {
+        let end = offset.checked_add(len).filter(|e| *e <= self.len);
+        if offset < ARCHIVE_HEADER_LEN || end.is_none() {
+            return Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                at: offset,
+                what: format!("an extent of {len} bytes past the archive's {}", self.len),
+            });
+        }
+        Ok(Extent {
+            file: self.file.try_clone()?,
+            path: self.path.clone(),
+            offset,
+            len,
+        })
+    }
+
     /// A pack's body in pieces of at most `piece` bytes.
     pub fn read_body(
         &self,
@@ -432,6 +452,30 @@ fn crc_of(file: &File, at: u64, len: u64) -> io::Result<u32> {
         pos += n as u64;
     }
     Ok(crc.finalize())
+}
+
+/// Bytes of an archive opened by [`Archive::open_extent`].
+#[derive(Debug)]
+pub struct Extent {
+    file: File,
+    pub path: PathBuf,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Extent {
+    /// The bytes in pieces of at most `piece`; memory is one piece.
+    pub fn read(&self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut buf = vec![0u8; piece.min(self.len as usize).max(1)];
+        let mut pos = 0;
+        while pos < self.len {
+            let n = (buf.len() as u64).min(self.len - pos) as usize;
+            self.file.read_exact_at(&mut buf[..n], self.offset + pos)?;
+            each(&buf[..n])?;
+            pos += n as u64;
+        }
+        Ok(())
+    }
 }
 
 /// Deallocate a range, or zero it where the file system cannot punch.

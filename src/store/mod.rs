@@ -767,10 +767,6 @@ impl Store {
 
     /// An object's type and bytes.
     /// An object's stored length, when the repository holds it.
-    pub fn object_len(&self, repo: &str, oid: &[u8]) -> Result<Option<u64>> {
-        self.repo(repo)?.object_len(oid)
-    }
-
     pub fn read_object(&self, repo: &str, oid: &[u8]) -> Result<Option<(ObjType, Vec<u8>)>> {
         self.repo(repo)?.read_object(oid)
     }

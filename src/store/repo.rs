@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::archive::{Archive, PackAppend, PackRecord};
+use super::archive::{Archive, Extent, PackAppend, PackRecord};
 use super::frames::{PackEvent, PackParser};
 use super::lfs::Lfs;
 use super::{Result, StoreError};
@@ -333,10 +333,6 @@ impl Repo {
     /// An object's type and bytes, its oid checked.
     /// An object's stored length, from the index alone: what reading it
     /// whole will hold.
-    pub fn object_len(&self, oid: &[u8]) -> Result<Option<u64>> {
-        Ok(self.index.try_lookup(oid)?.map(|row| row.len))
-    }
-
     pub fn read_object(&self, oid: &[u8]) -> Result<Option<(ObjType, Vec<u8>)>> {
         let Some(row) = self.index.try_lookup(oid)? else {
             return Ok(None);
@@ -350,6 +346,24 @@ impl Repo {
             });
         }
         Ok(Some((row.obj_type, data)))
+    }
+
+    /// An object opened to be read out without the store's lock (see
+    /// [`GitObject::read`]); None when the repository lacks it.
+    pub fn open_object(&self, oid: &[u8]) -> Result<Option<GitObject>> {
+        let Some(row) = self.index.try_lookup(oid)? else {
+            return Ok(None);
+        };
+        let mut id = [0u8; OID_LEN];
+        if oid.len() != id.len() {
+            return Ok(None);
+        }
+        id.copy_from_slice(oid);
+        Ok(Some(GitObject {
+            obj_type: row.obj_type,
+            extent: self.archive.open_extent(row.offset, row.len)?,
+            oid: id,
+        }))
     }
 
     /// Which of `oids` the repository holds: one batched pass, and one
@@ -381,5 +395,46 @@ impl Repo {
     /// The archive's packs, for checks and reports.
     pub fn packs(&self) -> &[PackRecord] {
         self.archive.packs()
+    }
+}
+
+/// A git object open for reading ([`Repo::open_object`]).
+#[derive(Debug)]
+pub struct GitObject {
+    pub obj_type: ObjType,
+    extent: Extent,
+    oid: [u8; OID_LEN],
+}
+
+impl GitObject {
+    pub fn len(&self) -> u64 {
+        self.extent.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.extent.len == 0
+    }
+
+    /// Its bytes in pieces of at most `piece`, hashed on the way: an
+    /// object that does not hash to its id (an erase zeroed it meanwhile,
+    /// or the disk did) is an error after the last piece. Memory is one
+    /// piece.
+    pub fn read(&self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut hasher = super::frames::OidHasher::new(self.obj_type, self.extent.len);
+        self.extent.read(piece, &mut |bytes| {
+            hasher.update(bytes);
+            each(bytes)
+        })?;
+        if hasher.finish() != self.oid {
+            return Err(StoreError::Corrupt {
+                path: self.extent.path.clone(),
+                at: self.extent.offset,
+                what: format!(
+                    "object {} does not hash to its id",
+                    super::frames::hex(&self.oid)
+                ),
+            });
+        }
+        Ok(())
     }
 }

@@ -59,6 +59,10 @@ impl Daemon {
         })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         self.0.kill().expect("SIGKILL");

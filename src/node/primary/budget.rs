@@ -4,8 +4,9 @@
 //! (within its body's deadline) instead of growing the process.
 //!
 //! Charged: an append's blob read whole (at most 1 MiB), a control
-//! document (at most 16 MiB), a streamed body's pieces in flight (2 MiB),
-//! and a git object read whole to be sent (its size, at most 256 MiB).
+//! document (at most 16 MiB), and a streamed body's pieces in flight
+//! (2 MiB). Objects are read out in pieces, a few at a time per stream,
+//! and larger bodies are staged on disk (`stage`), so neither is charged.
 
 use std::sync::Arc;
 

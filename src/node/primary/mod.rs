@@ -21,6 +21,7 @@ use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Ti
 mod body;
 mod budget;
 mod retain;
+mod stage;
 mod store_requests;
 mod switchover;
 mod twin_seat;
@@ -60,6 +61,11 @@ pub struct PrimaryConfig {
     /// Client connections served at once; more are closed at once
     /// (`CLOSE_TOO_MANY`). The twin is never counted.
     pub max_clients: usize,
+    /// Streamed bodies up to this size are staged whole before the log's
+    /// writer or the store is taken (see `stage`); 0 stages none.
+    pub stage_max_body: u64,
+    /// The disk space staged bodies share.
+    pub staging_space: u64,
 }
 
 impl Default for PrimaryConfig {
@@ -71,6 +77,8 @@ impl Default for PrimaryConfig {
             body_piece_deadline: body::DEFAULT_PIECE_DEADLINE,
             memory_budget: budget::DEFAULT_BUDGET_BYTES,
             max_clients: 64,
+            stage_max_body: stage::DEFAULT_STAGE_MAX_BYTES,
+            staging_space: stage::DEFAULT_STAGING_BYTES,
         }
     }
 }
@@ -87,6 +95,8 @@ pub struct Primary {
     switch: switchover::Switch,
     /// The memory requests hold whole, bounded.
     budget: budget::Budget,
+    /// Where streamed bodies wait, whole, for their writer.
+    staging: stage::Staging,
     /// Client connections open now.
     clients: std::sync::atomic::AtomicUsize,
     log: Arc<Log>,
@@ -209,6 +219,7 @@ impl Primary {
             twin_configured,
             switch: Default::default(),
             budget: budget::Budget::new(cfg.memory_budget),
+            staging: stage::Staging::new(log.dir(), cfg.stage_max_body, cfg.staging_space),
             clients: std::sync::atomic::AtomicUsize::new(0),
             log,
             pins,
@@ -254,6 +265,7 @@ impl Primary {
     pub fn status(&self) -> Status {
         let mut s = lock(&self.status).clone();
         s.memory_held = self.budget.in_use();
+        s.staging_held = self.staging.in_use();
         s.client_connections = self.clients.load(std::sync::atomic::Ordering::SeqCst) as u64;
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
@@ -809,6 +821,7 @@ impl Primary {
                 durability,
             } => self.lfs_delete(repo, oid, durability).await,
             Request::LfsGet { repo, oid } => return self.lfs_get(repo, oid, send).await,
+            Request::ReadObject { repo, oid } => return self.read_object(repo, oid, send).await,
             Request::PutDoc {
                 name,
                 len,
@@ -831,7 +844,6 @@ impl Primary {
             } => self.store_skip(seq, reason, force, durability).await,
             Request::Refs { .. }
             | Request::PushHistory { .. }
-            | Request::ReadObject { .. }
             | Request::Have { .. }
             | Request::GetDoc { .. }
             | Request::ListRepos
@@ -916,12 +928,12 @@ impl Primary {
         }
     }
 
-    /// A large blob: pieces from the stream into a `Pending` owned by a
-    /// blocking thread; memory is a few pieces whatever the size. The
-    /// log's writer is taken only once the first piece is in hand, and a
-    /// client that then stops sending is cut off after the piece deadline:
-    /// the entry is dropped, nothing of it is visible, and the other
-    /// writers go on.
+    /// A large blob, staged whole when it is small enough and then written
+    /// through a `Pending` on a blocking thread; memory is a few pieces
+    /// whatever the size. The log's writer is taken only once the body is
+    /// in hand (or, past the staging bound, its first piece), and a client
+    /// that stops sending is cut off after the piece deadline: the entry is
+    /// dropped, nothing of it is visible, and the other writers go on.
     async fn append_streamed(
         &self,
         kind: u16,
@@ -929,41 +941,24 @@ impl Primary {
         blob_len: u64,
         recv: &mut RecvStream,
     ) -> Result<u64, ApiError> {
-        let mut body = body::Body::new(recv, blob_len, self.cfg.body_piece_deadline);
-        let first = body.next().await?;
-        let (tx, mut rx) = mpsc::channel::<bytes::Bytes>(4);
         let log = self.log.clone();
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut p = log.begin(None, kind, &meta, blob_len)?;
-            while let Some(piece) = rx.blocking_recv() {
-                p.write(&piece)?;
-            }
-            p.commit()
-        });
-        let mut piece = first;
-        let mut cut = None;
-        while let Some(bytes) = piece {
-            if tx.send(bytes).await.is_err() {
-                break;
-            }
-            piece = match body.next().await {
-                Ok(p) => p,
-                Err(e) => {
-                    cut = Some(e);
-                    None
-                }
-            };
-        }
-        drop(tx);
-        // A short body makes commit refuse with BlobLength: nothing lands.
-        let committed = writer.await;
-        if let Some(e) = cut {
-            return Err(e);
-        }
-        match committed {
-            Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
-            Err(e) => Err(ApiError::Refused(e.to_string())),
-        }
+        let written = self
+            .staging
+            .feed(
+                recv,
+                blob_len,
+                self.cfg.body_piece_deadline,
+                move |pieces| {
+                    let mut p = log.begin(None, kind, &meta, blob_len)?;
+                    for piece in pieces {
+                        p.write(&piece)?;
+                    }
+                    // A short body makes commit refuse with BlobLength.
+                    p.commit()
+                },
+            )
+            .await?;
+        written.map_err(|e| ApiError::Refused(e.to_string()))
     }
 
     async fn wait_for_twin(&self, seq: u64) -> Response {

@@ -190,20 +190,19 @@ impl Primary {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut pieces = rx.into_iter();
-            host.push(&repo, pack_len, &updates, at_ms, &mut pieces)
-        });
-        if let Some(cut) = pump(recv, pack_len, tx, self.cfg.body_piece_deadline).await {
-            // The writer, left short, refuses: nothing lands.
-            let _ = writer.await;
-            return Response::Error(cut);
-        }
-        let done = match writer.await {
+        let pushed = self
+            .staging
+            .feed(
+                recv,
+                pack_len,
+                self.cfg.body_piece_deadline,
+                move |pieces| host.push(&repo, pack_len, &updates, at_ms, pieces),
+            )
+            .await;
+        let done = match pushed {
             Ok(Ok(done)) => done,
             Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+            Err(e) => return Response::Error(short_is_bad_push(e)),
         };
         let Some(last) = done.refs_seq.or(done.pack_seq) else {
             return Response::Error(ApiError::BadPush("nothing was pushed".into()));
@@ -239,19 +238,16 @@ impl Primary {
             Err(e) => return Response::Error(e),
         };
         let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
-        let (tx, rx) = std::sync::mpsc::sync_channel::<bytes::Bytes>(4);
-        let writer = tokio::task::spawn_blocking(move || {
-            let mut pieces = rx.into_iter();
-            host.lfs_put(&repo, oid, len, &mut pieces)
-        });
-        if let Some(cut) = pump(recv, len, tx, self.cfg.body_piece_deadline).await {
-            let _ = writer.await;
-            return Response::Error(cut);
-        }
-        let seq = match writer.await {
+        let put = self
+            .staging
+            .feed(recv, len, self.cfg.body_piece_deadline, move |pieces| {
+                host.lfs_put(&repo, oid, len, pieces)
+            })
+            .await;
+        let seq = match put {
             Ok(Ok(seq)) => seq,
             Ok(Err(e)) => return Response::Error(e.into()),
-            Err(e) => return Response::Error(ApiError::Store(e.to_string())),
+            Err(e) => return Response::Error(short_is_bad_push(e)),
         };
         self.acknowledge(seq, len + 64, durability).await
     }
@@ -347,14 +343,51 @@ impl Primary {
             .await
     }
 
-    /// A large object read out: `Object` with its length, then its bytes
-    /// in pieces from a blocking reader (memory is a few pieces), its hash
-    /// checked at the end; a failure past the head resets the stream.
+    /// A large object read out (see [`Primary::stream_object`]).
     pub(super) async fn lfs_get(
         &self,
         repo: String,
         oid: [u8; 32],
+        send: SendStream,
+    ) -> Result<(), NetError> {
+        self.stream_object(send, move |store| {
+            Ok(store.repo(&repo)?.lfs().open_object(&oid)?.map(|o| Opened {
+                obj_type: 0,
+                len: o.len,
+                read: Box::new(move |piece, each| o.read(piece, each)),
+            }))
+        })
+        .await
+    }
+
+    /// A git object read out (see [`Primary::stream_object`]).
+    pub(super) async fn read_object(
+        &self,
+        repo: String,
+        oid: [u8; 20],
+        send: SendStream,
+    ) -> Result<(), NetError> {
+        self.stream_object(send, move |store| {
+            Ok(store.repo(&repo)?.open_object(&oid)?.map(|o| Opened {
+                obj_type: o.obj_type.as_u8(),
+                len: o.len(),
+                read: Box::new(move |piece, each| o.read(piece, each)),
+            }))
+        })
+        .await
+    }
+
+    /// An object read out: `Object` with its length, then its bytes in
+    /// pieces from a blocking reader (memory is a few pieces), its hash
+    /// checked at the end; a failure past the head resets the stream. The
+    /// object is opened under the store's lock and read without it, so a
+    /// client that reads slowly holds no one up.
+    async fn stream_object(
+        &self,
         mut send: SendStream,
+        open: impl FnOnce(&crate::store::Store) -> Result<Option<Opened>, crate::store::StoreError>
+            + Send
+            + 'static,
     ) -> Result<(), NetError> {
         let host = match self.store() {
             Ok(h) => h,
@@ -367,11 +400,7 @@ impl Primary {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Response, Vec<u8>>>(4);
         tokio::task::spawn_blocking(move || {
             let fail = |e: crate::store::StoreError| Ok(Response::Error(e.into()));
-            // The object is opened under the store's lock and read
-            // without it: a client that reads slowly holds no one up.
-            let opened = host
-                .lock()
-                .and_then(|store| store.repo(&repo)?.lfs().open_object(&oid));
+            let opened = host.lock().and_then(|store| open(&store));
             let object = match opened {
                 Ok(Some(o)) => o,
                 Ok(None) => return drop(tx.blocking_send(Ok(Response::Absent))),
@@ -379,19 +408,19 @@ impl Primary {
             };
             if tx
                 .blocking_send(Ok(Response::Object {
-                    obj_type: 0,
+                    obj_type: object.obj_type,
                     len: object.len,
                 }))
                 .is_err()
             {
                 return;
             }
-            let read = object.read(PIECE, &mut |piece| {
+            let read = (object.read)(PIECE, &mut |piece| {
                 tx.blocking_send(Err(piece.to_vec()))
                     .map_err(|_| crate::store::StoreError::Closed("the client left".into()))
             });
             if let Err(e) = read {
-                tracing::error!(error = %e, "a large object read failed");
+                tracing::error!(error = %e, "an object read failed");
                 let _ = tx.blocking_send(Ok(Response::Error(e.into())));
             }
         });
@@ -399,7 +428,7 @@ impl Primary {
         while let Some(out) = rx.recv().await {
             match out {
                 Ok(Response::Error(e)) if started => {
-                    tracing::warn!(error = %e, "cutting a large object read short");
+                    tracing::warn!(error = %e, "cutting an object read short");
                     let _ = send.reset(1u32.into());
                     return Ok(());
                 }
@@ -421,19 +450,6 @@ impl Primary {
         req: Request,
         mut send: SendStream,
     ) -> Result<(), NetError> {
-        // An object is read whole to be sent: its size is charged to the
-        // memory budget before it is read.
-        let mut _held = None;
-        if let (Request::ReadObject { repo, oid }, Ok(host)) = (&req, self.store()) {
-            let (repo, oid) = (repo.clone(), *oid);
-            let len = tokio::task::spawn_blocking(move || {
-                host.lock().and_then(|s| s.object_len(&repo, &oid))
-            })
-            .await;
-            if let Ok(Ok(Some(len))) = len {
-                _held = Some(self.budget.charge(len).await);
-            }
-        }
         let answer = match self.store() {
             Err(e) => Err(e),
             Ok(host) => tokio::task::spawn_blocking(move || store_answer(&host, req))
@@ -454,33 +470,28 @@ impl Primary {
     }
 }
 
-/// Move `len` bytes of a request's stream to a blocking writer, a piece at
-/// a time; a stream that ends early leaves the writer short, which refuses.
-/// Answers why the body was cut off, when it was.
-async fn pump(
-    recv: &mut RecvStream,
-    len: u64,
-    tx: std::sync::mpsc::SyncSender<bytes::Bytes>,
-    deadline: std::time::Duration,
-) -> Option<ApiError> {
-    let mut body = super::body::Body::new(recv, len, deadline);
-    loop {
-        match body.next().await {
-            Ok(Some(piece)) => {
-                let tx = tx.clone();
-                let sent = tokio::task::spawn_blocking(move || tx.send(piece)).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    return None;
-                }
-            }
-            Ok(None) => return None,
-            // A body that ends short leaves the writer short: it refuses
-            // by its own name (a push or put of the wrong length).
-            Err(e @ ApiError::BodyStalled { .. }) => return Some(e),
-            Err(_) => return None,
-        }
+/// A pack or large object whose stream ended short is a bad push, as one
+/// that does not check is: nothing of it landed.
+fn short_is_bad_push(e: ApiError) -> ApiError {
+    match e {
+        ApiError::BadRequest(why) => ApiError::BadPush(why),
+        other => other,
     }
 }
+
+/// An object opened under the store's lock: its head, and how to read its
+/// bytes without the lock.
+pub(super) struct Opened {
+    obj_type: u8,
+    len: u64,
+    read: ReadPieces,
+}
+
+/// Reads an opened object's bytes in pieces of at most the size given.
+type ReadPieces = Box<
+    dyn FnOnce(usize, &mut dyn FnMut(&[u8]) -> crate::store::Result<()>) -> crate::store::Result<()>
+        + Send,
+>;
 
 /// Kinds whose frames the store applies; a raw append of one could hold
 /// anything, and the store would stop at it.
@@ -530,16 +541,6 @@ fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), A
                 .collect();
             listing(encode(&history)?)
         }
-        Request::ReadObject { repo, oid } => match store.read_object(&repo, &oid)? {
-            Some((t, data)) => (
-                Response::Object {
-                    obj_type: t.as_u8(),
-                    len: data.len() as u64,
-                },
-                data,
-            ),
-            None => (Response::Absent, Vec::new()),
-        },
         Request::GetDoc { name } => match store.doc(&name)? {
             Some(content) => (
                 Response::Object {

@@ -1,0 +1,303 @@
+//! Hostile and slow clients against a real primary daemon on loopback (a
+//! child process, so its memory is its own to measure):
+//!
+//! - eight clients each start reading a 64 MiB object (four git objects,
+//!   four large objects) and then stop reading: the daemon's peak RSS grows
+//!   by far less than what they asked for (the objects are sent in pieces,
+//!   never held whole), and meanwhile every other client's store requests
+//!   and appends are answered at once (no read holds the store's lock);
+//! - a client announces a 64 MiB append, sends a little and stalls: the
+//!   other writers' p99 stays small (the body is staged, the log's writer
+//!   never waits on it), and the stalled request ends in `BodyStalled`
+//!   with nothing of it in the log.
+
+#[path = "support/children.rs"]
+mod children;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use children::{free_port, free_tcp, Daemon};
+use twinlog::daemon;
+use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
+use twinlog::node::api::{ApiError, RefMove};
+use twinlog::node::{Client, Durability, Request, Response, Status};
+use twinlog::objects::ObjType;
+use twinlog::store::frames::{lfs_oid, PackBuilder};
+
+const OBJECT: usize = 64 << 20;
+
+struct Primary {
+    daemon: Daemon,
+    listen: SocketAddr,
+    metrics: SocketAddr,
+    admin: Identity,
+    fp: Fingerprint,
+}
+
+/// A primary with no twin, one of its `[limits]` set as given.
+fn start(root: &Path, key: &str, value: u64) -> Primary {
+    let dir = root.join("p");
+    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let metrics = free_tcp();
+    let (cfg, fp) = daemon::init_primary(&dir, listen, metrics, None).expect("init");
+    let text = std::fs::read_to_string(&cfg).expect("config");
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with(&format!("{key} = ")) {
+            true => format!("{key} = {value}\n"),
+            false => format!("{l}\n"),
+        })
+        .collect();
+    assert!(
+        text.contains(&format!("{key} = {value}\n")),
+        "no {key} in {text}"
+    );
+    std::fs::write(&cfg, text).expect("config");
+    let admin = daemon::load_identity(&dir.join(daemon::ADMIN_DIR)).expect("admin");
+    let daemon = Daemon::start("primary", &cfg, &root.join("primary.log"));
+    Primary {
+        daemon,
+        listen,
+        metrics,
+        admin,
+        fp,
+    }
+}
+
+async fn serving(p: &Primary) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while daemon::fetch_status::<Status>(p.metrics).is_err() {
+        assert!(Instant::now() < deadline, "the primary never served");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn status_field(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        * 1024
+}
+
+/// A stream of the protocol, opened by hand so the test decides when to
+/// read its answer.
+async fn raw_stream(p: &Primary, req: &Request) -> (quinn::SendStream, quinn::RecvStream) {
+    let pins = Arc::new(Pins::new().pin(p.fp, Role::Primary));
+    let endpoint = net::client(&p.admin, pins).expect("endpoint");
+    let conn = net::connect(&endpoint, p.listen).await.expect("connect");
+    let (mut tx, rx) = conn.open_bi().await.expect("stream");
+    net::write_msg(&mut tx, req).await.expect("request");
+    // The connection lives as long as its streams are held.
+    std::mem::forget(endpoint);
+    (tx, rx)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    let mut x = u32::from(seed) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_stopped_readers_of_64_mib_objects_cost_little_memory_and_hold_no_one_up() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let p = start(root.path(), "memory_budget_mib", 512);
+    serving(&p).await;
+    let c = Client::connect(&p.admin, p.fp, p.listen)
+        .await
+        .expect("client");
+    c.create_repo("big", Durability::Local)
+        .await
+        .expect("create");
+    let git = pattern(1, OBJECT);
+    let mut pack = PackBuilder::new();
+    let git_oid = pack.add(ObjType::Blob, &git).expect("add");
+    let pack = pack.into_bytes();
+    let main = vec![RefMove {
+        name: "refs/heads/main".into(),
+        old: None,
+        new: Some(git_oid),
+    }];
+    c.push("big", &pack, main, Durability::Local)
+        .await
+        .expect("push");
+    drop(pack);
+    let lfs = pattern(2, OBJECT);
+    let lfs_id = lfs_oid(&lfs);
+    c.lfs_put("big", lfs_id, lfs.len() as u64, &lfs[..], Durability::Local)
+        .await
+        .expect("lfs put");
+
+    let pid = p.daemon.pid();
+    // The peak from here on: what the readers cost.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak");
+    let before = status_field(pid, "VmRSS:");
+
+    let mut readers = Vec::new();
+    for i in 0..8 {
+        let req = if i % 2 == 0 {
+            Request::ReadObject {
+                repo: "big".into(),
+                oid: git_oid,
+            }
+        } else {
+            Request::LfsGet {
+                repo: "big".into(),
+                oid: lfs_id,
+            }
+        };
+        let (tx, mut rx) = raw_stream(&p, &req).await;
+        match net::read_msg::<Response>(&mut rx).await.expect("head") {
+            Some(Response::Object { len, .. }) => assert_eq!(len, OBJECT as u64),
+            other => panic!("a read answered {other:?}"),
+        }
+        // A first piece, then the reader stops reading.
+        let mut first = vec![0u8; 1 << 20];
+        rx.read_exact(&mut first).await.expect("a first piece");
+        readers.push((i, tx, rx, first));
+    }
+    // While they hold their reads open, the store and the log serve the
+    // others at once.
+    for round in 0..5u8 {
+        let started = Instant::now();
+        c.create_repo(&format!("r{round}"), Durability::Local)
+            .await
+            .expect("create");
+        c.put_doc("d", &[round; 100], Durability::Local)
+            .await
+            .expect("put doc");
+        assert_eq!(c.get_doc("d").await.expect("doc"), Some(vec![round; 100]));
+        c.append(0x8000, b"", &[round; 64], Durability::Local)
+            .await
+            .expect("append");
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(2),
+            "round {round} took {took:?} beside stopped readers"
+        );
+    }
+    let peak = status_field(pid, "VmHWM:");
+    let grew = peak.saturating_sub(before);
+    println!(
+        "8 stopped readers of 64 MiB objects: RSS {} MiB before, peak {} MiB (+{} MiB)",
+        before >> 20,
+        peak >> 20,
+        grew >> 20
+    );
+    // Each connection may hold its QUIC send window (8 MiB) and a few
+    // pieces: 8 x 9 MiB, well under the 512 MiB the objects would take.
+    assert!(
+        grew < 128 << 20,
+        "the daemon grew by {} MiB for 8 stopped readers",
+        grew >> 20
+    );
+
+    // Each reader then reads on to the end and gets the object whole.
+    for (i, _tx, mut rx, first) in readers {
+        let rest = rx.read_to_end(OBJECT).await.expect("the rest");
+        let whole = [first, rest].concat();
+        let want = if i % 2 == 0 { &git } else { &lfs };
+        assert!(whole == *want, "reader {i} got its object whole");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let p = start(root.path(), "body_piece_timeout_ms", 4000);
+    serving(&p).await;
+    let (mut stalled_tx, mut stalled_rx) = raw_stream(
+        &p,
+        &Request::Append {
+            kind: 0x8000,
+            meta: b"stalled".to_vec(),
+            blob_len: 64 << 20,
+            durability: Durability::Local,
+        },
+    )
+    .await;
+    stalled_tx
+        .write_all(&[7u8; 1000])
+        .await
+        .expect("a few bytes");
+    let stalled_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, s) = daemon::fetch_status::<Status>(p.metrics).expect("status");
+        if s.staging_held > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled body was never staged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut writers = Vec::new();
+    for w in 0..8u8 {
+        let c = Client::connect(&p.admin, p.fp, p.listen)
+            .await
+            .expect("client");
+        writers.push(tokio::spawn(async move {
+            let mut took = Vec::new();
+            for i in 0..25u8 {
+                let started = Instant::now();
+                c.append(0x8000, b"", &[w ^ i; 128], Durability::Local)
+                    .await
+                    .expect("append");
+                took.push(started.elapsed());
+            }
+            took
+        }));
+    }
+    let mut took = Vec::new();
+    for w in writers {
+        took.extend(w.await.expect("writer"));
+    }
+    let done = stalled_at.elapsed();
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    println!(
+        "200 appends beside a stalled 64 MiB append: p99 {p99:?}, max {:?}, all done {done:?} after the stall began",
+        took[took.len() - 1]
+    );
+    assert!(
+        p99 < Duration::from_secs(1),
+        "p99 {p99:?} beside a stalled body"
+    );
+    match net::read_msg::<Response>(&mut stalled_rx)
+        .await
+        .expect("answer")
+    {
+        Some(Response::Error(ApiError::BodyStalled {
+            received, after_ms, ..
+        })) => {
+            assert_eq!(after_ms, 4000);
+            assert_eq!(received, 1000);
+        }
+        other => panic!("the stalled append answered {other:?}"),
+    }
+    let c = Client::connect(&p.admin, p.fp, p.listen)
+        .await
+        .expect("client");
+    let (_, s) = daemon::fetch_status::<Status>(p.metrics).expect("status");
+    assert_eq!(s.head, 200, "nothing of the stalled body is in the log");
+    assert_eq!(s.staging_held, 0, "its staging was given back");
+    let (seq, _) = c
+        .append(0x8000, b"", b"after", Durability::Local)
+        .await
+        .expect("append after");
+    assert_eq!(seq, 201);
+}
