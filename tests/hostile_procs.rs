@@ -9,7 +9,11 @@
 //! - a client announces a 64 MiB append, sends a little and stalls: the
 //!   other writers' p99 stays small (the body is staged, the log's writer
 //!   never waits on it), and the stalled request ends in `BodyStalled`
-//!   with nothing of it in the log.
+//!   with nothing of it in the log;
+//! - 300 connections that say nothing flood the status server of a daemon
+//!   allowed 256 descriptors: it spends next to no CPU on them, goes on
+//!   serving clients (which need descriptors of their own), and answers
+//!   `/status` again once the flood's connections time out.
 
 #[path = "support/children.rs"]
 mod children;
@@ -39,6 +43,10 @@ struct Primary {
 
 /// A primary with no twin, one of its `[limits]` set as given.
 fn start(root: &Path, key: &str, value: u64) -> Primary {
+    start_in(root, key, value, None)
+}
+
+fn start_in(root: &Path, key: &str, value: u64, max_fds: Option<u32>) -> Primary {
     let dir = root.join("p");
     let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let metrics = free_tcp();
@@ -57,7 +65,10 @@ fn start(root: &Path, key: &str, value: u64) -> Primary {
     );
     std::fs::write(&cfg, text).expect("config");
     let admin = daemon::load_identity(&dir.join(daemon::ADMIN_DIR)).expect("admin");
-    let daemon = Daemon::start("primary", &cfg, &root.join("primary.log"));
+    let daemon = match max_fds {
+        None => Daemon::start("primary", &cfg, &root.join("primary.log")),
+        Some(n) => Daemon::start_with_fd_limit("primary", &cfg, &root.join("primary.log"), n),
+    };
     Primary {
         daemon,
         listen,
@@ -300,4 +311,53 @@ async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
         .await
         .expect("append after");
     assert_eq!(seq, 201);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_idle_status_connections_costs_little_cpu_and_blocks_no_client() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let p = start_in(root.path(), "max_client_connections", 64, Some(256));
+    serving(&p).await;
+    let c = Client::connect(&p.admin, p.fp, p.listen)
+        .await
+        .expect("client");
+    let metrics = p.metrics;
+    let flood: Vec<std::net::TcpStream> = tokio::task::spawn_blocking(move || {
+        (0..300)
+            .map(|_| std::net::TcpStream::connect(metrics).expect("connect"))
+            .collect()
+    })
+    .await
+    .expect("the flood");
+    // A window to sample the daemon's CPU in while the flood is held.
+    let before = p.daemon.cpu_secs();
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_cpu = p.daemon.cpu_secs() - before;
+    let window = window.elapsed();
+    // Clients go on, store included: the flood took no descriptor they need.
+    for round in 0..20u8 {
+        c.create_repo(&format!("r{round}"), Durability::Local)
+            .await
+            .expect("create beside the flood");
+        c.append(0x8000, b"", &[round; 64], Durability::Local)
+            .await
+            .expect("append beside the flood");
+    }
+    println!("300 idle status connections: {idle_cpu:.2} s of CPU in {window:?}");
+    assert!(
+        idle_cpu < 0.5,
+        "{idle_cpu:.2} s of CPU in {window:?} on idle connections"
+    );
+    // Each idle connection is dropped after the head deadline, so `/status`
+    // is answered again while the flood is still held open.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if daemon::fetch_status::<Status>(metrics).is_ok_and(|(_, s)| s.head == 40) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/status never answered again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(flood);
 }

@@ -33,6 +33,46 @@ impl Daemon {
         Daemon(spawn(role, config, log))
     }
 
+    /// Start it with at most `fds` open file descriptors (`ulimit -n`).
+    pub fn start_with_fd_limit(role: &str, config: &Path, log: &Path, fds: u32) -> Daemon {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {fds} && exec \"$0\" daemon \"$1\" \"$2\""
+            ))
+            .arg(env!("CARGO_BIN_EXE_twinlog-test-child"))
+            .arg(role)
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn daemon");
+        Daemon(child)
+    }
+
+    /// User and system CPU the process has spent, in seconds.
+    pub fn cpu_secs(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).expect("stat");
+        // `pid (comm) S ...`: utime and stime are the 12th and 13th fields
+        // after the state.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .expect("a stat line")
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks: u64 =
+            fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+        // SAFETY: sysconf reads a constant of the system.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        ticks as f64 / hz
+    }
+
     /// Send `signal` (`STOP`, `CONT`, `TERM`...).
     pub fn signal(&self, signal: &str) {
         let sent = Command::new("kill")
