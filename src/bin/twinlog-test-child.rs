@@ -138,6 +138,7 @@ async fn run_restore(config: &str, from: &str, fingerprint: &str) -> Result<(), 
 }
 
 fn main() -> ExitCode {
+    daemon::allocator::tune();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let ran = match args.as_slice() {

@@ -6,6 +6,7 @@
 //! and on a primary `admin/` (the local admin client's identity, pinned as
 //! a client by `init`).
 
+pub mod allocator;
 pub mod config;
 pub mod failover;
 pub mod http;

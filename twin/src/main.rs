@@ -276,10 +276,17 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    twinlog::daemon::allocator::tune();
     let cli = Cli::parse();
-    match run(cli.cmd).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("twin: no async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.cmd)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("twin: {e}");
