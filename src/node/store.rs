@@ -393,6 +393,11 @@ impl StoreHost {
     }
 
     /// Apply every durable frame not applied yet.
+    /// The applied seq, recorded durably: what retention may drop below.
+    pub fn applied_durably(&self) -> Result<u64, StoreError> {
+        self.lock()?.applied_durably()
+    }
+
     pub fn catch_up(&self) -> Result<Applied, StoreError> {
         let mut store = self.lock_or_open(false)?;
         self.caught_up(&mut store, false)

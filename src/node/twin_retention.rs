@@ -160,7 +160,15 @@ impl TwinRetainer {
         if !self.cfg.is_on() {
             return Ok(self.log.first_seq());
         }
-        let applied = self.store.health().applied;
+        // Only what the store recorded as applied may go: a store that
+        // reopens after a crash starts from its mark.
+        let applied = match self.store.applied_durably() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "twin retention waits: the store's applied mark is not known");
+                return Ok(self.log.first_seq());
+            }
+        };
         let head = self.log.head_seq();
         // Frames past `applied` feed the store; the head frame proves the
         // twin's place.

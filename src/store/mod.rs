@@ -248,6 +248,17 @@ fn repo_name_of_dir(dir: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+impl Drop for Store {
+    /// A clean close records how far the store got, so a rejoin or a
+    /// restart reads an exact mark. A failure here loses nothing: the mark
+    /// stays behind and the reopen rescans.
+    fn drop(&mut self) {
+        if let Err(e) = self.checkpoint() {
+            tracing::warn!(error = %e, "the store's applied mark was not recorded at close");
+        }
+    }
+}
+
 impl Store {
     /// Open or create the store in `dir` for the log of `history`. A store
     /// of another history is refused by name (one that has applied nothing
@@ -371,6 +382,9 @@ impl Store {
             });
         }
         let mut done = Applied::default();
+        // Whether a frame of the store's changed its files: only then must
+        // the mark be durable now (see `checkpoint`).
+        let mut changed = false;
         while self.applied < head {
             if self.applied + 1 < log.first_seq() {
                 return Err(StoreError::BelowFloor {
@@ -382,6 +396,7 @@ impl Store {
             // cost no lookup of their own.
             let pass = log.scan_kinds::<StoreError>(self.applied + 1, head, |seq, kind| {
                 if is_store_kind(kind) {
+                    changed = true;
                     let a = self.apply(log, seq).map_err(|e| match e {
                         e @ StoreError::Apply { .. } => e,
                         e => StoreError::Apply {
@@ -423,6 +438,7 @@ impl Store {
                                 error: source.to_string(),
                             })?;
                             self.applied = seq;
+                            changed = true;
                             done.frames += 1;
                         }
                         None => return Err(StoreError::Apply { seq, kind, source }),
@@ -431,7 +447,9 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        self.checkpoint()?;
+        if changed {
+            self.checkpoint()?;
+        }
         Ok(done)
     }
 
@@ -478,6 +496,21 @@ impl Store {
     }
 
     /// Record the applied seq durably.
+    /// The applied seq, recorded durably first if it moved past the mark:
+    /// what may be dropped from the log below it (retention) must never be
+    /// needed by a store that reopens from the mark after a crash.
+    pub fn applied_durably(&mut self) -> Result<u64> {
+        self.checkpoint()?;
+        Ok(self.applied)
+    }
+
+    /// Record the applied seq durably (one fdatasync of the mark) if it
+    /// moved. A catch-up that applies a frame of the store's does so before
+    /// it returns; one that passes only other frames leaves the mark behind
+    /// (a twin's applier would otherwise sync the mark once per batch of
+    /// plain appends), which costs a reopen a rescan of their headers and
+    /// nothing else: the store's files hold nothing of those frames.
+    /// Retention, snapshots and a clean close record it.
     pub fn checkpoint(&mut self) -> Result<()> {
         if self.marker.applied() != self.applied {
             self.marker.record(self.applied)?;

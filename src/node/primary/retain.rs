@@ -82,7 +82,7 @@ impl Primary {
         let applied = match &self.store {
             Some(host) => {
                 host.catch_up().map_err(|e| e.to_string())?;
-                host.lock().map_err(|e| e.to_string())?.applied()
+                host.applied_durably().map_err(|e| e.to_string())?
             }
             None => self.log.head_seq(),
         };
@@ -123,7 +123,7 @@ impl Primary {
         }
         if let Some(host) = &self.store {
             host.catch_up().map_err(ApiError::from)?;
-            let applied = host.lock().map_err(ApiError::from)?.applied();
+            let applied = host.applied_durably().map_err(ApiError::from)?;
             if seq > applied + 1 {
                 return Err(ApiError::Refused(format!(
                     "the store has applied up to {applied}: frames past it stay"
