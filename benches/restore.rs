@@ -22,8 +22,11 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "shared/restore_case.rs"]
+mod restore_case;
 
 use common::*;
+use restore_case::*;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
@@ -32,13 +35,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
 use twinlog::daemon;
 use twinlog::log::Log;
-use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
-use twinlog::node::epoch::Epochs;
+use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::restore::{self, RestoreOptions};
-use twinlog::node::restore_serve::{self, RestoreSource};
 use twinlog::node::snapshot::{self, SnapshotSource};
 use twinlog::node::store::StoreHost;
 use twinlog::objects::ObjType;
@@ -104,7 +104,14 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let started = Instant::now();
     let raw = raw_seq_write(root.path(), cfg.raw_mib);
-    rt.block_on(restore_2gib(root.path(), &cfg, raw));
+    rt.block_on(restore_2gib(
+        root.path(),
+        cfg.big_entries,
+        cfg.big_mib,
+        cfg.small_frames,
+        raw,
+    ))
+    .print();
     rt.block_on(restore_resume(root.path(), &cfg));
     rt.block_on(snapshot_install(root.path(), &cfg));
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
@@ -128,113 +135,6 @@ fn raw_seq_write(root: &Path, mib: u64) -> f64 {
         .int("mib", mib)
         .num("secs", secs)
         .print()
-}
-
-/// A follower log of small frames and large entries, as a twin holds it.
-/// Answers its blob bytes.
-fn fill_log(dir: &Path, big_entries: u64, big_mib: u64, small_frames: u64) -> u64 {
-    let log = Log::open(dir).expect("log");
-    log.set_follower(true);
-    let piece = pattern(MIB as usize);
-    let small = pattern(4096);
-    let mut seq = 1;
-    let mut bytes = 0;
-    let per_gap = small_frames / (big_entries + 1);
-    for e in 0..=big_entries {
-        for _ in 0..per_gap {
-            log.append_at(seq, 0x8000, b"small", &small)
-                .expect("append");
-            seq += 1;
-            bytes += small.len() as u64;
-        }
-        if e < big_entries {
-            let mut p = log
-                .begin(Some(seq), 0x8001, b"big", big_mib * MIB)
-                .expect("begin");
-            for _ in 0..big_mib {
-                p.write(&piece).expect("write");
-            }
-            p.commit().expect("commit");
-            seq += 1;
-            bytes += big_mib * MIB;
-        }
-    }
-    bytes
-}
-
-struct Served {
-    addr: SocketAddr,
-    fingerprint: Fingerprint,
-    _stop: watch::Sender<bool>,
-}
-
-/// Serve restores from the twin data directory `dir` to `restorer`.
-fn serve(dir: &Path, restorer: Fingerprint) -> Served {
-    let log = Arc::new(Log::open(dir.join("log")).expect("twin log"));
-    let host =
-        StoreHost::open(log.clone(), &dir.join("store"), StoreOptions::default()).expect("store");
-    let id = Identity::mint().expect("mint");
-    let pins = Arc::new(Pins::new().pin(restorer, Role::Restore));
-    let endpoint = net::server(([127, 0, 0, 1], 0).into(), &id, pins.clone()).expect("server");
-    let addr = endpoint.local_addr().expect("addr");
-    let source = Arc::new(RestoreSource {
-        log,
-        snapshots: SnapshotSource::new(host, &dir.join("snapshots"), None),
-        epochs: Arc::new(Epochs::in_memory(0)),
-        base: dir.join(install::BASE_FILE),
-    });
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(restore_serve::serve(source, endpoint, pins, stopped));
-    Served {
-        addr,
-        fingerprint: id.fingerprint(),
-        _stop: stop,
-    }
-}
-
-async fn restore_2gib(root: &Path, cfg: &Config, raw: f64) {
-    let twin = root.join("twin-2g");
-    let t = Instant::now();
-    let bytes = fill_log(
-        &twin.join("log"),
-        cfg.big_entries,
-        cfg.big_mib,
-        cfg.small_frames,
-    );
-    eprintln!(
-        "twin log of {:.0} MiB built in {:.1} s",
-        bytes as f64 / MIB as f64,
-        t.elapsed().as_secs_f64()
-    );
-    let id = Arc::new(Identity::mint().expect("mint"));
-    let served = serve(&twin, id.fingerprint());
-    let data = root.join("box-2g");
-    std::fs::create_dir_all(&data).expect("mkdir");
-    syncfs(root);
-    let t = Instant::now();
-    let report = restore::restore(
-        RestoreOptions {
-            data_dir: data.clone(),
-            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
-            source: served.addr,
-            source_fingerprint: served.fingerprint,
-            identity: id,
-        },
-        Arc::new(|_| {}),
-    )
-    .await
-    .expect("restore");
-    let secs = t.elapsed().as_secs_f64();
-    Line::new(BENCH, "restore_2gib", mib_per_s(bytes, secs), "MiB/s")
-        .baseline("raw_seq_write_1mib", raw)
-        .target(0.7)
-        .num("mib", bytes as f64 / MIB as f64)
-        .int("frames", report.frames)
-        .num("secs", secs)
-        .print();
-    drop(served);
-    let _ = std::fs::remove_dir_all(&data);
-    let _ = std::fs::remove_dir_all(&twin);
 }
 
 /// The child half of `restore_resume_ms`: one restore run, its report as
