@@ -679,3 +679,58 @@ fn an_erase_stopped_after_any_of_its_durable_steps_is_finished_by_the_replay_wit
         std::fs::remove_dir_all(&path).expect("rm");
     }
 }
+
+/// The applied mark is synced when a frame of the store's applies, not
+/// after a catch-up over plain frames: a store that stops without closing
+/// (a crash) reopens from the older mark, rescans the plain frames and
+/// lands where it was; `applied_durably` (what retention drops below)
+/// records the mark first, so a log cut below it never strands a store.
+#[test]
+fn plain_frames_leave_the_mark_behind_until_it_is_needed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = Log::open(dir.path().join("log")).expect("log");
+    let store_dir = dir.path().join("store");
+    let create = frames::repo_frame("r", RepoOp::Create).expect("frame");
+    let mut store = fresh_store(&store_dir, &log);
+    let created = append(&log, &create);
+    store.catch_up(&log).expect("catch up");
+    assert_eq!(
+        Store::applied_mark(&store_dir, log.history()).expect("mark"),
+        created,
+        "a store frame's apply is durable at once"
+    );
+    for i in 0..50u8 {
+        log.append_raw(0x8000, b"", &[i; 10]).expect("append");
+    }
+    store.catch_up(&log).expect("catch up");
+    assert_eq!(store.applied(), created + 50);
+    assert_eq!(
+        Store::applied_mark(&store_dir, log.history()).expect("mark"),
+        created,
+        "plain frames cost no sync of the mark"
+    );
+    // A crash: the store's files as they are, without its close.
+    let crashed = dir.path().join("crashed");
+    copy_dir(&store_dir, &crashed);
+    {
+        let mut s = fresh_store(&crashed, &log);
+        assert_eq!(s.applied(), created, "reopened from the older mark");
+        s.catch_up(&log).expect("the rescan");
+        assert_eq!(s.applied(), created + 50);
+        assert_eq!(view(&s), view(&store), "the same state, nothing twice");
+    }
+    // Retention asks for the durable mark: recorded before it answers.
+    assert_eq!(store.applied_durably().expect("durably"), created + 50);
+    assert_eq!(
+        Store::applied_mark(&store_dir, log.history()).expect("mark"),
+        created + 50
+    );
+    // A clean close records it too.
+    log.append_raw(0x8000, b"", b"one more").expect("append");
+    store.catch_up(&log).expect("catch up");
+    drop(store);
+    assert_eq!(
+        Store::applied_mark(&store_dir, log.history()).expect("mark"),
+        created + 51
+    );
+}
