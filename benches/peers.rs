@@ -169,6 +169,7 @@ fn run_postgres(p: &Programs, root: &Path, sizes: &Sizes) -> PeerCases {
         let dir = root.join(if tls { "pg-tls" } else { "pg" });
         let pg = PgPair::start(p, &dir, tls);
         let suffix = if tls { "_tls" } else { "" };
+        syncfs(root);
         for (name, clients, local) in [
             ("pg_on_128b_c1", 1, false),
             ("pg_on_128b_c8", 8, false),
@@ -215,6 +216,8 @@ fn run_postgres(p: &Programs, root: &Path, sizes: &Sizes) -> PeerCases {
 
 async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases) {
     let run = Duration::from_secs(u64::from(sizes.secs));
+    // What PostgreSQL's cases left dirty is written back before ours run.
+    syncfs(root);
     let mut pair = Pair::init(&root.join("pair"));
     let clients = pair.clients().await;
     pair.converged(&clients[0], Duration::from_secs(30)).await;
@@ -242,6 +245,7 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
     ] {
         eprintln!("{name} ...");
         pair.converged(&clients[0], Duration::from_secs(60)).await;
+        syncfs(root);
         let probe = Probe::take(&pair);
         let (appends, secs) = append_round(&clients, tasks, durability, run).await;
         let usage = probe.since(&pair);
