@@ -196,9 +196,9 @@ fn run_postgres(p: &Programs, root: &Path, sizes: &Sizes) -> PeerCases {
             .int("transactions", r.transactions)
             .num("cpu_ms_per_mib", cpu_ms_per_mib)
             .print();
-        let busy = postgres::machine_busy_secs();
+        let busy = MachineBusy::start();
         let (bytes, secs) = pg.basebackup(sizes.restore_mib());
-        let busy = postgres::machine_busy_secs() - busy;
+        let busy = busy.secs();
         let rate = mib_per_s(bytes, secs);
         let cpu_ms_per_mib = busy / (bytes as f64 / MIB as f64) * 1e3;
         out.set("pg_basebackup", tls, rate, cpu_ms_per_mib);
@@ -291,9 +291,9 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
         cfg: Config::new(quick, Vec::new()),
         root: root.join("pair"),
     };
-    let busy = postgres::machine_busy_secs();
+    let busy = MachineBusy::start();
     let [blob, ..] = bench.bulk_blob(&mut pair, &clients, f64::NAN).await;
-    let busy = postgres::machine_busy_secs() - busy;
+    let busy = busy.secs();
     let mib = bench.cfg.bulk_mib as f64;
     let line = Line::new(PEERS, "bulk_blob_1gib", blob.value, "MiB/s")
         .num("mib", mib)
@@ -303,7 +303,7 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
     pair.stop();
 
     eprintln!("restore_2gib ...");
-    let busy = postgres::machine_busy_secs();
+    let busy = MachineBusy::start();
     let restored = restore_case::restore_2gib(
         root,
         sizes.restore_big_entries,
@@ -312,7 +312,7 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
         f64::NAN,
     )
     .await;
-    let busy = postgres::machine_busy_secs() - busy;
+    let busy = busy.secs();
     let line = Line::new(PEERS, "restore_2gib", restored.value, "MiB/s")
         .num("mib", sizes.restore_mib() as f64)
         .num("cpu_ms_per_mib", busy / sizes.restore_mib() as f64 * 1e3);

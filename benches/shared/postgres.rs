@@ -6,10 +6,11 @@
 //! the `postgres` user when this process is root (PostgreSQL refuses to run
 //! as root), and are stopped when the pair is dropped, on a panic too.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
+
+use super::cases::{free_tcp, MachineBusy};
 
 /// The server and client programs of one PostgreSQL version.
 pub(crate) struct Programs {
@@ -113,13 +114,6 @@ fn run(c: &mut Command, what: &str) -> Output {
     out
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Make `dir` the server user's, and let it through every parent.
 fn hand_over(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
@@ -172,7 +166,7 @@ impl PgPair {
         hand_over(root);
         let primary = root.join("primary");
         let standby = root.join("standby");
-        let port = free_port();
+        let port = free_tcp().port();
         let mut pair = PgPair {
             programs: p.bin.clone(),
             root: root.to_owned(),
@@ -219,7 +213,7 @@ impl PgPair {
                 .arg(pair.conninfo(port)),
             "pg_basebackup of the standby",
         );
-        let standby_port = free_port();
+        let standby_port = free_tcp().port();
         append(
             &standby.join("postgresql.conf"),
             &format!("\nport = {standby_port}\n"),
@@ -301,11 +295,11 @@ impl PgPair {
         if local {
             c.env("PGOPTIONS", "-c synchronous_commit=local");
         }
-        let idle = machine_busy_secs();
+        let busy = MachineBusy::start();
         let t = Instant::now();
         let out = run(&mut c, &format!("pgbench {name}"));
         let wall = t.elapsed().as_secs_f64();
-        let busy = machine_busy_secs() - idle;
+        let busy = busy.secs();
         let text = String::from_utf8_lossy(&out.stdout);
         let field = |prefix: &str| -> f64 {
             text.lines()
@@ -388,23 +382,4 @@ fn dir_bytes(dir: &Path) -> u64 {
         }
     }
     total
-}
-
-/// Core-seconds the machine has been busy since boot (all but idle and
-/// iowait), from `/proc/stat`.
-pub(crate) fn machine_busy_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|t| t.parse().ok())
-        .collect();
-    let total: u64 = ticks.iter().sum();
-    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
-    // SAFETY: sysconf reads a constant of the system.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (total - idle) as f64 / hz
 }

@@ -237,6 +237,27 @@ pub(crate) fn cpu_between(before: &HashMap<u64, u64>, after: &HashMap<u64, u64>)
 /// the kernel tracks them exactly on a tickless kernel, where its busy
 /// fields are tick samples. Cores times wall time less these is what
 /// everything ran, the kernel's writeback and journal threads included.
+/// Core-seconds the whole machine is busy from its start on (the cores
+/// times the wall time, less what they idled), as [`Usage`] counts it.
+pub(crate) struct MachineBusy {
+    at: Instant,
+    idle: f64,
+}
+
+impl MachineBusy {
+    pub(crate) fn start() -> MachineBusy {
+        MachineBusy {
+            at: Instant::now(),
+            idle: machine_idle_secs(),
+        }
+    }
+
+    pub(crate) fn secs(&self) -> f64 {
+        let wall = self.at.elapsed().as_secs_f64();
+        (cores() as f64 * wall - (machine_idle_secs() - self.idle)).max(0.0)
+    }
+}
+
 pub(crate) fn machine_idle_secs() -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let ticks: Vec<u64> = stat

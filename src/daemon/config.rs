@@ -841,6 +841,17 @@ mod tests {
                 "twice heartbeat_ms",
             ),
             ("timeout_ms = 250", "timeout_ms = 0", "timeout_ms"),
+            ("staging_mib = 1024", "staging_mib = 0", "staging_mib"),
+            (
+                "staged_body_max_mib = 64",
+                "staged_body_max_mib = 2048",
+                "staged_body_max_mib = 2048 is more than staging_mib",
+            ),
+            (
+                "body_piece_timeout_ms = 3000",
+                "body_piece_timeout_ms = 10",
+                "body_piece_timeout_ms",
+            ),
         ];
         for (good, bad, key) in cases {
             let text = sample().render();

@@ -11,18 +11,22 @@ use std::process::{Child, Command, Stdio};
 /// Start the daemon of `role` (`primary`, `twin`) on `config`, its logs
 /// appended to `log`.
 pub fn spawn(role: &str, config: &Path, log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .expect("log file");
     Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
         .args(["daemon", role])
         .arg(config)
         .stdout(Stdio::null())
-        .stderr(log)
+        .stderr(log_file(log))
         .spawn()
         .expect("spawn daemon")
+}
+
+/// A daemon's stderr, appended to `log`.
+fn log_file(log: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log file")
 }
 
 /// A daemon that is killed when the test lets go of it, passed or failed.
@@ -35,11 +39,6 @@ impl Daemon {
 
     /// Start it with at most `fds` open file descriptors (`ulimit -n`).
     pub fn start_with_fd_limit(role: &str, config: &Path, log: &Path, fds: u32) -> Daemon {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
         let child = Command::new("sh")
             .arg("-c")
             .arg(format!(
@@ -49,7 +48,7 @@ impl Daemon {
             .arg(role)
             .arg(config)
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log_file(log))
             .spawn()
             .expect("spawn daemon");
         Daemon(child)
