@@ -711,6 +711,9 @@ fn write_frames(
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
+        // One `Committed` per batch, for its last frame: the session wakes
+        // once per chunk, not once per frame.
+        let mut committed = None;
         for cmd in batch {
             let done: Result<Option<u64>, LogError> = match cmd {
                 Write::Begin(h, meta) => {
@@ -736,14 +739,20 @@ fn write_frames(
             match done {
                 Ok(Some(seq)) => {
                     unsynced = true;
-                    let _ = out.send(Written::Committed(seq));
+                    committed = Some(seq);
                 }
                 Ok(None) => {}
                 Err(e) => {
                     pending = None;
+                    if let Some(seq) = committed.take() {
+                        let _ = out.send(Written::Committed(seq));
+                    }
                     let _ = out.send(Written::Failed(e.to_string()));
                 }
             }
+        }
+        if let Some(seq) = committed {
+            let _ = out.send(Written::Committed(seq));
         }
     }
     drop(pending);

@@ -18,6 +18,7 @@ use crate::net::{self, NetError, Pins, Role};
 use crate::repl::wire::frame_prefix;
 use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
+mod appender;
 mod body;
 mod budget;
 mod retain;
@@ -136,6 +137,9 @@ pub struct Primary {
     client_roles: Mutex<std::collections::HashMap<crate::net::Fingerprint, ClientRole>>,
     /// The twin connection being served: one at a time.
     twin_seat: twin_seat::TwinSeat,
+    /// The thread small appends queue to (none when it could not start:
+    /// each append then takes a blocking task).
+    appender: Option<appender::Appender>,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -212,8 +216,20 @@ impl Primary {
         store: Option<Arc<StoreHost>>,
         epochs: Arc<Epochs>,
     ) -> Arc<Primary> {
-        let head = log.head_seq();
+        let head_seq = log.head_seq();
         let twin_configured = pins.has_role(Role::Twin);
+        let head = watch::channel((head_seq, 0)).0;
+        let appender = {
+            let head = head.clone();
+            appender::Appender::start(log.clone(), move |seq, bytes| publish(&head, seq, bytes))
+        };
+        let appender = match appender {
+            Ok(a) => Some(a),
+            Err(e) => {
+                tracing::warn!(error = %e, "no appender thread: appends take blocking tasks");
+                None
+            }
+        };
         Arc::new(Primary {
             epochs,
             twin_configured,
@@ -224,7 +240,7 @@ impl Primary {
             log,
             pins,
             cfg,
-            head: watch::channel((head, 0)).0,
+            head,
             acked: watch::channel(0).0,
             twin_store: watch::channel(None).0,
             status: Mutex::new(Status::default()),
@@ -241,6 +257,7 @@ impl Primary {
             client_roles: Mutex::new(std::collections::HashMap::new()),
             ack_delay: Default::default(),
             twin_seat: Default::default(),
+            appender,
         })
     }
 
@@ -438,12 +455,7 @@ impl Primary {
 
     /// The append path publishes here so twin sessions ship the new frames.
     fn published(&self, seq: u64, bytes: u64) {
-        self.head.send_modify(|(head, total)| {
-            if seq > *head {
-                *head = seq;
-            }
-            *total += bytes;
-        });
+        publish(&self.head, seq, bytes)
     }
 
     async fn twin_session(self: Arc<Self>, conn: &Connection) -> Result<String, NetError> {
@@ -880,6 +892,13 @@ impl Primary {
                 Ok(b) => b,
                 Err(e) => return Response::Error(e),
             };
+            if let Some(appender) = &self.appender {
+                // The appender published the frame with its group.
+                return match appender.append(kind, meta, blob).await {
+                    Ok(seq) => self.answer(seq, durability).await,
+                    Err(e) => Response::Error(e),
+                };
+            }
             let log = self.log.clone();
             match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
                 Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
@@ -906,6 +925,13 @@ impl Primary {
         durability: Durability,
     ) -> Response {
         self.published(seq, bytes);
+        self.answer(seq, durability).await
+    }
+
+    /// The answer to a write whose frame `seq` is durable here and
+    /// published: as durable as `durability` asks, under the policy for
+    /// an absent twin.
+    async fn answer(&self, seq: u64, durability: Durability) -> Response {
         if let Err(why) = crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
             return Response::Error(self.refusal(why, Some(seq)));
         }
@@ -1125,6 +1151,17 @@ impl Primary {
         }
         Ok(FrameSent::Whole)
     }
+}
+
+/// Frames through `seq`, `bytes` more of log, are durable here: the twin
+/// sessions ship them.
+fn publish(head: &watch::Sender<(u64, u64)>, seq: u64, bytes: u64) {
+    head.send_modify(|(head, total)| {
+        if seq > *head {
+            *head = seq;
+        }
+        *total += bytes;
+    });
 }
 
 /// A client address from what the promoted twin listens on: an
