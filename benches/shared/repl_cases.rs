@@ -126,11 +126,13 @@ pub(crate) fn daemon_main(role: &str, config: &Path) {
     daemon::allocator::tune();
     daemon::init_tracing(false);
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let ran = rt.block_on(async {
+    let (primary, config) = (role == "primary", config.to_owned());
+    let ran = daemon::runtime::block_on_workers(&rt, async move {
         let shutdown = daemon::shutdown_on_signals()?;
-        match role {
-            "primary" => daemon::serve_primary(PrimaryConfig::load(config)?, shutdown).await,
-            _ => daemon::serve_twin(TwinConfig::load(config)?, shutdown).await,
+        if primary {
+            daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown).await
+        } else {
+            daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await
         }
     });
     if let Err(e) = ran {

@@ -789,7 +789,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.cmd)) {
+    match twinlog::daemon::runtime::block_on_workers(&runtime, run(cli.cmd)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("primary: {e}");

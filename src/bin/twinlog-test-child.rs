@@ -30,7 +30,7 @@ mod wal_records;
 /// A writer whose parent failed to kill it stops by itself.
 const WRITER_LIFETIME: Duration = Duration::from_secs(10);
 
-type Failed = Box<dyn std::error::Error>;
+type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 /// Append from several threads until killed, printing `ACK {seq} {name}`
 /// once each append has returned.
@@ -149,11 +149,14 @@ fn main() -> ExitCode {
             tokio::runtime::Runtime::new()
                 .map_err(Failed::from)
                 .and_then(|rt| {
-                    rt.block_on(async {
-                        match (*cmd, rest) {
+                    let cmd = cmd.to_string();
+                    let rest: Vec<String> = rest.iter().map(|a| a.to_string()).collect();
+                    daemon::runtime::block_on_workers(&rt, async move {
+                        let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+                        match (cmd.as_str(), rest.as_slice()) {
                             ("daemon", [role, config]) => serve(role, config).await,
                             ("restore", [config, from, fp]) => run_restore(config, from, fp).await,
-                            _ => Err(format!("bad arguments: {args:?}").into()),
+                            _ => Err(format!("bad arguments: {cmd} {rest:?}").into()),
                         }
                     })
                 })

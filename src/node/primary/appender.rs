@@ -141,7 +141,10 @@ mod tests {
         for t in tasks {
             let seq = t.await.expect("task").expect("appended");
             let groups = published.lock().expect("lock").clone();
-            assert!(groups.iter().any(|&(last, _)| last >= seq), "{seq} answered unpublished");
+            assert!(
+                groups.iter().any(|&(last, _)| last >= seq),
+                "{seq} answered unpublished"
+            );
             seqs.push(seq);
         }
         seqs.sort_unstable();
@@ -161,6 +164,9 @@ mod tests {
         // Kind 0 is no kind.
         let refused = appender.append(0, vec![], vec![1]).await;
         assert!(matches!(refused, Err(ApiError::Refused(_))), "{refused:?}");
-        assert_eq!(appender.append(7, vec![], vec![1]).await.expect("appended"), 1);
+        assert_eq!(
+            appender.append(7, vec![], vec![1]).await.expect("appended"),
+            1
+        );
     }
 }
