@@ -133,6 +133,14 @@ pub struct Log {
     poison: Mutex<Option<String>>,
     follower: AtomicBool,
     released: AtomicBool,
+    /// The open segment's files as readers opened them, `(first, files)`,
+    /// kept between reads: a reader of fresh frames (the shipper, the
+    /// store's applier, a tail) otherwise paid two opens and two closes
+    /// per frame. Dropped whenever the open segment's files change.
+    reader_files: Mutex<Option<(u64, OpenFiles)>>,
+    /// Raised at each such change, so that files opened before it are
+    /// never kept after it.
+    reader_files_generation: AtomicU64,
     frame_syncs: AtomicU64,
     erase_syncs: AtomicU64,
     /// Time per fdatasync (and fsync of a seal) of the log's segments.

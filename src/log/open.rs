@@ -338,6 +338,8 @@ impl Log {
             poison: Mutex::new(None),
             follower: AtomicBool::new(false),
             released: AtomicBool::new(false),
+            reader_files: Mutex::new(None),
+            reader_files_generation: AtomicU64::new(0),
             frame_syncs: AtomicU64::new(0),
             erase_syncs: AtomicU64::new(0),
             sync_time: Default::default(),

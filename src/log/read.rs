@@ -1,18 +1,20 @@
 //! Reading: whole frames, a frame's blob in pieces, meta scans and the
 //! sequential cursor behind `range` and the embedding reader.
 //!
-//! Readers open the files per call and never take the writer lock: they
+//! Readers open a sealed segment's files per call (the open segment's are
+//! kept between calls) and never take the writer lock: they
 //! resolve a sequence to its segment, read its offset from the index (written
 //! only once the frame is durable) and check every crc they can.
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::format::{self, FrameHeader, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN};
 use super::segment::SegmentReader;
 use super::storage::{OpenMode, StorageFile};
-use super::{read_lock, Error, Kind, Log, Result};
+use super::{lock, read_lock, Error, Kind, Log, OpenFiles, Result};
 
 /// One frame, read whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,6 +104,47 @@ impl Log {
         }
     }
 
+    /// The index and segment files of segment `first` (which holds `seq`),
+    /// opened for reading: the open segment's are kept between reads.
+    fn segment_files(
+        &self,
+        first: u64,
+        seq: u64,
+    ) -> Result<(Arc<dyn StorageFile>, Arc<dyn StorageFile>)> {
+        if let Some((kept, files)) = &*lock(&self.reader_files) {
+            if *kept == first {
+                return Ok((files.idx.clone(), files.log.clone()));
+            }
+        }
+        let generation = self.reader_files_generation.load(Ordering::SeqCst);
+        let idx = self.open_retained(&self.index_file(first), seq)?;
+        let log = self.open_retained(&self.segment_file(first), seq)?;
+        let open_segment = read_lock(&self.segs)
+            .last()
+            .is_some_and(|s| s.first == first);
+        if open_segment && !self.released.load(Ordering::SeqCst) {
+            let mut kept = lock(&self.reader_files);
+            // Files opened across a change are used once, never kept.
+            if self.reader_files_generation.load(Ordering::SeqCst) == generation {
+                *kept = Some((
+                    first,
+                    OpenFiles {
+                        log: log.clone(),
+                        idx: idx.clone(),
+                    },
+                ));
+            }
+        }
+        Ok((idx, log))
+    }
+
+    /// The open segment's files changed (a roll, a restart, a truncation,
+    /// a release or a reacquire): readers open them afresh.
+    pub(super) fn reader_files_changed(&self) {
+        self.reader_files_generation.fetch_add(1, Ordering::SeqCst);
+        *lock(&self.reader_files) = None;
+    }
+
     /// The segment file, the frame's offset and its decoded header.
     pub(super) fn frame_at(
         &self,
@@ -109,14 +152,13 @@ impl Log {
     ) -> Result<(Arc<dyn StorageFile>, PathBuf, u64, FrameHeader)> {
         let first = self.segment_of(seq)?;
         let idx_path = self.index_file(first);
-        let idx = self.open_retained(&idx_path, seq)?;
+        let (idx, file) = self.segment_files(first, seq)?;
         let mut b = [0u8; INDEX_ENTRY_LEN];
         let at = INDEX_HEADER_LEN as u64 + (seq - first) * INDEX_ENTRY_LEN as u64;
         idx.read_exact_at(&mut b, at)
             .map_err(|e| Error::corrupt(&idx_path, at, format!("index entry of {seq}: {e}")))?;
         let offset = u64::from_le_bytes(b);
         let path = self.segment_file(first);
-        let file = self.open_retained(&path, seq)?;
         let mut hb = [0u8; FRAME_HEADER_LEN];
         file.read_exact_at(&mut hb, offset)
             .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e}")))?;

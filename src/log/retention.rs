@@ -111,6 +111,7 @@ impl Log {
         let done = (|| -> Result<OpenFiles> {
             write_atomic(&*self.fs, &self.dir, RESTART_FILE, &intent)?;
             w.files = None;
+            self.reader_files_changed();
             let firsts: Vec<u64> = self
                 .fs
                 .list(&self.dir)?
@@ -145,6 +146,7 @@ impl Log {
             bytes: self.segment_bytes,
         }];
         self.head.store(next - 1, Ordering::SeqCst);
+        self.reader_files_changed();
         tracing::info!(dir = %self.dir.display(), next, "log restarted");
         Ok(())
     }
@@ -214,6 +216,7 @@ impl Log {
         })()?;
         w.released_at = Some(read);
         w.files = None;
+        self.reader_files_changed();
         self.released.store(true, Ordering::SeqCst);
         tracing::info!(dir = %self.dir.display(), head = self.head_seq(), "log released its files");
         Ok(())
@@ -269,6 +272,7 @@ impl Log {
         }
         w.files = Some(OpenFiles { log, idx });
         w.released_at = None;
+        self.reader_files_changed();
         self.released.store(false, Ordering::SeqCst);
         tracing::info!(dir = %self.dir.display(), "log reacquired its files");
         Ok(())

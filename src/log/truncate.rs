@@ -197,6 +197,7 @@ impl Log {
                 }
             }
             w.files = None;
+            self.reader_files_changed();
             let capacity = self.finish_truncate(&intent)?;
             let files = OpenFiles {
                 log: self
@@ -226,6 +227,7 @@ impl Log {
         if let Some(last) = write_lock(&self.segs).last_mut() {
             last.bytes = capacity;
         }
+        self.reader_files_changed();
         // Before the writer lock goes, so before any frame past `seq` is
         // published again: a cursor that sees a newer head sees this too.
         self.note_cut(seq);

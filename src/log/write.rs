@@ -441,6 +441,9 @@ impl Log {
                 bytes: capacity,
             });
         }
+        // After the segments say which is open, so that nothing opened
+        // before is kept.
+        self.reader_files_changed();
         self.publish(w, staged);
         Ok(())
     }

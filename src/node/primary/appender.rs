@@ -25,9 +25,12 @@ struct Job {
     done: oneshot::Sender<Result<u64, ApiError>>,
 }
 
-/// The queue to the appender thread; the thread ends when this is dropped.
+/// The queue to the appender thread. Dropping it ends the thread and waits
+/// for it, so that the log is closed once its primary is gone (a rejoin or
+/// a promotion reopens it at once).
 pub(super) struct Appender {
-    jobs: mpsc::UnboundedSender<Job>,
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Appender {
@@ -39,10 +42,13 @@ impl Appender {
         published: impl Fn(u64, u64) + Send + 'static,
     ) -> std::io::Result<Appender> {
         let (jobs, rx) = mpsc::unbounded_channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("appender".into())
             .spawn(move || run(&log, rx, published))?;
-        Ok(Appender { jobs })
+        Ok(Appender {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
     }
 
     /// Append one frame; durable when this answers.
@@ -55,6 +61,8 @@ impl Appender {
         let (done, answer) = oneshot::channel();
         let stopped = || ApiError::Refused("the appender stopped".into());
         self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
             .send(Job {
                 kind,
                 meta,
@@ -63,6 +71,16 @@ impl Appender {
             })
             .map_err(|_| stopped())?;
         answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+impl Drop for Appender {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            // It ends once its group, at most one fdatasync, is answered.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -134,7 +152,7 @@ mod tests {
         let tasks: Vec<_> = (0..64u8)
             .map(|i| {
                 let a = appender.clone();
-                tokio::spawn(async move { a.append(7, vec![i], vec![i; 100]).await })
+                tokio::spawn(async move { a.append(1000, vec![i], vec![i; 100]).await })
             })
             .collect();
         let mut seqs = Vec::new();
@@ -165,8 +183,14 @@ mod tests {
         let refused = appender.append(0, vec![], vec![1]).await;
         assert!(matches!(refused, Err(ApiError::Refused(_))), "{refused:?}");
         assert_eq!(
-            appender.append(7, vec![], vec![1]).await.expect("appended"),
+            appender
+                .append(1000, vec![], vec![1])
+                .await
+                .expect("appended"),
             1
         );
+        // Gone with its queue: the log is this test's alone again.
+        drop(appender);
+        assert_eq!(Arc::strong_count(&log), 1);
     }
 }
