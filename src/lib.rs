@@ -4,6 +4,7 @@
 //! [`wal::Wal`] is the small embedding API over the same files.
 
 pub mod daemon;
+pub mod layout;
 pub mod log;
 pub mod metrics;
 pub mod net;

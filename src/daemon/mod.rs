@@ -2,9 +2,7 @@
 //! key and certificate and writes a commented configuration, `serve` runs a
 //! daemon until SIGTERM, `status` asks a running one.
 //!
-//! Data directory layout: `cert.pem`, `key.pem` (0600), `log/` (the log),
-//! and on a primary `admin/` (the local admin client's identity, pinned as
-//! a client by `init`).
+//! What a data directory holds is in [`crate::layout`].
 
 pub mod allocator;
 pub mod config;
@@ -33,18 +31,10 @@ use crate::node::{
 pub use config::TwinRetentionSection;
 pub use config::{Address, ConfigError, PrimaryConfig, TwinConfig};
 
-pub const CERT_FILE: &str = "cert.pem";
-pub const KEY_FILE: &str = "key.pem";
-pub const ADMIN_DIR: &str = "admin";
-pub const LOG_DIR: &str = "log";
-/// The store's directory in a data directory.
-pub const STORE_DIR: &str = "store";
-/// The twin's position the primary's retention holds, across restarts.
-pub const TWIN_SLOT: &str = "TWIN_SLOT";
-/// Snapshots a primary offers to a twin below its floor.
-pub const SNAPSHOTS_DIR: &str = "snapshots";
-pub const PRIMARY_CONFIG: &str = "primary.toml";
-pub const TWIN_CONFIG: &str = "twin.toml";
+pub use crate::layout::{
+    ADMIN_DIR, CERT_FILE, KEY_FILE, LOG_DIR, PRIMARY_CONFIG, SNAPSHOTS_DIR, STORE_DIR, TWIN_CONFIG,
+    TWIN_SLOT,
+};
 
 /// Exit codes scripts can rely on.
 pub mod exit {

@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::log::{Error as LogError, Log};
 use crate::repl::wire::{frame_prefix, FrameDecoder, FrameEvent};
 
-/// The directory of saved tails, in the data directory.
-pub const DIVERGENT_DIR: &str = "divergent";
+pub use crate::layout::DIVERGENT_DIR;
 
 /// What a saved tail holds: its manifest, beside the frames file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,7 @@ use tokio::sync::watch;
 
 use crate::repl::epochs::{EpochError, EpochHistory, EpochState};
 
-/// The file the epochs live in, beside the log (JSON, see
-/// `docs/FORMAT.md`).
-pub const EPOCHS_FILE: &str = "EPOCHS";
-/// The single epoch number older data directories kept.
-pub const LEGACY_EPOCH_FILE: &str = "EPOCH";
+pub use crate::layout::{EPOCHS_FILE, LEGACY_EPOCH_FILE};
 
 /// A box's epochs, durable when `path` is set. Every change is on disk
 /// before it is visible here.

@@ -162,8 +162,7 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
     let log = at.log.clone();
     let old_head = log.head_seq();
     let paths = InstallPaths::new(at.data_dir);
-    let base = install::read_base(&paths.base())?;
-    let head_crc = install::crc_of_frame(&log, base.as_ref(), old_head).unwrap_or(0);
+    let head_crc = install::head_crc(&log, &paths.base())?;
     let state = at.epochs.state();
     let hello = TwinMsg::Hello {
         version: PROTOCOL_VERSION,

@@ -26,14 +26,7 @@ use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::store::install::{self, InstallPaths};
 use crate::store::{Store, StoreError, StoreOptions};
 
-/// Marks a data directory a restore is filling.
-pub const RESTORING_FILE: &str = "RESTORING";
-/// Where the entry being written is, and how much of it, updated as it
-/// streams.
-pub const PARTIAL_FILE: &str = "RESTORE_PARTIAL";
-/// Salvaged bytes of that entry, and what they are.
-pub const SALVAGE_FILE: &str = "restore.partial";
-pub const SALVAGE_META: &str = "restore.partial.json";
+pub use crate::layout::{PARTIAL_FILE, RESTORING_FILE, SALVAGE_FILE, SALVAGE_META};
 /// Entries from this size on are tracked for salvage.
 pub const TRACKED_ENTRY: u64 = 4 << 20;
 /// Bytes between two syncs of the restored log.
@@ -231,12 +224,6 @@ async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
     }
 }
 
-/// The payload crc of the box's head frame (or its snapshot base's).
-fn head_crc(log: &Log, paths: &InstallPaths) -> u32 {
-    let base = install::read_base(&paths.base()).ok().flatten();
-    install::crc_of_frame(log, base.as_ref(), log.head_seq()).unwrap_or(0)
-}
-
 /// Restore the box in `opts.data_dir` from the twin. `progress` sees the
 /// counters as they move (from a blocking thread).
 pub async fn restore(
@@ -250,7 +237,7 @@ pub async fn restore(
     let resumed = marker.exists();
     let salvaged = salvage(&data)?;
     let log = Arc::new(Log::open_opts(
-        data.join(crate::daemon::LOG_DIR),
+        data.join(crate::layout::LOG_DIR),
         LogOptions {
             segment_bytes: opts.segment_bytes,
             ..LogOptions::default()
@@ -369,7 +356,7 @@ pub async fn restore(
 
     // The box's head must be the twin's, frame for frame.
     let w = hello(&conn).await?;
-    let ours = head_crc(&log, &paths);
+    let ours = install::head_crc(&log, &paths.base())?;
     if log.head_seq() != w.head || ours != w.head_crc {
         return Err(RestoreError::Diverged(format!(
             "head {} crc {ours:08x} here, {} crc {:08x} on the twin",

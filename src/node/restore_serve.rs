@@ -86,9 +86,8 @@ pub struct RestoreSource {
 }
 
 impl RestoreSource {
-    fn head_crc(&self, head: u64) -> u32 {
-        let base = install::read_base(&self.base).ok().flatten();
-        install::crc_of_frame(&self.log, base.as_ref(), head).unwrap_or(0)
+    fn head_crc(&self) -> Result<u32, crate::store::StoreError> {
+        install::head_crc(&self.log, &self.base)
     }
 }
 
@@ -165,13 +164,18 @@ async fn answer(
             .map_err(|e| e.to_string()),
         RestoreReq::Hello => {
             let head = source.log.head_seq();
-            let resp = RestoreResp::Welcome {
-                history: source.log.history().0,
-                first: source.log.first_seq(),
-                head,
-                head_crc: source.head_crc(head),
-                epoch: source.epochs.current(),
-                epochs: source.epochs.history(),
+            // A head that does not read is refused, not served as another
+            // frame.
+            let resp = match source.head_crc() {
+                Ok(head_crc) => RestoreResp::Welcome {
+                    history: source.log.history().0,
+                    first: source.log.first_seq(),
+                    head,
+                    head_crc,
+                    epoch: source.epochs.current(),
+                    epochs: source.epochs.history(),
+                },
+                Err(e) => RestoreResp::Refused(format!("this box's head frame {head}: {e}")),
             };
             net::write_msg(&mut send, &resp)
                 .await

@@ -215,12 +215,7 @@ impl SnapshotSource {
             Some(path) => install::read_base(path)?,
             None => None,
         };
-        install::crc_of_frame(self.host.log(), base.as_ref(), at).ok_or_else(|| {
-            StoreError::Log(crate::log::Error::BelowFloor {
-                seq: at,
-                first: self.host.log().first_seq(),
-            })
-        })
+        install::crc_of_frame(self.host.log(), base.as_ref(), at)
     }
 
     /// The snapshot to offer: the current one while the frame at its seq

@@ -401,19 +401,22 @@ impl Twin {
         endpoint.close(0u32.into(), b"shutdown");
     }
 
-    fn view(&self) -> TwinView {
+    /// What this twin holds, for its Hello. A head frame that does not
+    /// read is this box's error, never a crc the primary would take for a
+    /// divergence.
+    fn view(&self) -> Result<TwinView, crate::store::StoreError> {
         let head = self.log.head_seq();
         let base = *self.base.lock().unwrap_or_else(|e| e.into_inner());
         // A log restarted after a snapshot holds no frame at its head: the
         // snapshot's base says what that frame was.
-        let crc = install::crc_of_frame(&self.log, base.as_ref(), head).unwrap_or(0);
-        TwinView {
+        let crc = install::crc_of_frame(&self.log, base.as_ref(), head)?;
+        Ok(TwinView {
             history: self.log.history().0,
             head: Position { seq: head, crc },
             first: self.log.first_seq(),
             epoch: self.epochs.newest(),
             epochs: self.epochs.history(),
-        }
+        })
     }
 
     async fn session(
@@ -423,6 +426,11 @@ impl Twin {
         shutdown: &mut watch::Receiver<bool>,
         end: &mut SessionEnd,
     ) -> Result<String, NetError> {
+        let view = self.view().map_err(|e| {
+            NetError::Io(std::io::Error::other(format!(
+                "this twin's head frame does not read: {e}"
+            )))
+        })?;
         // A handshake into a dead link would otherwise wait out QUIC's own
         // idle timeout before the next attempt.
         let conn = tokio::time::timeout(
@@ -432,7 +440,7 @@ impl Twin {
         .await
         .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
         let (mut ctl_send, ctl_recv) = conn.open_bi().await?;
-        let mut core = TwinCore::new(self.cfg.timers, self.view(), Now::system());
+        let mut core = TwinCore::new(self.cfg.timers, view, Now::system());
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
         let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);

@@ -22,12 +22,7 @@ use super::snapshot::{self, sync_tree};
 use super::{fsync_dir, Result, StoreError};
 use crate::log::{HistoryId, Log};
 
-/// The staging directory in a data directory.
-pub const STAGING_DIR: &str = "snapshot.staging";
-/// The install intent.
-pub const INTENT_FILE: &str = "SNAPSHOT_INSTALL";
-/// The position the box's log restarted after.
-pub const BASE_FILE: &str = "SNAPSHOT_BASE";
+pub use crate::layout::{BASE_FILE, INTENT_FILE, STAGING_DIR};
 
 /// Where a snapshot sits in its log: the seq it was taken at, the payload
 /// crc of the frame at that seq, and the log's history.
@@ -93,10 +88,10 @@ impl InstallPaths {
         self.staging().join("base.json")
     }
     pub fn store(&self) -> PathBuf {
-        self.data.join(crate::daemon::STORE_DIR)
+        self.data.join(crate::layout::STORE_DIR)
     }
     pub fn old_store(&self) -> PathBuf {
-        self.data.join(format!("{}.old", crate::daemon::STORE_DIR))
+        self.data.join(format!("{}.old", crate::layout::STORE_DIR))
     }
     pub fn intent(&self) -> PathBuf {
         self.data.join(INTENT_FILE)
@@ -131,16 +126,29 @@ pub fn read_base(path: &Path) -> Result<Option<SnapshotBase>> {
 
 /// The payload crc of the frame at `seq`: from the log, or, for the frame
 /// a snapshot install restarted the log after (the log holds no frame
-/// there), from that install's `base`. 0 for seq 0; None when neither knows
-/// the frame.
-pub fn crc_of_frame(log: &Log, base: Option<&SnapshotBase>, seq: u64) -> Option<u32> {
+/// there), from that install's `base`. 0 for seq 0. When neither knows the
+/// frame, the log's own error says why (below its floor, or a frame that
+/// does not read): never a made-up crc, which a peer would take for a
+/// divergence.
+pub fn crc_of_frame(log: &Log, base: Option<&SnapshotBase>, seq: u64) -> Result<u32> {
     if seq == 0 {
-        return Some(0);
+        return Ok(0);
     }
     match log.locate_blob(seq) {
-        Ok(l) => Some(l.payload_crc),
-        Err(_) => base.filter(|b| b.at == seq).map(|b| b.crc_at),
+        Ok(l) => Ok(l.payload_crc),
+        Err(e) => match base.filter(|b| b.at == seq) {
+            Some(b) => Ok(b.crc_at),
+            None => Err(e.into()),
+        },
     }
+}
+
+/// The payload crc of `log`'s head frame, from the log or from the base
+/// at `base_path` (see [`crc_of_frame`]); a base file that does not read is
+/// its error.
+pub fn head_crc(log: &Log, base_path: &Path) -> Result<u32> {
+    let base = read_base(base_path)?;
+    crc_of_frame(log, base.as_ref(), log.head_seq())
 }
 
 /// Record what a staged snapshot is, before its files arrive.
@@ -256,4 +264,41 @@ pub fn finish(paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
     );
     roll_forward(paths, log, &base, None)?;
     Ok(Some(base.at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_crc_comes_from_the_log_or_the_base_and_is_never_made_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path().join("log")).expect("open");
+        let base_path = dir.path().join(BASE_FILE);
+        assert_eq!(head_crc(&log, &base_path).expect("empty"), 0);
+        log.append_raw(1000, b"m", b"blob").expect("append");
+        let crc = log.locate_blob(1).expect("locate").payload_crc;
+        assert_eq!(head_crc(&log, &base_path).expect("from the log"), crc);
+
+        // A restart after a snapshot at 10: the log holds no frame there.
+        log.restart_after(10).expect("restart");
+        assert!(
+            head_crc(&log, &base_path).is_err(),
+            "no frame and no base: an error, not a crc"
+        );
+        let base = SnapshotBase {
+            at: 10,
+            crc_at: 0xdead_beef,
+            history: log.history().0,
+        };
+        write_json(&base_path, &base).expect("base");
+        assert_eq!(
+            head_crc(&log, &base_path).expect("from the base"),
+            0xdead_beef
+        );
+
+        // A base that does not decode is its error, not "no base".
+        std::fs::write(&base_path, b"{not json").expect("corrupt");
+        assert!(head_crc(&log, &base_path).is_err());
+    }
 }

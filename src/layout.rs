@@ -1,0 +1,54 @@
+//! The names in a data directory, in one leaf module that every layer may
+//! read (the log, the store, the node and the daemons), so that none of
+//! them reaches into another for a file name.
+//!
+//! A data directory holds:
+//! - `cert.pem` and `key.pem` (0600): the box's identity;
+//! - `primary.toml` or `twin.toml`: what `init` wrote, which the daemon
+//!   serves with;
+//! - `admin/` on a primary: the local admin client's identity;
+//! - `log/`: the log (`docs/FORMAT.md`), and beside it `EPOCHS`, the
+//!   epochs this box served or heard of (`EPOCH` in older directories);
+//! - `store/`: the store the log feeds;
+//! - `TWIN_SLOT` on a primary: the twin's position its retention holds;
+//! - `snapshots/` on a primary: the snapshot a twin below the floor gets;
+//! - `snapshot.staging/`, `SNAPSHOT_INSTALL` and `SNAPSHOT_BASE`: a
+//!   snapshot being received, the install's intent, and the position the
+//!   log restarted after;
+//! - `divergent/`: tails a rejoin saved before it cut them;
+//! - `RESTORING`, `RESTORE_PARTIAL`, `restore.partial` and
+//!   `restore.partial.json` while a restore fills the directory.
+
+pub const CERT_FILE: &str = "cert.pem";
+pub const KEY_FILE: &str = "key.pem";
+pub const ADMIN_DIR: &str = "admin";
+pub const PRIMARY_CONFIG: &str = "primary.toml";
+pub const TWIN_CONFIG: &str = "twin.toml";
+/// The log's directory.
+pub const LOG_DIR: &str = "log";
+/// The store's directory.
+pub const STORE_DIR: &str = "store";
+/// The epochs, beside the log (JSON, see `docs/FORMAT.md`).
+pub const EPOCHS_FILE: &str = "EPOCHS";
+/// The single epoch number older data directories kept.
+pub const LEGACY_EPOCH_FILE: &str = "EPOCH";
+/// The twin's position the primary's retention holds, across restarts.
+pub const TWIN_SLOT: &str = "TWIN_SLOT";
+/// Snapshots a primary offers to a twin below its floor.
+pub const SNAPSHOTS_DIR: &str = "snapshots";
+/// A snapshot being received.
+pub const STAGING_DIR: &str = "snapshot.staging";
+/// The install intent.
+pub const INTENT_FILE: &str = "SNAPSHOT_INSTALL";
+/// The position the box's log restarted after.
+pub const BASE_FILE: &str = "SNAPSHOT_BASE";
+/// The directory of saved tails.
+pub const DIVERGENT_DIR: &str = "divergent";
+/// Marks a data directory a restore is filling.
+pub const RESTORING_FILE: &str = "RESTORING";
+/// Where the entry being written is, and how much of it, updated as it
+/// streams.
+pub const PARTIAL_FILE: &str = "RESTORE_PARTIAL";
+/// Salvaged bytes of that entry, and what they are.
+pub const SALVAGE_FILE: &str = "restore.partial";
+pub const SALVAGE_META: &str = "restore.partial.json";
