@@ -21,25 +21,41 @@ fn assert_reads(log: &Log, seq: u64, tag: u8, n: u64) {
     assert_eq!((e.meta, e.blob), (vec![tag], blob(tag, n)), "frame {seq}");
 }
 
-/// Files of `dir` this process holds open although they were removed.
-fn removed_but_open(dir: &Path) -> Vec<String> {
+/// The files under `dir` this process holds open, as `/proc` names them
+/// (a removed one ends in ` (deleted)`).
+fn held_open(dir: &Path) -> Vec<String> {
     let dir = dir.to_string_lossy().to_string();
     std::fs::read_dir("/proc/self/fd")
         .expect("/proc/self/fd")
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
         .map(|p| p.to_string_lossy().to_string())
-        .filter(|p| p.starts_with(&dir) && p.ends_with("(deleted)"))
+        .filter(|p| p.starts_with(&dir))
         .collect()
 }
+
+fn removed_but_open(dir: &Path) -> Vec<String> {
+    let mut held = held_open(dir);
+    held.retain(|p| p.ends_with("(deleted)"));
+    held
+}
+
+/// A log in `dir` holding frames 1..=`frames` of `tag`, the last one read
+/// (so that its segment's files are kept).
+fn filled(dir: &Path, segment_bytes: u64, frames: u64, tag: u8) -> Log {
+    let log = Log::open_with(dir, segment_bytes).expect("open");
+    for n in 1..=frames {
+        assert_eq!(append(&log, tag, n), n);
+    }
+    assert_reads(&log, frames, tag, frames);
+    log
+}
+
+const SEGMENT: u64 = 64 << 20;
 
 #[test]
 fn a_cut_and_new_frames_at_the_same_numbers_read_back_new() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path()).expect("open");
-    for n in 1..=10 {
-        append(&log, 1, n);
-    }
-    assert_reads(&log, 8, 1, 8);
+    let log = filled(dir.path(), SEGMENT, 10, 1);
     log.truncate_after(5).expect("cut");
     assert!(matches!(log.read(8), Err(Error::PastHead { .. })));
     for n in 6..=10 {
@@ -52,11 +68,7 @@ fn a_cut_and_new_frames_at_the_same_numbers_read_back_new() {
 #[test]
 fn a_restart_is_read_from_its_new_segment() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path()).expect("open");
-    for n in 1..=10 {
-        append(&log, 1, n);
-    }
-    assert_reads(&log, 10, 1, 10);
+    let log = filled(dir.path(), SEGMENT, 10, 1);
     log.restart_after(20).expect("restart");
     assert!(removed_but_open(dir.path()).is_empty());
     assert!(matches!(log.read(10), Err(Error::BelowFloor { .. })));
@@ -95,23 +107,17 @@ fn rolls_and_retention_leave_no_removed_segment_open() {
 #[test]
 fn a_released_log_holds_no_file_for_its_readers() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = Log::open(dir.path()).expect("open");
-    for n in 1..=5 {
-        append(&log, 5, n);
-    }
-    assert_reads(&log, 5, 5, 5);
+    let log = filled(dir.path(), SEGMENT, 5, 5);
     log.release().expect("release");
     assert_reads(&log, 4, 5, 4);
-    let dir_s = dir.path().to_string_lossy().to_string();
-    let held = std::fs::read_dir("/proc/self/fd")
-        .expect("fds")
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter(|p| {
-            p.to_string_lossy().starts_with(&dir_s)
-                && p.extension().is_some_and(|e| e == "log" || e == "idx")
-        })
-        .count();
-    assert_eq!(held, 0, "a released log keeps no segment open");
+    let segments: Vec<_> = held_open(dir.path())
+        .into_iter()
+        .filter(|p| p.ends_with(".log") || p.ends_with(".idx"))
+        .collect();
+    assert!(
+        segments.is_empty(),
+        "a released log keeps {segments:?} open"
+    );
     log.reacquire().expect("reacquire");
     assert_eq!(append(&log, 6, 6), 6);
     assert_reads(&log, 6, 6, 6);

@@ -1,0 +1,169 @@
+//! What both daemons share while they serve: tracing, signals, the log and
+//! store they open, the status server, and how a run ends.
+
+use super::*;
+
+/// Structured logs to stderr: human by default, JSON lines on request.
+/// `RUST_LOG` filters (default `info`).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// A watch that turns true on SIGTERM or SIGINT.
+pub fn shutdown_on_signals() -> Result<watch::Receiver<bool>, DaemonError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = watch::channel(false);
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        // Before the stop begins, so a supervisor never takes the stop
+        // for a crash.
+        notify::notify("STOPPING=1");
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+pub(crate) fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, DaemonError> {
+    Ok(Arc::new(Log::open_opts(
+        data_dir.join(LOG_DIR),
+        LogOptions {
+            segment_bytes,
+            ..LogOptions::default()
+        },
+    )?))
+}
+
+/// The snapshots a box offers (to its twin, or to a box it restores), kept
+/// in its data directory.
+pub(super) fn snapshot_source(
+    store: &Arc<crate::node::store::StoreHost>,
+    data_dir: &Path,
+) -> Arc<crate::node::snapshot::SnapshotSource> {
+    crate::node::snapshot::SnapshotSource::new(
+        store.clone(),
+        &data_dir.join(SNAPSHOTS_DIR),
+        Some(data_dir.join(crate::store::install::BASE_FILE)),
+    )
+}
+
+/// The store beside the log, caught up with it before anything is served.
+pub(super) async fn open_store(
+    log: &Arc<Log>,
+    data_dir: &Path,
+) -> Result<Arc<crate::node::store::StoreHost>, DaemonError> {
+    let log = log.clone();
+    let dir = data_dir.join(STORE_DIR);
+    Ok(tokio::task::spawn_blocking(move || {
+        crate::node::store::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
+    })
+    .await
+    .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)
+}
+
+/// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
+/// then what `more` adds from the same status) on `addr` until `shutdown`.
+///
+/// `/healthz` answers 200 while the daemon serves; `/readyz` answers 200
+/// when `ready` says the box does its job, 503 with the reason otherwise,
+/// for load balancers and orchestrators.
+pub(super) async fn serve_status<S: serde::Serialize + 'static>(
+    addr: &Address,
+    shutdown: watch::Receiver<bool>,
+    log: Arc<Log>,
+    role: &'static str,
+    status: impl Fn() -> S + Send + Sync + 'static,
+    ready: impl Fn(&S) -> Result<(), String> + Send + Sync + 'static,
+    more: impl Fn(&S, &mut String) + Send + Sync + 'static,
+) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
+    let listener = tokio::net::TcpListener::bind(resolve("metrics", addr)?)
+        .await
+        .map_err(|e| listen_failed("metrics", addr, &e))?;
+    let handler: http::Handler = Arc::new(move |path| {
+        match path {
+            "/healthz" => return Some((200, "text/plain", "ok\n".into())),
+            "/readyz" => {
+                return Some(match ready(&status()) {
+                    Ok(()) => (200, "text/plain", "ready\n".into()),
+                    Err(why) => (503, "text/plain", format!("not ready: {why}\n")),
+                })
+            }
+            _ => {}
+        }
+        let s = status();
+        match path {
+            "/status" => Some((
+                200,
+                "application/json",
+                serde_json::to_string(&s).unwrap_or_default(),
+            )),
+            "/metrics" => {
+                let mut out = log_metrics(&log);
+                out.push_str(&format!(
+                    "# HELP twinlog_build_info The build and the role this daemon serves.\n\
+                     # TYPE twinlog_build_info gauge\n\
+                     twinlog_build_info{{version=\"{}\",role=\"{role}\"}} 1\n",
+                    env!("CARGO_PKG_VERSION")
+                ));
+                more(&s, &mut out);
+                Some((200, "text/plain; version=0.0.4", out))
+            }
+            _ => None,
+        }
+    });
+    Ok(tokio::spawn(http::serve(listener, handler, shutdown)))
+}
+
+/// How a daemon's run ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Asked to stop.
+    Stopped,
+    /// A switchover made this primary the new primary's twin: serve it
+    /// with `twin serve --config` this file.
+    Deposed { twin_config: PathBuf },
+    /// A switchover made this twin the primary: serve it with `primary
+    /// serve --config` this file.
+    Promoted { primary_config: PathBuf },
+}
+
+/// Stops when `outer` turns true, or `grace` after `inner` fires: a
+/// daemon's own shutdown, which a role change also triggers.
+pub(super) fn stop_on<T: Send + Sync + 'static>(
+    mut outer: watch::Receiver<bool>,
+    mut inner: watch::Receiver<T>,
+    fired: impl Fn(&T) -> bool + Send + Sync + 'static,
+    grace: std::time::Duration,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(*outer.borrow());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = outer.wait_for(|&s| s) => {}
+            _ = async {
+                let _ = inner.wait_for(|v| fired(v)).await;
+                tokio::time::sleep(grace).await;
+            } => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// How long a deposed primary goes on answering after a switchover, so
+/// that clients writing to it learn where the new primary is (`Fenced`
+/// names it) instead of losing their connection.
+pub(super) const DEPOSED_GRACE: std::time::Duration = std::time::Duration::from_millis(250);

@@ -1,0 +1,219 @@
+//! Running a primary: its log, store, epochs and retention, its endpoint,
+//! status server and metrics.
+
+use super::*;
+
+/// Run a primary until `shutdown`.
+pub async fn serve_primary(
+    cfg: PrimaryConfig,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Served, DaemonError> {
+    let identity = load_identity(&cfg.data_dir)?;
+    let mut pins = Pins::new();
+    match cfg.twin_fingerprint {
+        Some(fp) => pins = pins.pin(fp, Role::Twin),
+        None => tracing::warn!("no twin_fingerprint configured: nothing is replicated"),
+    }
+    let mut roles = std::collections::HashMap::new();
+    // A fingerprint in two lists has the lesser role.
+    for (fps, role) in [
+        (&cfg.client_fingerprints, ClientRole::Admin),
+        (&cfg.writer_fingerprints, ClientRole::Write),
+        (&cfg.reader_fingerprints, ClientRole::Read),
+    ] {
+        for fp in fps {
+            pins = pins.pin(*fp, Role::Client);
+            roles.insert(*fp, role);
+        }
+    }
+    let pins = Arc::new(pins);
+    let listen = resolve("listen", &cfg.listen)?;
+    let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
+    let store = open_store(&log, &cfg.data_dir).await?;
+    let endpoint = net::server(listen, &identity, pins.clone()).map_err(|e| match e {
+        NetError::Io(io) => listen_failed("listen", &cfg.listen, &io),
+        other => other.into(),
+    })?;
+    let epochs = Arc::new(
+        Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
+    );
+    let node = Primary::build(
+        log.clone(),
+        pins,
+        NodePrimaryConfig {
+            policy: cfg.durability.twin_policy(),
+            timers: cfg.timers.timers(),
+            epoch: epochs.current(),
+            body_piece_deadline: cfg.limits.body_piece_deadline(),
+            memory_budget: cfg.limits.memory_budget_mib << 20,
+            max_clients: cfg.limits.max_client_connections as usize,
+            stage_max_body: cfg.limits.staged_body_max_mib << 20,
+            staging_space: cfg.limits.staging_mib << 20,
+        },
+        Some(store.clone()),
+        epochs,
+    );
+    node.set_client_roles(roles);
+    node.set_retention(crate::node::retention::Retention {
+        max_bytes: cfg.retention.max_bytes,
+        slot: Some(cfg.data_dir.join(TWIN_SLOT)),
+    });
+    node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
+    let shutdown = stop_on(
+        shutdown,
+        node.watch_deposed(),
+        |d| d.is_some(),
+        DEPOSED_GRACE,
+    );
+    let status_node = node.clone();
+    let metrics_node = node.clone();
+    let status_server = serve_status(
+        &cfg.metrics,
+        shutdown.clone(),
+        node.log().clone(),
+        "primary",
+        move || status_node.status(),
+        |s: &crate::node::Status| {
+            if let Some(why) = &s.log_poisoned {
+                return Err(format!("the log is poisoned: {why}"));
+            }
+            if let Some(f) = &s.fenced {
+                return Err(format!(
+                    "fenced: epoch {} exists ({}); this primary acknowledges no write",
+                    f.epoch, f.by
+                ));
+            }
+            if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
+                return Err(format!(
+                    "the store is stopped at frame {}: {}",
+                    st.seq, st.error
+                ));
+            }
+            Ok(())
+        },
+        move |s: &crate::node::Status, out: &mut String| {
+            metrics_node.ack_delay().render(
+                out,
+                "twinlog_twin_ack_delay_seconds",
+                "From a frame's publication here to the twin's acknowledgement covering it.",
+            );
+            gauge(
+                out,
+                "twinlog_epoch",
+                "The primary epoch this box serves under.",
+                s.epoch,
+            );
+            role_metrics(out, "primary");
+            gauge(
+                out,
+                "twinlog_fenced",
+                "1 once a newer epoch fenced this primary: it acknowledges no write.",
+                u8::from(s.fenced.is_some()),
+            );
+            gauge(
+                out,
+                "twinlog_twin_configured",
+                "1 when a twin is pinned; 0 and `twin` appends are refused (NoTwin).",
+                u8::from(s.twin_configured),
+            );
+            gauge(
+                out,
+                "twinlog_twin_connected",
+                "1 while a twin streams.",
+                u8::from(s.twin_connected),
+            );
+            gauge(
+                out,
+                "twinlog_twin_acked_seq",
+                "The twin's acknowledged durable head.",
+                s.twin_acked,
+            );
+            counter(
+                out,
+                "twinlog_twin_acks_total",
+                "Acknowledgements that moved the twin's durable head.",
+                s.twin_acks,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_frames",
+                "Frames the twin has not acknowledged.",
+                s.lag_frames,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_bytes",
+                "Bytes the twin has not acknowledged.",
+                s.lag_bytes,
+            );
+            gauge(
+                out,
+                "twinlog_twin_lag_seconds",
+                "Age of the oldest unacknowledged frame.",
+                s.lag_ms as f64 / 1000.0,
+            );
+            gauge(
+                out,
+                "twinlog_twin_waiting_appends",
+                "Twin appends waiting for the twin's acknowledgement now.",
+                s.twin_waiting,
+            );
+            gauge(
+                out,
+                "twinlog_durability_degraded",
+                "1 while twin appends fall back to local.",
+                u8::from(s.degraded),
+            );
+            gauge(
+                out,
+                "twinlog_retention_max_bytes",
+                "The log's byte cap (0: none).",
+                s.retention_max_bytes,
+            );
+            gauge(
+                out,
+                "twinlog_twin_hold_seq",
+                "The twin's position retention holds.",
+                s.twin_hold,
+            );
+            gauge(
+                out,
+                "twinlog_twin_below_floor",
+                "1 while the frame at the twin's position is no longer retained.",
+                u8::from(s.twin_below_floor),
+            );
+            if let Some(h) = &s.store {
+                store_metrics(out, "twinlog_store", "This box's store", h);
+            }
+            if let Some(h) = &s.twin_store {
+                store_metrics(out, "twinlog_twin_store", "The twin's store", h);
+            }
+        },
+    )
+    .await?;
+    tracing::info!(
+        listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
+        head = log.head_seq(), "primary serving"
+    );
+    notify::notify(&format!(
+        "READY=1\nSTATUS=primary serving on {}, head {}",
+        cfg.listen,
+        log.head_seq()
+    ));
+    let deposed = node.watch_deposed();
+    node.clone().serve(endpoint, shutdown).await;
+    log.sync()?;
+    let _ = status_server.await;
+    tracing::info!(head = log.head_seq(), "primary stopped");
+    let new_primary = deposed.borrow().clone();
+    match new_primary {
+        Some(np) => {
+            drop(node);
+            drop(store);
+            drop(log);
+            let twin_config = failover::follow_after_switchover(&cfg, &np)?;
+            Ok(Served::Deposed { twin_config })
+        }
+        None => Ok(Served::Stopped),
+    }
+}
