@@ -343,9 +343,6 @@ impl Log {
         })
     }
 
-    /// Every retained segment holding a published frame, oldest first, as
-    /// `(first, last, path, reader at the first frame)`, bounded by the head
-    /// at call time: one open and one sequential buffered read each.
     /// Every frame's sequence and kind from `from` through `through`
     /// (bounded by the head), oldest first, reading headers only: one open
     /// and one sequential read per segment, every meta and blob skipped.
@@ -386,6 +383,9 @@ impl Log {
         Ok(())
     }
 
+    /// Every retained segment holding a published frame, oldest first, as
+    /// `(first, last, path, reader at the first frame)`, bounded by the head
+    /// at call time: one open and one sequential buffered read each.
     fn walk_segments(
         &self,
         mut each: impl FnMut(u64, u64, &std::path::Path, &mut SegmentReader) -> Result<()>,
