@@ -1,0 +1,498 @@
+//! A client's requests: each on its own stream, admitted, dispatched,
+//! and answered as durable as it asked.
+
+use super::*;
+
+impl Primary {
+    /// May a request asking for `durability` append at all?
+    pub(super) fn admit(
+        &self,
+        durability: Durability,
+    ) -> Result<crate::repl::ack::Admit, crate::repl::ack::NotAdmitted> {
+        let state = crate::repl::ack::AckState {
+            fenced: self.epochs.fenced(),
+            twin_configured: self.twin_configured,
+            falls_back: matches!(self.cfg.policy, TwinPolicy::FallBack(_)),
+        };
+        crate::repl::ack::admit(state, durability == Durability::Twin)
+    }
+
+    /// A refusal by name; `seq` is a frame appended here before it.
+    pub(super) fn refusal(&self, why: crate::repl::ack::NotAdmitted, seq: Option<u64>) -> ApiError {
+        match why {
+            crate::repl::ack::NotAdmitted::NoTwin => ApiError::NoTwin,
+            crate::repl::ack::NotAdmitted::Fenced => {
+                let st = self.epochs.state();
+                ApiError::Fenced {
+                    epoch: st.current(),
+                    newer: st.seen,
+                    by: st.fenced_by.unwrap_or_default(),
+                    seq,
+                    primary: self.switch.deposed.borrow().clone(),
+                }
+            }
+        }
+    }
+
+    pub(super) async fn client_session(self: Arc<Self>, conn: Connection) {
+        let (client, role): (Arc<str>, ClientRole) = match net::peer(&conn, &self.pins) {
+            Ok((fp, _)) => (
+                fp.to_string().into(),
+                self.client_roles
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&fp)
+                    .copied()
+                    .unwrap_or(ClientRole::Admin),
+            ),
+            Err(_) => ("(unpinned)".into(), ClientRole::Read),
+        };
+        loop {
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let (send, recv) = match conn.accept_bi().await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "client gone");
+                    return;
+                }
+            };
+            let me = self.clone();
+            let client = client.clone();
+            tokio::spawn(async move {
+                if let Err(e) = me.request(&client, role, send, recv).await {
+                    tracing::warn!(error = %e, "client request failed");
+                }
+            });
+        }
+    }
+
+    pub(super) async fn request(
+        self: Arc<Self>,
+        client: &str,
+        role: ClientRole,
+        mut send: SendStream,
+        mut recv: RecvStream,
+    ) -> Result<(), NetError> {
+        let _counted = InFlight::enter(&self.inflight);
+        let Some(req) = net::read_msg::<Request>(&mut recv).await? else {
+            return Ok(());
+        };
+        if req.needs() > role {
+            // Refused before a byte of its body is read: nothing is written.
+            let why = ApiError::Forbidden(format!(
+                "this needs the {} role; this client's role is {role}",
+                req.needs()
+            ));
+            net::write_msg(&mut send, &Response::Error(why)).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+        let mut _writing = None;
+        if let Some(durability) = req.durability() {
+            if *self.switch.handing_over.borrow() {
+                self.pause_for_switchover().await;
+            }
+            if let Err(why) = self.admit(durability) {
+                net::write_msg(&mut send, &Response::Error(self.refusal(why, None))).await?;
+                let _ = send.finish();
+                return Ok(());
+            }
+            _writing = Some(switchover::Writing::enter(&self.switch.writers));
+        }
+        let response = match req {
+            Request::Switchover { wait_ms } => {
+                self.switchover(Duration::from_millis(wait_ms)).await
+            }
+            Request::Fence { epoch } => {
+                self.fence(epoch, &format!("the admin client {client}"));
+                Response::Status(Box::new(self.status()))
+            }
+            Request::Append {
+                kind,
+                meta,
+                blob_len,
+                durability,
+            } => {
+                self.append(kind, meta, blob_len, durability, &mut recv)
+                    .await
+            }
+            Request::Read { seq } => return self.read(seq, send).await,
+            Request::Tail { from } => return self.tail(from, send).await,
+            Request::Status => Response::Status(Box::new(self.status())),
+            Request::CreateRepo { repo, durability } => self.create_repo(repo, durability).await,
+            Request::Push {
+                repo,
+                pack_len,
+                updates,
+                durability,
+            } => {
+                self.push(repo, pack_len, updates, durability, &mut recv)
+                    .await
+            }
+            Request::Erase {
+                before,
+                repos,
+                durability,
+            } => self.erase(before, repos, durability).await,
+            Request::EraseBeforeTime {
+                before_unix_ms,
+                repos,
+                durability,
+            } => {
+                self.erase_before_time(before_unix_ms, repos, durability)
+                    .await
+            }
+            Request::RetainFrom { seq, force } => {
+                let me = self.clone();
+                match tokio::task::spawn_blocking(move || me.retain_from(seq, force)).await {
+                    Ok(Ok(first)) => Response::Retained { first },
+                    Ok(Err(e)) => Response::Error(e),
+                    Err(e) => Response::Error(ApiError::Refused(e.to_string())),
+                }
+            }
+            Request::LfsPut {
+                repo,
+                oid,
+                len,
+                durability,
+            } => self.lfs_put(repo, oid, len, durability, &mut recv).await,
+            Request::LfsDelete {
+                repo,
+                oid,
+                durability,
+            } => self.lfs_delete(repo, oid, durability).await,
+            Request::LfsGet { repo, oid } => return self.lfs_get(repo, oid, send).await,
+            Request::ReadObject { repo, oid } => return self.read_object(repo, oid, send).await,
+            Request::PutDoc {
+                name,
+                len,
+                durability,
+            } => self.put_doc(name, len, durability, &mut recv).await,
+            Request::StoreRetry => self.store_retry().await,
+            Request::DeleteRepo { repo, durability } => {
+                self.store_write(move |host| host.delete_repo(&repo), durability)
+                    .await
+            }
+            Request::DeleteDoc { name, durability } => {
+                self.store_write(move |host| host.delete_doc(&name), durability)
+                    .await
+            }
+            Request::StoreSkip {
+                seq,
+                reason,
+                force,
+                durability,
+            } => self.store_skip(seq, reason, force, durability).await,
+            Request::Refs { .. }
+            | Request::PushHistory { .. }
+            | Request::Have { .. }
+            | Request::GetDoc { .. }
+            | Request::ListRepos
+            | Request::ListDocs => return self.store_read(req, send).await,
+        };
+        net::write_msg(&mut send, &response).await?;
+        let _ = send.finish();
+        Ok(())
+    }
+
+    pub(super) async fn append(
+        &self,
+        kind: u16,
+        meta: Vec<u8>,
+        blob_len: u64,
+        durability: Durability,
+        recv: &mut RecvStream,
+    ) -> Response {
+        let meta_len = meta.len() as u64;
+        if self.store.is_some() && store_requests::is_store_kind(kind) {
+            return Response::Error(ApiError::Forbidden(format!(
+                "kind {kind} is the store's: it is written by the store requests, which check it"
+            )));
+        }
+        let _held = self
+            .budget
+            .charge(blob_len.min(SMALL_BLOB.max(budget::STREAMED_BODY_BYTES)))
+            .await;
+        let appended = if blob_len <= SMALL_BLOB {
+            let blob = match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
+                .read_all()
+                .await
+            {
+                Ok(b) => b,
+                Err(e) => return Response::Error(e),
+            };
+            if let Some(appender) = &self.appender {
+                // The appender published the frame with its group.
+                return match appender.append(kind, meta, blob).await {
+                    Ok(seq) => self.answer(seq, durability).await,
+                    Err(e) => Response::Error(e),
+                };
+            }
+            let log = self.log.clone();
+            match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
+                Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
+                Err(e) => Err(ApiError::Refused(e.to_string())),
+            }
+        } else {
+            self.append_streamed(kind, meta, blob_len, recv).await
+        };
+        let seq = match appended {
+            Ok(seq) => seq,
+            Err(e) => return Response::Error(e),
+        };
+        self.acknowledge(seq, 32 + meta_len + blob_len, durability)
+            .await
+    }
+
+    /// A frame durable here up to `seq` (`bytes` more of log): published to
+    /// the twin sessions, then answered as durable as `durability` asks,
+    /// under the policy for an absent twin.
+    pub(super) async fn acknowledge(
+        &self,
+        seq: u64,
+        bytes: u64,
+        durability: Durability,
+    ) -> Response {
+        self.published(seq, bytes);
+        self.answer(seq, durability).await
+    }
+
+    /// The answer to a write whose frame `seq` is durable here and
+    /// published: as durable as `durability` asks, under the policy for
+    /// an absent twin.
+    pub(super) async fn answer(&self, seq: u64, durability: Durability) -> Response {
+        if let Err(why) = crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
+            return Response::Error(self.refusal(why, Some(seq)));
+        }
+        let local = Response::Appended {
+            seq,
+            durability: Durability::Local,
+            twin_wait_us: 0,
+        };
+        match durability {
+            Durability::Local => local,
+            Durability::Twin if !self.twin_configured => local,
+            Durability::Twin => {
+                let started = std::time::Instant::now();
+                let mut resp = self.wait_for_twin(seq).await;
+                if let Response::Appended { twin_wait_us, .. } = &mut resp {
+                    *twin_wait_us = started.elapsed().as_micros() as u64;
+                }
+                resp
+            }
+        }
+    }
+
+    /// A large blob, staged whole when it is small enough and then written
+    /// through a `Pending` on a blocking thread; memory is a few pieces
+    /// whatever the size. The log's writer is taken only once the body is
+    /// in hand (or, past the staging bound, its first piece), and a client
+    /// that stops sending is cut off after the piece deadline: the entry is
+    /// dropped, nothing of it is visible, and the other writers go on.
+    pub(super) async fn append_streamed(
+        &self,
+        kind: u16,
+        meta: Vec<u8>,
+        blob_len: u64,
+        recv: &mut RecvStream,
+    ) -> Result<u64, ApiError> {
+        let log = self.log.clone();
+        let written = self
+            .staging
+            .feed(
+                recv,
+                blob_len,
+                self.cfg.body_piece_deadline,
+                move |pieces| {
+                    let mut p = log.begin(None, kind, &meta, blob_len)?;
+                    for piece in pieces {
+                        p.write(&piece)?;
+                    }
+                    // A short body makes commit refuse with BlobLength.
+                    p.commit()
+                },
+            )
+            .await?;
+        written.map_err(|e| ApiError::Refused(e.to_string()))
+    }
+
+    pub(super) async fn wait_for_twin(&self, seq: u64) -> Response {
+        self.twin_waiting
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let answer = self.wait_for_twin_counted(seq).await;
+        self.twin_waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        match crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
+            Ok(()) => answer,
+            Err(why) => Response::Error(self.refusal(why, Some(seq))),
+        }
+    }
+
+    pub(super) async fn wait_for_twin_counted(&self, seq: u64) -> Response {
+        let twin = Response::Appended {
+            seq,
+            durability: Durability::Twin,
+            twin_wait_us: 0,
+        };
+        let local = Response::Appended {
+            seq,
+            durability: Durability::Local,
+            twin_wait_us: 0,
+        };
+        // A twin that installed a snapshot past this frame will never hold
+        // it: its log starts after the snapshot's seq.
+        let missed = Response::Error(ApiError::NotOnTwin { seq });
+        let twin_first = &self.twin_first;
+        let on_twin = |s: u64| s >= twin_first.load(std::sync::atomic::Ordering::SeqCst);
+        let mut acked = self.acked.subscribe();
+        let mut fenced = self.epochs.watch_fenced();
+        let reached = async {
+            tokio::select! {
+                r = acked.wait_for(|&a| a >= seq || !on_twin(seq)) => r.map(|_| ()),
+                // A fence answers every waiter at once (below).
+                _ = fenced.wait_for(|&f| f) => Ok(()),
+            }
+        };
+        match self.cfg.policy {
+            TwinPolicy::Wait => match reached.await {
+                Ok(_) if on_twin(seq) => twin,
+                Ok(_) => missed,
+                Err(_) => Response::Error(ApiError::TwinTimeout { seq }),
+            },
+            TwinPolicy::Fail(after) => match tokio::time::timeout(after, reached).await {
+                Ok(Ok(_)) if on_twin(seq) => twin,
+                Ok(Ok(_)) => missed,
+                _ => Response::Error(ApiError::TwinTimeout { seq }),
+            },
+            TwinPolicy::FallBack(after) => {
+                if lock(&self.status).degraded {
+                    return local;
+                }
+                match tokio::time::timeout(after, reached).await {
+                    Ok(Ok(_)) if on_twin(seq) => twin,
+                    Ok(Ok(_)) => local,
+                    _ => {
+                        let mut s = lock(&self.status);
+                        if !s.degraded {
+                            s.degraded = true;
+                            tracing::warn!(seq, "the twin did not acknowledge in time: appends fall back to local durability");
+                        }
+                        local
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) async fn read(&self, seq: u64, mut send: SendStream) -> Result<(), NetError> {
+        match self.write_frame(seq, &mut send).await? {
+            FrameSent::Whole => {
+                let _ = send.finish();
+            }
+            FrameSent::Nothing(e) => {
+                net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+                let _ = send.finish();
+            }
+            FrameSent::Cut => {}
+        }
+        Ok(())
+    }
+
+    /// Frames from `from` on, each as it becomes durable, until the client
+    /// goes or the primary stops.
+    pub(super) async fn tail(&self, from: u64, mut send: SendStream) -> Result<(), NetError> {
+        let first = self.log.first_seq();
+        let mut next = from.max(1);
+        if next < first {
+            let e = format!("sequence {next} is below the retention floor {first}");
+            net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+            let _ = send.finish();
+            return Ok(());
+        }
+        let mut head_rx = self.head.subscribe();
+        loop {
+            while next <= self.log.head_seq() {
+                match self.write_frame(next, &mut send).await? {
+                    FrameSent::Whole => next += 1,
+                    FrameSent::Nothing(e) => {
+                        net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
+                        let _ = send.finish();
+                        return Ok(());
+                    }
+                    FrameSent::Cut => return Ok(()),
+                }
+            }
+            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = send.finish();
+                return Ok(());
+            }
+            tokio::select! {
+                changed = head_rx.changed() => if changed.is_err() { return Ok(()) },
+                // Wakes a tail now and then to notice a shutdown.
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+
+    /// One frame as `Response::Frame` and its blob, read in pieces by a
+    /// blocking reader.
+    pub(super) async fn write_frame(
+        &self,
+        seq: u64,
+        send: &mut SendStream,
+    ) -> Result<FrameSent, NetError> {
+        let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, String>>(4);
+        let log = self.log.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut first = true;
+            let read = log.read_pieces(seq, PIECE, |loc, piece, _last| {
+                if first {
+                    first = false;
+                    let head = Response::Frame {
+                        seq,
+                        kind: loc.kind,
+                        meta: loc.meta.clone(),
+                        blob_len: if loc.is_erased() { 0 } else { loc.blob_len },
+                        payload_crc: loc.payload_crc,
+                    };
+                    send_blocking(&tx, Ok(crate::repl::msg::encode(&head)))?;
+                }
+                if !piece.is_empty() {
+                    send_blocking(&tx, Ok(piece.to_vec()))?;
+                }
+                Ok::<(), LogError>(())
+            });
+            if let Err(e) = read {
+                let _ = tx.blocking_send(Err(e.to_string()));
+            }
+        });
+        let mut sent_any = false;
+        while let Some(item) = rx.recv().await {
+            match item {
+                Ok(bytes) => {
+                    sent_any = true;
+                    send.write_all(&bytes).await?;
+                }
+                Err(e) if !sent_any => return Ok(FrameSent::Nothing(e)),
+                // The frame failed after its head was sent: cut the stream so
+                // the client never takes a short frame for a whole one.
+                Err(_) => {
+                    let _ = send.reset(3u32.into());
+                    return Ok(FrameSent::Cut);
+                }
+            }
+        }
+        Ok(FrameSent::Whole)
+    }
+}
+
+/// How a frame went out on a client stream.
+pub(super) enum FrameSent {
+    Whole,
+    /// Nothing was sent: the read failed before the frame's head.
+    Nothing(String),
+    /// The stream was reset after a partial frame.
+    Cut,
+}

@@ -1,0 +1,321 @@
+//! The twin's connection: the handshake, shipping frames as the core
+//! asks, and what its acknowledgements and messages change here.
+
+use super::*;
+
+impl Primary {
+    /// The append path publishes here so twin sessions ship the new frames.
+    pub(super) fn published(&self, seq: u64, bytes: u64) {
+        publish(&self.head, seq, bytes)
+    }
+
+    pub(super) async fn twin_session(
+        self: Arc<Self>,
+        conn: &Connection,
+    ) -> Result<String, NetError> {
+        // A twin that connects and stays silent is given the idle timeout,
+        // like any silent peer.
+        let silent = self.cfg.timers.idle_timeout;
+        let hello = tokio::time::timeout(silent, async {
+            let (send, mut recv) = conn.accept_bi().await?;
+            let hello = net::read_msg::<TwinMsg>(&mut recv).await?;
+            Ok::<_, NetError>((send, recv, hello))
+        })
+        .await;
+        let (mut ctl_send, ctl_recv, hello) = match hello {
+            Ok(opened) => opened?,
+            Err(_) => return Ok("the twin sent no Hello within the idle timeout".into()),
+        };
+        let Some(hello) = hello else {
+            return Ok("the twin left before its Hello".into());
+        };
+        if let TwinMsg::Hello { first, head, .. } = &hello {
+            // Before any acknowledgement of this session wakes a waiter.
+            let holds_from = if head.seq == 0 {
+                1
+            } else {
+                (*first).min(head.seq + 1)
+            };
+            self.twin_first
+                .store(holds_from, std::sync::atomic::Ordering::SeqCst);
+        }
+        let view = PrimaryView {
+            history: self.log.history().0,
+            head: self.log.head_seq(),
+            first: self.log.first_seq(),
+            epochs: self.epochs.history(),
+        };
+        let head = view.head;
+        let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
+        tracing::info!(?hello, head, "twin hello");
+        let log = &self.log;
+        let frame_at = |seq| {
+            log.locate_blob(seq).ok().map(|l| crate::repl::HeadFrame {
+                crc: l.payload_crc,
+                erased: l.is_erased(),
+            })
+        };
+        core.handle_hello(hello, frame_at, Now::system());
+
+        let (msgs_tx, mut msgs) = mpsc::channel(64);
+        tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
+        // Further streams the twin opens ask for the snapshot.
+        let snapshot_server = self
+            .snapshot_source()
+            .map(|source| tokio::spawn(snapshot::serve_requests(source, conn.clone())));
+        let _stop_serving = AbortOnDrop(snapshot_server);
+        let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
+        let mut shipper = None;
+        let mut head_rx = self.head.subscribe();
+        let mut seen_bytes = head_rx.borrow_and_update().1;
+        let mut handover = self.switch.handover.subscribe();
+        // The twin's position is what it says at the handshake, even when
+        // lower than an earlier session's (a replaced twin).
+        let mut handshake = true;
+        loop {
+            while let Some(m) = core.poll_transmit() {
+                net::write_msg(&mut ctl_send, &m).await?;
+            }
+            for d in core.take_ack_delays() {
+                self.ack_delay.observe(d);
+            }
+            while let Some(action) = core.poll_action() {
+                match action {
+                    PrimaryAction::Ship { from, through } => {
+                        if ship.is_none() {
+                            let (tx, rx) = mpsc::unbounded_channel();
+                            let frames = conn.open_uni().await?;
+                            shipper = Some(tokio::spawn(ship_frames(self.log.clone(), frames, rx)));
+                            ship = Some(tx);
+                        }
+                        if let Some(tx) = &ship {
+                            let _ = tx.send((from, through));
+                        }
+                    }
+                    PrimaryAction::Acked(durable) => {
+                        tracing::debug!(durable, "twin acknowledged");
+                        if std::mem::take(&mut handshake) {
+                            self.hold
+                                .store(durable, std::sync::atomic::Ordering::SeqCst);
+                        } else {
+                            self.hold
+                                .fetch_max(durable, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        self.twin_acked(durable)
+                    }
+                    PrimaryAction::BelowFloor { twin_head, first } => {
+                        tracing::warn!(twin_head, first, "the twin is below the retention floor");
+                    }
+                    PrimaryAction::TwinPromoted { epoch, listen } => {
+                        let addr = advertised(&listen, conn.remote_address());
+                        let fingerprint = net::peer(conn, &self.pins)
+                            .map(|(fp, _)| fp.to_string())
+                            .unwrap_or_default();
+                        self.fence(epoch, &format!("a switchover to {addr}"));
+                        self.switch
+                            .deposed
+                            .send_replace(Some(crate::node::api::NewPrimary { addr, fingerprint }));
+                    }
+                    PrimaryAction::Fence { epoch } => {
+                        let by = format!(
+                            "its twin at {}, which follows epoch {epoch}",
+                            conn.remote_address()
+                        );
+                        self.fence(epoch, &by);
+                    }
+                    PrimaryAction::TwinStore(health) => {
+                        if let Some(st) = &health.stalled {
+                            tracing::warn!(seq = st.seq, error = %st.error, "the twin's store is stopped");
+                        }
+                        self.twin_store.send_replace(Some(health));
+                    }
+                    PrimaryAction::Close(why) => {
+                        let _ = ctl_send.finish();
+                        return Ok(why.to_string());
+                    }
+                }
+            }
+            {
+                let now = Now::system();
+                let st = core.status(now);
+                let mut s = lock(&self.status);
+                s.twin_connected = core.state() == PrimaryState::Streaming;
+                s.lag_frames = st.lag_frames;
+                s.lag_bytes = st.lag_bytes;
+                s.lag_ms = st.lag.as_millis() as u64;
+            }
+            let deadline = core.poll_timeout().map_or_else(
+                || tokio::time::Instant::now() + Duration::from_secs(1),
+                tokio::time::Instant::from_std,
+            );
+            tokio::select! {
+                msg = msgs.recv() => match msg {
+                    Some(Ok(m)) => core.handle_message(m, Now::system()),
+                    Some(Err(e)) => return Err(e),
+                    None => {
+                        if core.state() == PrimaryState::BelowFloor && self.snapshot_source().is_some() {
+                            // The twin fetches the snapshot on this
+                            // connection, then closes it.
+                            let why = conn.closed().await;
+                            return Ok(format!("the twin below the floor left: {why}"));
+                        }
+                        return Ok("the twin closed its control stream".into());
+                    }
+                },
+                changed = head_rx.changed() => {
+                    if changed.is_err() {
+                        return Ok("shutting down".into());
+                    }
+                    let (head, bytes) = *head_rx.borrow_and_update();
+                    core.handle_appended(head, bytes - seen_bytes, Now::system());
+                    seen_bytes = bytes;
+                }
+                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                changed = handover.changed() => {
+                    if changed.is_ok() {
+                        let asked = handover.borrow_and_update().clone();
+                        if let Some((head, clients)) = asked {
+                            if !core.handover(head, clients) {
+                                tracing::warn!(head, "this twin session cannot take the handover");
+                            }
+                        }
+                    }
+                }
+                ended = async { match shipper.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
+                    return Ok(match ended {
+                        Ok(Ok(())) => "the frame stream ended".into(),
+                        Ok(Err(e)) => format!("shipping failed: {e}"),
+                        Err(e) => format!("shipper: {e}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// A newer epoch was heard of from `by`: from now on, durably, this
+    /// primary acknowledges no write. Should the fence not reach the disk,
+    /// it holds in memory all the same and the failure is logged: refusing
+    /// writes is always safe.
+    pub(super) fn fence(&self, epoch: u64, by: &str) {
+        match self.epochs.hear(epoch, by) {
+            Ok(true) => tracing::error!(
+                epoch,
+                by,
+                serving = self.epochs.current(),
+                "FENCED: a newer epoch exists, so another box is primary; this box acknowledges no write from now on (reads go on). Rejoin it as the new primary's twin: primary rejoin"
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::error!(epoch, by, error = %e, "FENCED in memory only: recording the fence failed"),
+        }
+    }
+
+    pub(super) fn twin_acked(&self, durable: u64) {
+        let moved = self.acked.send_if_modified(|a| {
+            let moved = durable > *a;
+            *a = (*a).max(durable);
+            moved
+        });
+        if moved {
+            lock(&self.status).twin_acks += 1;
+        }
+        if durable >= self.log.head_seq() {
+            let mut s = lock(&self.status);
+            if s.degraded {
+                s.degraded = false;
+                tracing::info!(durable, "the twin caught up: twin durability restored");
+            }
+        }
+    }
+}
+
+/// Frames through `seq`, `bytes` more of log, are durable here: the twin
+/// sessions ship them.
+pub(super) fn publish(head: &watch::Sender<(u64, u64)>, seq: u64, bytes: u64) {
+    head.send_modify(|(head, total)| {
+        if seq > *head {
+            *head = seq;
+        }
+        *total += bytes;
+    });
+}
+
+/// A client address from what the promoted twin listens on: an
+/// unspecified host is the one its connection came from.
+pub(super) fn advertised(listen: &str, from: std::net::SocketAddr) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(a) if a.ip().is_unspecified() => {
+            std::net::SocketAddr::new(from.ip(), a.port()).to_string()
+        }
+        _ => listen.to_string(),
+    }
+}
+
+/// Aborts a task when the scope that started it ends.
+pub(super) struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            t.abort();
+        }
+    }
+}
+
+pub(super) fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogError> {
+    tx.blocking_send(item)
+        .map_err(|_| LogError::Io(std::io::Error::other("the receiver went away")))
+}
+
+/// Frames `from..=through` of each range, in order, as their stored bytes:
+/// a blocking reader hands pieces over a bounded channel to the stream, so
+/// memory is a few pieces whatever a blob's size.
+pub(super) async fn ship_frames(
+    log: Arc<Log>,
+    mut send: SendStream,
+    mut ranges: mpsc::UnboundedReceiver<(u64, u64)>,
+) -> Result<(), NetError> {
+    let (tx, mut pieces) = mpsc::channel::<bytes::Bytes>(4);
+    let reader = tokio::task::spawn_blocking(move || -> Result<(), LogError> {
+        // Frames are gathered into buffers of about a piece, so a run of
+        // small frames costs one stream write per piece, not two per frame.
+        let mut buf = Vec::with_capacity(PIECE);
+        let flush = |buf: &mut Vec<u8>| -> Result<(), LogError> {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let out = std::mem::replace(buf, Vec::with_capacity(PIECE));
+            send_blocking(&tx, bytes::Bytes::from(out))
+        };
+        while let Some((from, through)) = ranges.blocking_recv() {
+            for seq in from..=through {
+                let mut first = true;
+                log.read_pieces(seq, PIECE, |loc, piece, _last| {
+                    if first {
+                        first = false;
+                        let header = loc.header();
+                        buf.extend_from_slice(&frame_prefix(&header, &loc.meta));
+                    }
+                    buf.extend_from_slice(piece);
+                    if buf.len() >= PIECE {
+                        flush(&mut buf)?;
+                    }
+                    Ok::<(), LogError>(())
+                })?;
+            }
+            // Nothing more queued: what is gathered goes now, not after the
+            // next append.
+            if ranges.is_empty() {
+                flush(&mut buf)?;
+            }
+        }
+        flush(&mut buf)
+    });
+    while let Some(bytes) = pieces.recv().await {
+        send.write_chunk(bytes).await?;
+    }
+    match reader.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(NetError::Io(std::io::Error::other(e.to_string()))),
+        Err(e) => Err(NetError::Io(std::io::Error::other(e.to_string()))),
+    }
+}
