@@ -60,6 +60,10 @@ use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
 use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
 
+#[path = "../tests/support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
+
 /// The `bench` field of every line this program prints.
 const BENCH: &str = "failover";
 /// Set in a child: which command it runs (`serve-primary`, `serve-twin`,
@@ -298,20 +302,6 @@ fn command(role: &str, args: &[String], log: &Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
 }
 
 /// One box: its data directory, identity, addresses, and its daemon.

@@ -21,10 +21,13 @@ use twinlog::log::Tail;
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, Durability};
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 
-use children::{free_port, free_tcp, spawn as start};
+use children::spawn as start;
 
 /// A UDP relay between the twin and the primary that can cut the link.
 struct Proxy {
@@ -177,7 +180,7 @@ async fn settle(ms: u64) {
 async fn acknowledged_frames_survive_kills_and_cuts() {
     let root = tempfile::tempdir().expect("tempdir");
     let (pdir, tdir) = (root.path().join("p"), root.path().join("t"));
-    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let listen: SocketAddr = free_udp();
     let proxy = proxy(listen).await;
     let (tcfg, twin_fp) =
         daemon::init_twin(&tdir, proxy.addr, free_tcp(), None).expect("twin init");

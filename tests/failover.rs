@@ -14,19 +14,9 @@ use twinlog::node::api::ApiError;
 use twinlog::node::rejoin::StoreFate;
 use twinlog::node::{ClientError, Durability, Status, TwinStatus};
 
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
 
 /// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
 /// given up after 20 s).

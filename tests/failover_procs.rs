@@ -33,21 +33,11 @@ use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
 use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
+
 const KIND: u16 = 0x8000;
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
 
 /// A daemon child, SIGKILLed if the test ends first.
 struct Daemon(Option<Child>);

@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 use twinlog::daemon;
 use twinlog::node::{Client, ClientError, ClientOptions, Durability, Status, TwinStatus};
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 
-use children::{free_port, free_tcp, Daemon};
+use children::Daemon;
 
 /// The status a daemon serves on `metrics`, once it answers with one that
 /// `ok` accepts; checked every few milliseconds, for at most 20 s.
@@ -50,7 +53,7 @@ struct Pair {
 
 fn pair(root: &Path) -> Pair {
     let (pdir, tdir) = (root.join("p"), root.join("t"));
-    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let listen: SocketAddr = free_udp();
     let (pmetrics, tmetrics) = (free_tcp(), free_tcp());
     let (tcfg, twin_fp) = daemon::init_twin(&tdir, listen, tmetrics, None).expect("twin init");
     let (pcfg, primary_fp) =

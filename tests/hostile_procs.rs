@@ -15,6 +15,9 @@
 //!   serving clients (which need descriptors of their own), and answers
 //!   `/status` again once the flood's connections time out.
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 
@@ -23,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use children::{free_port, free_tcp, Daemon};
+use children::Daemon;
 use twinlog::daemon;
 use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
 use twinlog::node::api::{ApiError, RefMove};
@@ -48,7 +51,7 @@ fn start(root: &Path, key: &str, value: u64) -> Primary {
 
 fn start_in(root: &Path, key: &str, value: u64, max_fds: Option<u32>) -> Primary {
     let dir = root.join("p");
-    let listen: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let listen: SocketAddr = free_udp();
     let metrics = free_tcp();
     let (cfg, fp) = daemon::init_primary(&dir, listen, metrics, None).expect("init");
     let text = std::fs::read_to_string(&cfg).expect("config");

@@ -3,26 +3,15 @@
 //! old primary, is refused by epoch and writes nothing; a running twin
 //! cannot be promoted.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::node::{Durability, TwinStatus};
 
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
 
 async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
     for _ in 0..200 {

@@ -31,6 +31,10 @@ use twinlog::pushlog::RefUpdate;
 use twinlog::store::install::{self, InstallPaths, SnapshotBase};
 use twinlog::store::{frames, PackBuilder, RepoOp, Store, StoreOptions};
 
+#[path = "support/ports.rs"]
+mod ports;
+use ports::{free_tcp, free_udp};
+
 const MARKER: &[u8] = b"RESTORE-ERASE-MARKER-91b2";
 
 fn append(log: &Log, f: &frames::FrameParts) -> u64 {
@@ -295,20 +299,6 @@ fn child(args: &[&std::ffi::OsStr], log: &Path) -> Child {
         .stderr(log)
         .spawn()
         .expect("spawn")
-}
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
 }
 
 fn big_piece(i: u64) -> Vec<u8> {

@@ -4,7 +4,6 @@
 
 #![allow(dead_code)] // each test uses its own part
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -122,19 +121,4 @@ impl Drop for Daemon {
             let _ = self.0.wait();
         }
     }
-}
-
-pub fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
-
-pub fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
 }
