@@ -450,7 +450,11 @@ impl Twin {
         let (written_tx, mut written) = mpsc::unbounded_channel::<Written>();
         let writer = {
             let log = self.log.clone();
-            std::thread::spawn(move || write_frames(&log, write_rx, written_tx))
+            // Named: spawned from a runtime worker, it would carry the
+            // worker's name in profiles and `top -H`.
+            std::thread::Builder::new()
+                .name("twin-writer".into())
+                .spawn(move || write_frames(&log, write_rx, written_tx))?
         };
         let mut below_floor = false;
         let (received_before, frames_before) = {
