@@ -60,19 +60,9 @@ pub fn exits(o: &Output, code: i32, what: &str) {
     );
 }
 
-pub fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-pub fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
+#[path = "../../../tests/support/ports.rs"]
+mod ports;
+pub use ports::{free_tcp, free_udp};
 
 /// A primary's data directory, made by `primary init`.
 pub struct Primary {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::ApiError;
+use crate::log::format::FRAME_HEADER_LEN;
 use crate::log::Log;
 
 /// Requests staged in one group at most, so that the first of a long queue
@@ -99,7 +100,8 @@ fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, 
         for job in group.drain(..) {
             match log.stage_raw(job.kind, &job.meta, &job.blob) {
                 Ok(seq) => {
-                    bytes += 32 + job.meta.len() as u64 + job.blob.len() as u64;
+                    bytes +=
+                        FRAME_HEADER_LEN as u64 + job.meta.len() as u64 + job.blob.len() as u64;
                     staged.push((seq, job.done));
                 }
                 Err(e) => {
@@ -169,7 +171,7 @@ mod tests {
         assert_eq!(seqs, (1..=64).collect::<Vec<_>>());
         let groups = published.lock().expect("lock").clone();
         let bytes: u64 = groups.iter().map(|g| g.1).sum();
-        assert_eq!(bytes, 64 * (32 + 1 + 100));
+        assert_eq!(bytes, 64 * (FRAME_HEADER_LEN as u64 + 1 + 100));
         assert!(log.frame_syncs() <= groups.len() as u64);
         assert_eq!(log.head_seq(), 64);
     }

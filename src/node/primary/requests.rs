@@ -242,8 +242,12 @@ impl Primary {
             Ok(seq) => seq,
             Err(e) => return Response::Error(e),
         };
-        self.acknowledge(seq, 32 + meta_len + blob_len, durability)
-            .await
+        self.acknowledge(
+            seq,
+            crate::log::format::FRAME_HEADER_LEN as u64 + meta_len + blob_len,
+            durability,
+        )
+        .await
     }
 
     /// A frame durable here up to `seq` (`bytes` more of log): published to
