@@ -108,6 +108,9 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     let a = primary(&a_cfg);
     let b = twin(&b_tcfg);
     let client = serving(&a_cfg).await;
+    // The twin may have dialled before A listened and wait out that attempt:
+    // the `twin` appends start once it streams, not within their deadline.
+    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
     for seq in 1..=30 {
         let (got, d) = client
             .append(0x8000, b"", &blob(b'a', seq), Durability::Twin)
