@@ -685,3 +685,59 @@ async fn a_twin_append_waiting_for_an_absent_twin_ends_at_the_client_s_deadline(
     assert_eq!(p.primary.status().head, 1);
     let _ = p.stop.send(true);
 }
+
+/// What the log refuses reaches the client by name, with its figures: a
+/// client matches on the variant, not on a sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_reach_the_client_by_name() {
+    use twinlog::node::{ReadRefusal, WriteRefusal};
+    let ids = ids();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, dir.path(), TwinPolicy::Wait);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("connect");
+    let refused = client.append(0, b"", b"x", Durability::Local).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(ClientError::Api(ApiError::Refused(
+                WriteRefusal::InvalidKind { kind: 0 }
+            )))
+        ),
+        "{refused:?}"
+    );
+    for i in 0..3u64 {
+        client
+            .append(0x8001, b"", &blob(i, 10), Durability::Local)
+            .await
+            .expect("append");
+    }
+    let past = client.read(9).await;
+    assert!(
+        matches!(
+            &past,
+            Err(ClientError::Api(ApiError::Read(ReadRefusal::PastHead {
+                seq: 9,
+                head: 3
+            })))
+        ),
+        "{past:?}"
+    );
+    // The twin has acknowledged nothing: retaining past it needs force.
+    let retained = client.retain_from(3, false).await;
+    assert!(
+        matches!(
+            &retained,
+            Err(ClientError::Api(ApiError::Refused(
+                WriteRefusal::TwinNotPast { seq: 3, .. }
+            )))
+        ),
+        "{retained:?}"
+    );
+    // Forced, it goes ahead; retention drops whole segments, so the one
+    // segment here stays.
+    assert_eq!(client.retain_from(3, true).await.expect("forced"), 1);
+    let _ = p.stop.send(true);
+    let _ = p.served.await;
+}

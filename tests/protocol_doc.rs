@@ -24,27 +24,7 @@ fn documented(name: &str) -> u8 {
 /// `documented`, looking only in the `table` ("request" or "response")
 /// under the heading `section`.
 fn documented_in(section: &str, table: &str, name: &str) -> u8 {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md"))
-        .expect("read PROTOCOL.md");
-    let section_at = doc
-        .find(&format!("## {section}"))
-        .unwrap_or_else(|| panic!("PROTOCOL.md has a section {section}"));
-    let start = section_at
-        + doc[section_at..]
-            .find(&format!("| index | {table} |"))
-            .unwrap_or_else(|| panic!("{section} has a {table} table"));
-    let needle = format!("| `{name}` |");
-    doc[start..]
-        .lines()
-        .find(|l| l.contains(&needle))
-        .unwrap_or_else(|| panic!("PROTOCOL.md documents {name} under {section}"))
-        .trim_start_matches('|')
-        .split('|')
-        .next()
-        .expect("index cell")
-        .trim()
-        .parse()
-        .expect("an index")
+    documented_row(section, table, name).0
 }
 
 /// The variant index: the first byte after the 4-byte length prefix.
@@ -486,5 +466,196 @@ fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones()
             offset
         }),
         encode(&SnapshotReq::File { at, path, offset })
+    );
+}
+
+/// The index and the field names, in order, of `name`'s row in the table
+/// headed `| index | {table} |` under `## {section}`. A newtype's cell
+/// (`WriteRefusal`, `string`) gives `None`: its content is one value, not
+/// named fields.
+fn documented_row(section: &str, table: &str, name: &str) -> (u8, Option<Vec<String>>) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md"))
+        .expect("read PROTOCOL.md");
+    let section_at = doc
+        .find(&format!("## {section}"))
+        .unwrap_or_else(|| panic!("PROTOCOL.md has a section {section}"));
+    let start = section_at
+        + doc[section_at..]
+            .find(&format!("| index | {table} |"))
+            .unwrap_or_else(|| panic!("{section} has a {table} table"));
+    let needle = format!("| `{name}` |");
+    let row = doc[start..]
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .find(|l| l.contains(&needle))
+        .unwrap_or_else(|| panic!("the {table} table documents {name}"));
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    let index = cells[0].parse().expect("an index");
+    if !cells[2].is_empty() && !cells[2].contains(':') {
+        return (index, None);
+    }
+    let fields = cells[2]
+        .split(", ")
+        .filter_map(|f| f.trim_matches('`').split_once(':'))
+        .map(|(n, _)| n.trim().to_owned())
+        .collect();
+    (index, Some(fields))
+}
+
+/// The field names of a struct variant, in the order serde writes them
+/// (its declaration order); none for a unit or newtype variant.
+fn field_order(v: &impl serde::Serialize) -> Vec<String> {
+    let json = serde_json::to_string(v).expect("json");
+    // `{"Variant":{"a":1,"b":"x"}}`: the keys at depth two, in order.
+    let (mut depth, mut names, mut in_str, mut escaped) = (0, Vec::new(), false, false);
+    let mut current = String::new();
+    let bytes: Vec<char> = json.chars().collect();
+    for (i, &c) in bytes.iter().enumerate() {
+        if in_str {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_str = false;
+                if depth == 2 && bytes.get(i + 1) == Some(&':') {
+                    names.push(std::mem::take(&mut current));
+                }
+                current.clear();
+            } else {
+                current.push(c);
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    names
+}
+
+/// Every variant's index and field order is the documented one, and the
+/// table documents no variant the samples do not have. The samples are the
+/// enums' variants in order: a variant added to one gets a new index, which
+/// its table must document.
+fn check_table<T: serde::Serialize>(table: &str, samples: &[(&str, T)]) {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/PROTOCOL.md"))
+        .expect("read PROTOCOL.md");
+    let at = doc
+        .find(&format!("| index | {table} |"))
+        .unwrap_or_else(|| panic!("a {table} table"));
+    let rows = doc[at..].lines().take_while(|l| l.starts_with('|')).count() - 2;
+    assert_eq!(rows, samples.len(), "the {table} table's rows");
+    for (i, (name, v)) in samples.iter().enumerate() {
+        assert_eq!(
+            usize::from(index_of(&encode(v))),
+            i,
+            "{table} {name}: samples in order"
+        );
+        let (index, fields) = documented_row("Client protocol", table, name);
+        assert_eq!(index_of(&encode(v)), index, "{table} {name}: index");
+        if let Some(fields) = fields {
+            assert_eq!(field_order(v), fields, "{table} {name}: fields in order");
+        }
+    }
+}
+
+#[test]
+fn errors_and_refusals_have_their_documented_indices_and_fields() {
+    use twinlog::node::{ApiError as E, ReadRefusal as R, WriteRefusal as W};
+    let s = || String::from("x");
+    check_table(
+        "error",
+        &[
+            ("Refused", E::Refused(W::Follower)),
+            ("TwinTimeout", E::TwinTimeout { seq: 1 }),
+            ("Read", E::Read(R::PastHead { seq: 2, head: 1 })),
+            ("Forbidden", E::Forbidden(s())),
+            ("BadRequest", E::BadRequest(s())),
+            ("NoRepo", E::NoRepo(s())),
+            ("RepoExists", E::RepoExists(s())),
+            (
+                "RefMoved",
+                E::RefMoved {
+                    name: s(),
+                    expected: s(),
+                    current: s(),
+                },
+            ),
+            ("BadPush", E::BadPush(s())),
+            ("Store", E::Store(s())),
+            ("NotOnTwin", E::NotOnTwin { seq: 1 }),
+            ("StoreStalled", E::StoreStalled { seq: 1, why: s() }),
+            ("NotApplied", E::NotApplied { seq: 1, why: s() }),
+            ("SkipRefused", E::SkipRefused { seq: 1, why: s() }),
+            ("NoDoc", E::NoDoc(s())),
+            (
+                "NotCarriedOutOnTwin",
+                E::NotCarriedOutOnTwin { seq: 1, why: s() },
+            ),
+            (
+                "Fenced",
+                E::Fenced {
+                    epoch: 1,
+                    newer: 2,
+                    by: s(),
+                    seq: Some(3),
+                    primary: Some(Default::default()),
+                },
+            ),
+            (
+                "BodyStalled",
+                E::BodyStalled {
+                    received: 1,
+                    expected: 2,
+                    after_ms: 3,
+                },
+            ),
+            ("SwitchoverRefused", E::SwitchoverRefused { why: s() }),
+            ("NoTwin", E::NoTwin),
+        ],
+    );
+    check_table(
+        "write refusal",
+        &[
+            ("Follower", W::Follower),
+            ("Poisoned", W::Poisoned { why: s() }),
+            ("Released", W::Released),
+            (
+                "TooLarge",
+                W::TooLarge {
+                    what: s(),
+                    len: 2,
+                    max: 1,
+                },
+            ),
+            (
+                "BlobLength",
+                W::BlobLength {
+                    announced: 2,
+                    got: 1,
+                },
+            ),
+            ("InvalidKind", W::InvalidKind { kind: 0 }),
+            ("BadMeta", W::BadMeta { why: s() }),
+            ("NoSpace", W::NoSpace { why: s() }),
+            ("Io", W::Io { why: s() }),
+            ("TwinNotPast", W::TwinNotPast { seq: 2, twin_at: 1 }),
+            ("StoreNotPast", W::StoreNotPast { applied: 1 }),
+            ("Staging", W::Staging { why: s() }),
+            ("Stopping", W::Stopping { why: s() }),
+            ("Log", W::Log { why: s() }),
+        ],
+    );
+    check_table(
+        "read refusal",
+        &[
+            ("BelowFloor", R::BelowFloor { seq: 1, first: 2 }),
+            ("PastHead", R::PastHead { seq: 2, head: 1 }),
+            ("Unreadable", R::Unreadable { seq: 1, why: s() }),
+        ],
     );
 }

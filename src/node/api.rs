@@ -319,16 +319,17 @@ pub enum Response {
 /// A request's failure, by name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum ApiError {
-    /// The log refused the frame (follower, poisoned, too large, ...).
-    #[error("the log refused: {0}")]
-    Refused(String),
+    /// The write was not taken, by name (follower, poisoned, too large,
+    /// disk full, ...): nothing of it was written.
+    #[error("refused: {0}")]
+    Refused(super::WriteRefusal),
     /// The frame is durable on the primary at `seq`, but the twin did not
     /// acknowledge it within the policy's timeout.
     #[error("frame {seq} is durable locally; the twin did not acknowledge it in time")]
     TwinTimeout { seq: u64 },
     /// Past the head, below the retention floor, or unreadable.
     #[error("read: {0}")]
-    Read(String),
+    Read(super::ReadRefusal),
     /// A request this peer's role may not make.
     #[error("not allowed for this peer: {0}")]
     Forbidden(String),
@@ -429,7 +430,7 @@ impl From<crate::store::StoreError> for ApiError {
             E::BadFrame { why, .. } => ApiError::BadPush(why),
             E::BadName { name, why } => ApiError::BadRequest(format!("{name:?}: {why}")),
             E::TooLarge { .. } => ApiError::BadPush(e.to_string()),
-            E::Log(l) => ApiError::Refused(l.to_string()),
+            E::Log(l) => ApiError::Refused(l.into()),
             E::Stalled { seq, why } => ApiError::StoreStalled { seq, why },
             E::NotApplied { seq, why } => ApiError::NotApplied { seq, why },
             E::NotStalledAt { seq, .. } => ApiError::SkipRefused {

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::ApiError;
 use crate::log::format::FRAME_HEADER_LEN;
 use crate::log::Log;
+use crate::node::WriteRefusal;
 
 /// Requests staged in one group at most, so that the first of a long queue
 /// is not held back by the last.
@@ -60,7 +61,11 @@ impl Appender {
         blob: Vec<u8>,
     ) -> Result<u64, ApiError> {
         let (done, answer) = oneshot::channel();
-        let stopped = || ApiError::Refused("the appender stopped".into());
+        let stopped = || {
+            ApiError::Refused(WriteRefusal::Stopping {
+                why: "the appender stopped".into(),
+            })
+        };
         self.jobs
             .as_ref()
             .ok_or_else(stopped)?
@@ -105,7 +110,7 @@ fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, 
                     staged.push((seq, job.done));
                 }
                 Err(e) => {
-                    let _ = job.done.send(Err(ApiError::Refused(e.to_string())));
+                    let _ = job.done.send(Err(ApiError::Refused(e.into())));
                 }
             }
         }
@@ -120,7 +125,7 @@ fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, 
                 }
             }
             Err(e) => {
-                let why = e.to_string();
+                let why = WriteRefusal::from(e);
                 for (_, done) in staged.drain(..) {
                     let _ = done.send(Err(ApiError::Refused(why.clone())));
                 }
@@ -183,7 +188,10 @@ mod tests {
         let appender = Appender::start(log.clone(), |_, _| {}).expect("start");
         // Kind 0 is no kind.
         let refused = appender.append(0, vec![], vec![1]).await;
-        assert!(matches!(refused, Err(ApiError::Refused(_))), "{refused:?}");
+        assert_eq!(
+            refused,
+            Err(ApiError::Refused(WriteRefusal::InvalidKind { kind: 0 }))
+        );
         assert_eq!(
             appender
                 .append(1000, vec![], vec![1])

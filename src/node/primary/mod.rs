@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::api::{ApiError, ClientRole, Durability, Request, Response, Status};
 use super::epoch::Epochs;
+use super::refusal::{ReadRefusal, WriteRefusal};
 use super::retention::Retention;
 use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;

@@ -149,7 +149,9 @@ impl Primary {
                 match tokio::task::spawn_blocking(move || me.retain_from(seq, force)).await {
                     Ok(Ok(first)) => Response::Retained { first },
                     Ok(Err(e)) => Response::Error(e),
-                    Err(e) => Response::Error(ApiError::Refused(e.to_string())),
+                    Err(e) => Response::Error(ApiError::Refused(WriteRefusal::Stopping {
+                        why: e.to_string(),
+                    })),
                 }
             }
             Request::LfsPut {
@@ -232,8 +234,10 @@ impl Primary {
             }
             let log = self.log.clone();
             match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
-                Ok(r) => r.map_err(|e| ApiError::Refused(e.to_string())),
-                Err(e) => Err(ApiError::Refused(e.to_string())),
+                Ok(r) => r.map_err(|e| ApiError::Refused(e.into())),
+                Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
+                    why: e.to_string(),
+                })),
             }
         } else {
             self.append_streamed(kind, meta, blob_len, recv).await
@@ -319,7 +323,7 @@ impl Primary {
                 },
             )
             .await?;
-        written.map_err(|e| ApiError::Refused(e.to_string()))
+        written.map_err(|e| ApiError::Refused(e.into()))
     }
 
     pub(super) async fn wait_for_twin(&self, seq: u64) -> Response {
@@ -410,7 +414,7 @@ impl Primary {
         let first = self.log.first_seq();
         let mut next = from.max(1);
         if next < first {
-            let e = format!("sequence {next} is below the retention floor {first}");
+            let e = ReadRefusal::BelowFloor { seq: next, first };
             net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
             let _ = send.finish();
             return Ok(());
@@ -447,7 +451,7 @@ impl Primary {
         seq: u64,
         send: &mut SendStream,
     ) -> Result<FrameSent, NetError> {
-        let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, String>>(4);
+        let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, ReadRefusal>>(4);
         let log = self.log.clone();
         tokio::task::spawn_blocking(move || {
             let mut first = true;
@@ -469,7 +473,7 @@ impl Primary {
                 Ok::<(), LogError>(())
             });
             if let Err(e) = read {
-                let _ = tx.blocking_send(Err(e.to_string()));
+                let _ = tx.blocking_send(Err(ReadRefusal::of(seq, e)));
             }
         });
         let mut sent_any = false;
@@ -496,7 +500,7 @@ impl Primary {
 pub(super) enum FrameSent {
     Whole,
     /// Nothing was sent: the read failed before the frame's head.
-    Nothing(String),
+    Nothing(ReadRefusal),
     /// The stream was reset after a partial frame.
     Cut,
 }

@@ -8,6 +8,7 @@ use super::Primary;
 use crate::node::api::ApiError;
 use crate::node::retention::{self, Retention};
 use crate::node::snapshot::SnapshotSource;
+use crate::node::WriteRefusal;
 
 impl Primary {
     /// Set the retention before serving; the twin's position comes back
@@ -117,23 +118,22 @@ impl Primary {
     pub fn retain_from(&self, seq: u64, force: bool) -> Result<u64, ApiError> {
         let hold = self.hold().max(1);
         if seq > hold && !force {
-            return Err(ApiError::Refused(format!(
-                "retaining from {seq} drops frames the twin has not acknowledged (its position is {hold}); it would need a snapshot: pass --force (force: true) to retain from {seq} anyway"
-            )));
+            return Err(ApiError::Refused(WriteRefusal::TwinNotPast {
+                seq,
+                twin_at: hold,
+            }));
         }
         if let Some(host) = &self.store {
             host.catch_up().map_err(ApiError::from)?;
             let applied = host.applied_durably().map_err(ApiError::from)?;
             if seq > applied + 1 {
-                return Err(ApiError::Refused(format!(
-                    "the store has applied up to {applied}: frames past it stay"
-                )));
+                return Err(ApiError::Refused(WriteRefusal::StoreNotPast { applied }));
             }
         }
         let first = self
             .log
             .retain_from(seq)
-            .map_err(|e| ApiError::Refused(e.to_string()))?;
+            .map_err(|e| ApiError::Refused(e.into()))?;
         tracing::warn!(seq, first, force, "retained from a sequence by hand");
         Ok(first)
     }

@@ -27,6 +27,7 @@ use super::body::Body;
 use super::budget::Budget;
 use super::PIECE;
 use crate::node::api::ApiError;
+use crate::node::WriteRefusal;
 
 /// Bodies up to this size are staged by default.
 pub const DEFAULT_STAGE_MAX_BYTES: u64 = 64 << 20;
@@ -99,7 +100,11 @@ impl Staging {
                         Some(Piece::Bytes(b)) => file.write_all(&b).map_err(staging_failed)?,
                         Some(Piece::End) => break,
                         // Cut off: `write` never sees the body.
-                        None => return Err(ApiError::Refused("the body was cut off".into())),
+                        None => {
+                            return Err(ApiError::Refused(WriteRefusal::Staging {
+                                why: "the body was cut off".into(),
+                            }))
+                        }
                     }
                 }
                 file.seek(SeekFrom::Start(0)).map_err(staging_failed)?;
@@ -147,13 +152,18 @@ impl Staging {
         }
         match done {
             Ok(r) => r,
-            Err(e) => Err(ApiError::Refused(format!("the body's writer failed: {e}"))),
+            Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
+                why: format!("the body's writer failed: {e}"),
+            })),
         }
     }
 }
 
 fn staging_failed(e: std::io::Error) -> ApiError {
-    ApiError::Refused(format!("staging the body failed: {e}"))
+    match crate::node::refusal::io_refusal(&e) {
+        full @ WriteRefusal::NoSpace { .. } => ApiError::Refused(full),
+        _ => ApiError::Refused(WriteRefusal::Staging { why: e.to_string() }),
+    }
 }
 
 /// An unnamed file in `dir`, or one whose name is gone at once.
