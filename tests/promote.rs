@@ -51,7 +51,16 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
 
     let running =
         daemon::failover::promote(&tcfg, free_udp(), free_tcp(), None).expect_err("a running twin");
-    assert!(running.to_string().contains("running"), "{running}");
+    assert!(
+        matches!(
+            &running,
+            daemon::DaemonError::Running {
+                before: "promoting",
+                ..
+            }
+        ),
+        "{running}"
+    );
 
     let _ = stop_t.send(true);
     twin.await.expect("join").expect("twin stopped");

@@ -62,6 +62,13 @@ pub enum DaemonError {
         #[source]
         source: Box<ClientError>,
     },
+    /// A command that needs the daemon stopped found it running: its log
+    /// is locked.
+    #[error("the daemon is running on {}: stop it before {before}", data_dir.display())]
+    Running {
+        data_dir: PathBuf,
+        before: &'static str,
+    },
     /// A runtime failure a command found itself (nothing by that name, no
     /// daemon answering, ...).
     #[error("{0}")]
@@ -95,6 +102,7 @@ impl DaemonError {
             | DaemonError::Io(_)
             | DaemonError::File { .. }
             | DaemonError::Request { .. }
+            | DaemonError::Running { .. }
             | DaemonError::Failed(_) => exit::FAILURE,
         }
     }

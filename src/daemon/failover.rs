@@ -54,9 +54,10 @@ pub fn promote(
     ) {
         Ok(log) => log.head_seq(),
         Err(crate::log::Error::Locked(_)) => {
-            return Err(DaemonError::Failed(
-                "the twin is running: stop it before promoting".into(),
-            ))
+            return Err(DaemonError::Running {
+                data_dir: cfg.data_dir.clone(),
+                before: "promoting",
+            })
         }
         Err(e) => return Err(e.into()),
     };
@@ -170,12 +171,16 @@ impl std::fmt::Display for RejoinReport {
 }
 
 /// Open a stopped box's log, naming a running daemon.
-fn open_stopped(data_dir: &Path, segment_bytes: u64, what: &str) -> Result<Arc<Log>, DaemonError> {
+fn open_stopped(
+    data_dir: &Path,
+    segment_bytes: u64,
+    before: &'static str,
+) -> Result<Arc<Log>, DaemonError> {
     match open_log(data_dir, segment_bytes) {
-        Err(DaemonError::Log(crate::log::Error::Locked(_))) => Err(DaemonError::Failed(format!(
-            "the daemon is running on {}: stop it before {what}",
-            data_dir.display()
-        ))),
+        Err(DaemonError::Log(crate::log::Error::Locked(_))) => Err(DaemonError::Running {
+            data_dir: data_dir.to_owned(),
+            before,
+        }),
         other => other,
     }
 }
