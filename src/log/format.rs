@@ -289,12 +289,23 @@ pub fn decode_sealed<'a>(magic: &[u8; 8], b: &'a [u8], body_len: usize) -> Optio
 
 /// `00000000000000000042.log` for the segment whose first sequence is 42.
 pub fn segment_name(first_seq: u64) -> String {
-    format!("{first_seq:0SEQ_DIGITS$}.log")
+    numbered(first_seq, ".log")
 }
 
 /// The index file beside a segment.
 pub fn index_name(first_seq: u64) -> String {
-    format!("{first_seq:0SEQ_DIGITS$}.idx")
+    numbered(first_seq, ".idx")
+}
+
+/// `n`, zero-padded, then `suffix`, in one allocation: `format!` grows
+/// its string a few times on the way to twenty digits, and a reader names
+/// a segment for every frame it opens.
+fn numbered(n: u64, suffix: &str) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(SEQ_DIGITS + suffix.len());
+    // Writing to a String cannot fail.
+    let _ = write!(s, "{n:0SEQ_DIGITS$}{suffix}");
+    s
 }
 
 /// The first sequence a segment file name says, or None for any other name.

@@ -149,36 +149,42 @@ impl Log {
     pub(super) fn frame_at(
         &self,
         seq: u64,
-    ) -> Result<(Arc<dyn StorageFile>, PathBuf, u64, FrameHeader)> {
+    ) -> Result<(Arc<dyn StorageFile>, u64, u64, FrameHeader)> {
+        // The files' paths are made only for an error: a read is on every
+        // frame's path to the twin, and a path is two allocations.
         let first = self.segment_of(seq)?;
-        let idx_path = self.index_file(first);
         let (idx, file) = self.segment_files(first, seq)?;
         let mut b = [0u8; INDEX_ENTRY_LEN];
         let at = INDEX_HEADER_LEN as u64 + (seq - first) * INDEX_ENTRY_LEN as u64;
-        idx.read_exact_at(&mut b, at)
-            .map_err(|e| Error::corrupt(&idx_path, at, format!("index entry of {seq}: {e}")))?;
+        idx.read_exact_at(&mut b, at).map_err(|e| {
+            Error::corrupt(
+                &self.index_file(first),
+                at,
+                format!("index entry of {seq}: {e}"),
+            )
+        })?;
         let offset = u64::from_le_bytes(b);
-        let path = self.segment_file(first);
+        let corrupt = |what: String| Error::corrupt(&self.segment_file(first), offset, what);
         let mut hb = [0u8; FRAME_HEADER_LEN];
         file.read_exact_at(&mut hb, offset)
-            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e}")))?;
+            .map_err(|e| corrupt(format!("header of {seq}: {e}")))?;
         let h = FrameHeader::decode(&hb)
-            .map_err(|e| Error::corrupt(&path, offset, format!("header of {seq}: {e:?}")))?
+            .map_err(|e| corrupt(format!("header of {seq}: {e:?}")))?
             .as_read();
         if h.seq != seq {
-            return Err(Error::corrupt(
-                &path,
-                offset,
-                format!("frame holds sequence {}, the index says {seq}", h.seq),
-            ));
+            return Err(corrupt(format!(
+                "frame holds sequence {}, the index says {seq}",
+                h.seq
+            )));
         }
-        Ok((file, path, offset, h))
+        Ok((file, first, offset, h))
     }
 
     /// Read one frame whole, its crc checked (an erased frame has no blob
     /// and is not checked).
     pub fn read(&self, seq: u64) -> Result<Entry> {
-        let (file, path, offset, h) = self.frame_at(seq)?;
+        let (file, first, offset, h) = self.frame_at(seq)?;
+        let corrupt = |what: String| Error::corrupt(&self.segment_file(first), offset, what);
         let body_len = usize::try_from(h.frame_len() - FRAME_HEADER_LEN as u64)
             .map_err(|_| invalid(format!("frame {seq} is too large to read whole")))?;
         let erased = h.kind == Kind::Redacted.as_u16();
@@ -189,13 +195,9 @@ impl Log {
         };
         let mut body = vec![0u8; want];
         file.read_exact_at(&mut body, offset + FRAME_HEADER_LEN as u64)
-            .map_err(|e| Error::corrupt(&path, offset, format!("body of {seq}: {e}")))?;
+            .map_err(|e| corrupt(format!("body of {seq}: {e}")))?;
         if !erased && crc32fast::hash(&body) != h.payload_crc {
-            return Err(Error::corrupt(
-                &path,
-                offset,
-                format!("payload crc of {seq}"),
-            ));
+            return Err(corrupt(format!("payload crc of {seq}")));
         }
         let blob = body.split_off(h.meta_len as usize);
         Ok(Entry {
@@ -208,7 +210,8 @@ impl Log {
     }
 
     fn locate_in(&self, seq: u64) -> Result<(Arc<dyn StorageFile>, Located)> {
-        let (file, path, offset, h) = self.frame_at(seq)?;
+        let (file, first, offset, h) = self.frame_at(seq)?;
+        let path = self.segment_file(first);
         let mut meta = vec![0u8; h.meta_len as usize];
         file.read_exact_at(&mut meta, offset + FRAME_HEADER_LEN as u64)
             .map_err(|e| Error::corrupt(&path, offset, format!("meta of {seq}: {e}")))?;
@@ -372,7 +375,8 @@ impl Log {
             .collect();
         for (first, last) in segs {
             let start = from.max(first);
-            let (file, path, offset, _) = self.frame_at(start)?;
+            let (file, seg_first, offset, _) = self.frame_at(start)?;
+            let path = self.segment_file(seg_first);
             let mut r = SegmentReader::new(file, offset).map_err(Error::from)?;
             for seq in start..=last {
                 let h = r.expect_frame(seq, &path)?;
