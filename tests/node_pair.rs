@@ -95,7 +95,20 @@ fn start_twin_at(
     primary: SocketAddr,
     epoch: u64,
 ) -> (Arc<Twin>, watch::Sender<bool>) {
-    let log = Arc::new(Log::open(dir).expect("twin log"));
+    start_twin_on(
+        ids,
+        Arc::new(Log::open(dir).expect("twin log")),
+        primary,
+        epoch,
+    )
+}
+
+fn start_twin_on(
+    ids: &Ids,
+    log: Arc<Log>,
+    primary: SocketAddr,
+    epoch: u64,
+) -> (Arc<Twin>, watch::Sender<bool>) {
     let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
     let endpoint = net::client(&ids.twin, pins).expect("endpoint");
     let cfg = TwinConfig {
@@ -738,6 +751,69 @@ async fn refusals_reach_the_client_by_name() {
     // Forced, it goes ahead; retention drops whole segments, so the one
     // segment here stays.
     assert_eq!(client.retain_from(3, true).await.expect("forced"), 1);
+    let _ = p.stop.send(true);
+    let _ = p.served.await;
+}
+
+/// A twin whose disk fills says so by name: its session ends with
+/// `WriteFailed`, the primary's status shows it, and nothing the twin
+/// acknowledged is lost from the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_whose_disk_fills_ends_its_session_by_name() {
+    use twinlog::log::{OpenOptions, SimStorage};
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Fail(Duration::from_secs(1)));
+    let disk = Arc::new(SimStorage::new());
+    let tlog = Log::open_opts(
+        "/twin/log",
+        OpenOptions {
+            storage: Some(disk.clone()),
+            ..OpenOptions::default()
+        },
+    )
+    .expect("twin log");
+    let (twin, stop_t) = start_twin_on(&ids, Arc::new(tlog), p.addr, 0);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("connect");
+    let (seq, d) = client
+        .append(0x8001, b"", &blob(1, 1000), Durability::Twin)
+        .await
+        .expect("append while the disk has room");
+    assert_eq!((seq, d), (1, Durability::Twin));
+    disk.fill_disk_after(64 << 10);
+    let mut acked = vec![1];
+    for i in 2..200u64 {
+        match client
+            .append(0x8001, b"", &blob(i, 1000), Durability::Twin)
+            .await
+        {
+            Ok((seq, Durability::Twin)) => acked.push(seq),
+            Ok(other) => panic!("a `twin` append answered {other:?}"),
+            Err(ClientError::Api(ApiError::TwinTimeout { .. })) => break,
+            Err(e) => panic!("append {i}: {e}"),
+        }
+    }
+    until("the primary names the twin's failed write", || {
+        p.primary
+            .status()
+            .twin_last_error
+            .is_some_and(|e| e.contains("the twin failed writing or syncing"))
+    })
+    .await;
+    let reader = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("connect");
+    for &seq in &acked {
+        assert_eq!(
+            reader.read(seq).await.expect("read").blob,
+            blob(seq, 1000),
+            "frame {seq}"
+        );
+    }
+    let _ = stop_t.send(true);
+    drop(twin);
     let _ = p.stop.send(true);
     let _ = p.served.await;
 }

@@ -154,6 +154,7 @@ fn documented_indices_are_the_encoder_s() {
                 epoch: 3,
             },
         ),
+        ("WriteFailed", Refusal::WriteFailed("x".into())),
     ];
     for (name, r) in refusals {
         // A Refuse message: the refusal's index follows the message's.

@@ -129,7 +129,7 @@ enum Write {
 enum Written {
     Committed(u64),
     Synced(u64),
-    Failed(String),
+    Failed(LogError),
 }
 
 impl Twin {
@@ -577,7 +577,7 @@ impl Twin {
                         core.handle_synced(head);
                         self.durable.send_replace(head);
                     }
-                    Some(Written::Failed(e)) => core.handle_commit_failed(e),
+                    Some(Written::Failed(e)) => core.handle_commit_failed(&e),
                     None => break Ok("the writer stopped".into()),
                 },
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
@@ -612,7 +612,7 @@ impl Twin {
                     core.handle_synced(head);
                     self.durable.send_replace(head);
                 }
-                Written::Failed(e) => core.handle_commit_failed(e),
+                Written::Failed(e) => core.handle_commit_failed(&e),
             }
         }
         while let Some(m) = core.poll_transmit() {
@@ -713,7 +713,7 @@ fn write_frames(
                     unsynced = false;
                     let _ = out.send(match log.sync() {
                         Ok(head) => Written::Synced(head),
-                        Err(e) => Written::Failed(format!("sync: {e}")),
+                        Err(e) => Written::Failed(e),
                     });
                 }
                 match rx.blocking_recv() {
@@ -759,7 +759,7 @@ fn write_frames(
                     if let Some(seq) = committed.take() {
                         let _ = out.send(Written::Committed(seq));
                     }
-                    let _ = out.send(Written::Failed(e.to_string()));
+                    let _ = out.send(Written::Failed(e));
                 }
             }
         }

@@ -313,7 +313,7 @@ impl Link {
                         let meta = self.twin.meta().to_vec();
                         match twin.stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc) {
                             Ok(seq) => self.twin.handle_committed(seq),
-                            Err(e) => self.twin.handle_commit_failed(e.to_string()),
+                            Err(e) => self.twin.handle_commit_failed(&e),
                         }
                     }
                 }
@@ -322,16 +322,16 @@ impl Link {
         }
         // The input at hand is drained: one sync for the batch, one ack.
         if !self.closed && self.twin.needs_sync() {
-            let head = twin.sync().unwrap_or_else(|e| panic!("twin sync: {e}"));
-            self.twin.handle_synced(head);
+            match twin.sync() {
+                Ok(head) => self.twin.handle_synced(head),
+                Err(e) => self.twin.handle_commit_failed(&e),
+            }
         }
     }
 
     fn commit(&mut self, twin: &Log, header: FrameHeader, frame: Option<Frame>) {
         let Some(frame) = frame else {
-            return self
-                .twin
-                .handle_commit_failed("a frame ended that never began".into());
+            return self.twin.handle_end_without_begin();
         };
         let committed = (|| {
             let mut p = twin.begin(Some(header.seq), header.kind, &frame.meta, header.blob_len)?;
@@ -341,7 +341,7 @@ impl Link {
         })();
         match committed {
             Ok(seq) => self.twin.handle_committed(seq),
-            Err(e) => self.twin.handle_commit_failed(e.to_string()),
+            Err(e) => self.twin.handle_commit_failed(&e),
         }
     }
 }

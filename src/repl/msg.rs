@@ -258,6 +258,12 @@ pub enum Refusal {
         crc: Option<u32>,
         epoch: u64,
     },
+    /// The twin could not write or sync a frame it was sent: its disk
+    /// failed or filled, or its log is poisoned by an earlier failure. The
+    /// frames it acknowledged stay durable; it takes no more until the
+    /// cause is fixed and the twin restarted.
+    #[error("the twin failed writing or syncing a frame: {0}")]
+    WriteFailed(String),
 }
 
 /// Why bytes do not decode as a control message.

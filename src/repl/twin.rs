@@ -19,6 +19,7 @@ use super::msg::{
 use super::primary::Timers;
 use super::wire::{FrameDecoder, FrameEvent};
 use super::Now;
+use crate::log::Error as LogError;
 
 /// The twin's log as a connection starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,10 +372,32 @@ impl TwinCore {
         self.committed = self.committed.max(seq);
     }
 
-    /// Committing a frame failed: its crc did not match the header's, or the
-    /// log refused it. Nothing of it is visible; the connection ends.
-    pub fn handle_commit_failed(&mut self, why: String) {
-        self.refuse(Refusal::BadFrame(why));
+    /// Writing, committing or syncing a frame failed. Nothing of it is
+    /// visible; the connection ends with the refusal that names why: the
+    /// bytes that arrived are not the frame (a crc, a length, a kind), or
+    /// the frame is not the next one, or the twin's own disk failed.
+    pub fn handle_commit_failed(&mut self, e: &LogError) {
+        self.refuse(match e {
+            LogError::Gap { expected, got } => Refusal::Gap {
+                expected: *expected,
+                got: *got,
+            },
+            LogError::TooLarge { what, len, max } => Refusal::TooLarge {
+                what: (*what).into(),
+                len: *len,
+                max: *max,
+            },
+            LogError::Corrupt(_)
+            | LogError::BlobLength { .. }
+            | LogError::InvalidKind(_)
+            | LogError::BadMeta(_) => Refusal::BadFrame(e.to_string()),
+            _ => Refusal::WriteFailed(e.to_string()),
+        });
+    }
+
+    /// A frame's end arrived without its beginning.
+    pub fn handle_end_without_begin(&mut self) {
+        self.refuse(Refusal::Protocol("a frame ended that never began".into()));
     }
 
     /// Whether frames are committed that no sync has covered yet.
@@ -500,5 +523,41 @@ mod tests {
             matches!(actions.last(), Some(TwinAction::Close(Refusal::Protocol(why))) if why.contains("second Handover")),
             "{actions:?}"
         );
+    }
+    /// What the twin tells the primary when a frame does not commit.
+    fn refusal_for(e: LogError) -> Option<TwinMsg> {
+        let mut t = streaming_twin();
+        t.handle_commit_failed(&e);
+        std::iter::from_fn(|| t.poll_transmit()).last()
+    }
+
+    #[test]
+    fn a_frame_that_does_not_commit_is_refused_by_its_cause() {
+        assert_eq!(
+            refusal_for(LogError::Io(std::io::Error::from_raw_os_error(
+                libc::ENOSPC
+            ))),
+            Some(TwinMsg::Refuse(Refusal::WriteFailed(
+                LogError::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)).to_string()
+            )))
+        );
+        assert!(matches!(
+            refusal_for(LogError::Poisoned("fsync failed".into())),
+            Some(TwinMsg::Refuse(Refusal::WriteFailed(_)))
+        ));
+        assert_eq!(
+            refusal_for(LogError::Gap {
+                expected: 4,
+                got: 6
+            }),
+            Some(TwinMsg::Refuse(Refusal::Gap {
+                expected: 4,
+                got: 6
+            }))
+        );
+        assert!(matches!(
+            refusal_for(LogError::Corrupt("payload crc".into())),
+            Some(TwinMsg::Refuse(Refusal::BadFrame(_)))
+        ));
     }
 }
