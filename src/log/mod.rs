@@ -32,7 +32,6 @@ use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
 
 pub use erase::Erased;
 pub use error::{Error, Result};
@@ -48,10 +47,6 @@ pub use write::Pending;
 use guard::FreezeGate;
 use storage::{Storage, StorageFile};
 use write::{Pacing, SyncState, Writer};
-
-/// The environment variable that makes a group-commit leader hold this many
-/// microseconds before its fsync, so tests can gather groups on demand.
-pub const TEST_GROUP_ENV: &str = "TWINLOG_TEST_GROUP_HOLD_US";
 
 /// The default segment size.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
@@ -153,7 +148,6 @@ pub struct Log {
     cut_count: AtomicU64,
     cut_heads: Mutex<Vec<u64>>,
     gate: FreezeGate,
-    group_hold: Option<usize>,
     recovery: Recovery,
     _lock: Box<dyn Any + Send + Sync>,
 }
@@ -232,12 +226,6 @@ impl Log {
     /// See [`Log::set_follower`].
     pub fn is_follower(&self) -> bool {
         self.follower.load(Ordering::SeqCst)
-    }
-
-    /// The test hold of a group commit this log honours ([`TEST_GROUP_ENV`],
-    /// in microseconds); None on every box.
-    pub fn group_hold(&self) -> Option<usize> {
-        self.group_hold
     }
 
     /// The newest committed sequence; 0 when nothing has been committed.
@@ -348,12 +336,6 @@ impl Log {
         let heads = lock(&self.cut_heads);
         let seen = usize::try_from(seen).unwrap_or(usize::MAX);
         heads.get(seen..).and_then(|h| h.iter().copied().min())
-    }
-
-    fn hold(&self) {
-        if let Some(us) = self.group_hold {
-            std::thread::sleep(Duration::from_micros(us as u64));
-        }
     }
 }
 

@@ -17,7 +17,6 @@ use super::truncate::TruncateIntent;
 use super::write::{SyncState, Writer};
 use super::{
     Error, HistoryId, Kind, Log, OpenFiles, Result, Seg, DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
-    TEST_GROUP_ENV,
 };
 
 /// How to open a log.
@@ -348,9 +347,6 @@ impl Log {
             cut_count: AtomicU64::new(0),
             cut_heads: Mutex::new(Vec::new()),
             gate: FreezeGate::default(),
-            group_hold: std::env::var(TEST_GROUP_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok()),
             recovery: Recovery::default(),
             _lock: lock,
         };

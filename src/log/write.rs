@@ -658,7 +658,6 @@ impl Log {
     /// One leader's turn: capture the staged head and the open segment,
     /// fdatasync it outside the writer lock, publish what it covered.
     fn lead(&self, seq: u64) -> Result<()> {
-        self.hold();
         self.gather();
         let (target, log, generation) = {
             let w = self.writer_locked();
