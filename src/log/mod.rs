@@ -6,7 +6,9 @@
 //!
 //! - [`format`]: headers, names, offsets;
 //! - `open`: recovery, which cuts a torn tail in the last segment only;
-//! - `write`: append, staging, group commit, streaming appends, rolls;
+//! - `write`: append, staging, rolls and publication;
+//! - `group_commit`: one fdatasync for every frame staged before it;
+//! - `pending`: streaming appends, whose blob arrives in pieces;
 //! - `read`: whole frames, pieces, meta scans;
 //! - `erase`, `retention`: in-place erase, dropping and restarting;
 //! - `truncate`: cutting the tail after a sequence, behind an intent file;
@@ -16,9 +18,11 @@
 mod erase;
 mod error;
 pub mod format;
+mod group_commit;
 mod guard;
 mod kind;
 mod open;
+mod pending;
 pub(crate) mod read;
 mod retention;
 mod segment;
@@ -38,15 +42,16 @@ pub use error::{Error, Result};
 pub use guard::{FreezeGuard, MutationGuard};
 pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};
+pub use pending::Pending;
 pub use read::{Entry, Located};
 pub use sim::{CrashMode, SimStorage};
 pub use tail::{Tail, TailFrame};
 pub use truncate::Truncated;
-pub use write::Pending;
 
+use group_commit::{Pacing, SyncState};
 use guard::FreezeGate;
 use storage::{Storage, StorageFile};
-use write::{Pacing, SyncState, Writer};
+use write::Writer;
 
 /// The default segment size.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;

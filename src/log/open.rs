@@ -10,11 +10,12 @@ use super::format::{
     self, FrameHeader, SegmentHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN,
     INDEX_HEADER_LEN, LOCK_FILE, RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
 };
+use super::group_commit::SyncState;
 use super::guard::FreezeGate;
 use super::segment::{Next, SegmentReader};
 use super::storage::{OpenMode, StdStorage, Storage, StorageFile};
 use super::truncate::TruncateIntent;
-use super::write::{SyncState, Writer};
+use super::write::Writer;
 use super::{
     Error, HistoryId, Kind, Log, OpenFiles, Result, Seg, DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
 };

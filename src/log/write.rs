@@ -1,5 +1,6 @@
-//! Appending: staging under the writer lock, group commit outside it,
-//! streaming appends, segment rolls and publication.
+//! Appending: staging under the writer lock, segment rolls and
+//! publication. Group commit, outside the lock, is `group_commit`;
+//! streaming appends are `pending`.
 //!
 //! A frame goes through three states. *Staged*: written whole at the end of
 //! the open segment, holding its number, read by nobody. *Durable*: an
@@ -8,9 +9,8 @@
 //! published only after it is durable, and in order.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
-use std::thread::{self, Thread, ThreadId};
 use std::time::{Duration, Instant};
 
 use super::format::{
@@ -23,12 +23,6 @@ use super::{lock, write_lock, Error, Kind, Log, Meta, OpenFiles, Result, Seg};
 /// Frames up to this size are copied into one buffer and written with one
 /// positioned write; larger blobs are written from the caller's slice.
 const COPY_LIMIT: usize = 1 << 20;
-
-/// A streaming append starts writeback every this many blob bytes.
-const WRITEBACK_EVERY: u64 = 8 << 20;
-
-/// How long a group-commit waiter sleeps before it looks again on its own.
-const WAITER_SAFETY_NET: Duration = Duration::from_millis(50);
 
 /// The writer's state, behind the writer lock.
 #[derive(Debug)]
@@ -91,50 +85,10 @@ impl Writer {
     }
 }
 
-/// What group-commit leaders learn from the fsyncs before theirs.
-#[derive(Debug, Default)]
-pub(super) struct Pacing {
-    /// Threads the next group is expected to hold.
-    expected: AtomicU64,
-    /// A moving average of the fdatasync time, in nanoseconds.
-    fsync_ns: AtomicU64,
-}
-
-/// The longest a leader waits for its group.
-const MAX_PATIENCE: Duration = Duration::from_micros(500);
-
-impl Pacing {
-    fn expected(&self) -> u64 {
-        self.expected.load(Ordering::Relaxed)
-    }
-
-    fn expect(&self, frames: u64) {
-        self.expected.store(frames, Ordering::Relaxed);
-    }
-
-    fn fsynced(&self, took: Duration) {
-        let ns = took.as_nanos().min(u128::from(u64::MAX)) as u64;
-        let old = self.fsync_ns.load(Ordering::Relaxed);
-        let avg = if old == 0 { ns } else { old - old / 8 + ns / 8 };
-        self.fsync_ns.store(avg, Ordering::Relaxed);
-    }
-
-    fn patience(&self) -> Duration {
-        Duration::from_nanos(self.fsync_ns.load(Ordering::Relaxed) / 2).min(MAX_PATIENCE)
-    }
-}
-
-/// Who waits for durability, and whether a leader is in its fsync.
-#[derive(Debug, Default)]
-pub(super) struct SyncState {
-    leader: bool,
-    waiters: Vec<(u64, ThreadId, Thread)>,
-}
-
 impl Log {
     /// The writer lock, its wait measured: an uncontended take costs one
     /// try_lock and one histogram bucket.
-    fn writer_locked(&self) -> MutexGuard<'_, Writer> {
+    pub(super) fn writer_locked(&self) -> MutexGuard<'_, Writer> {
         match self.writer.try_lock() {
             Ok(w) => {
                 self.writer_wait.observe(Duration::ZERO);
@@ -150,7 +104,7 @@ impl Log {
         }
     }
 
-    fn check_writable(&self, w: &Writer) -> Result<()> {
+    pub(super) fn check_writable(&self, w: &Writer) -> Result<()> {
         self.check_poison()?;
         if w.files.is_none() {
             return Err(Error::Released);
@@ -158,7 +112,7 @@ impl Log {
         Ok(())
     }
 
-    fn check_frame(&self, kind: u16, meta: &[u8]) -> Result<()> {
+    pub(super) fn check_frame(&self, kind: u16, meta: &[u8]) -> Result<()> {
         if kind == 0 {
             return Err(Error::InvalidKind(0));
         }
@@ -172,7 +126,7 @@ impl Log {
         Ok(())
     }
 
-    fn check_seq(w: &Writer, seq: Option<u64>) -> Result<u64> {
+    pub(super) fn check_seq(w: &Writer, seq: Option<u64>) -> Result<u64> {
         match seq {
             Some(s) if s != w.next_seq => Err(Error::Gap {
                 expected: w.next_seq,
@@ -356,7 +310,7 @@ impl Log {
 
     /// Make sure a frame of `len` bytes fits the open segment: grow an empty
     /// segment, or roll to a new one sized for it.
-    fn make_room(&self, w: &mut Writer, len: u64) -> Result<()> {
+    pub(super) fn make_room(&self, w: &mut Writer, len: u64) -> Result<()> {
         if w.end + len <= w.capacity {
             return Ok(());
         }
@@ -489,7 +443,7 @@ impl Log {
 
     /// Write the index entries of staged frames through `target` (all in the
     /// open segment) with one write.
-    fn write_index(&self, w: &mut Writer, target: u64) -> Result<()> {
+    pub(super) fn write_index(&self, w: &mut Writer, target: u64) -> Result<()> {
         if target <= w.indexed_through {
             return Ok(());
         }
@@ -529,7 +483,7 @@ impl Log {
     /// [`Log::publish`] without waking anybody: a group-commit leader wakes
     /// the waiters it covered once it holds no lock. Answers whether the
     /// head moved.
-    fn publish_quiet(&self, w: &mut Writer, target: u64) -> bool {
+    pub(super) fn publish_quiet(&self, w: &mut Writer, target: u64) -> bool {
         if target <= w.published {
             return false;
         }
@@ -542,433 +496,6 @@ impl Log {
         }
         self.head.store(target, Ordering::SeqCst);
         true
-    }
-
-    /// Wake every waiter a publication through `head` covered.
-    fn wake_covered(&self, head: u64) {
-        let mut s = lock(&self.sync);
-        s.waiters.retain(|(seq, _, thread)| {
-            if *seq <= head {
-                thread.unpark();
-                false
-            } else {
-                true
-            }
-        });
-    }
-
-    /// Return once frame `seq` is durable, making it so if nobody is: a
-    /// waiter becomes the leader when no leader is in its fsync, fdatasyncs
-    /// the segment without holding the writer lock (appenders keep staging
-    /// behind it), then indexes and publishes everything that fsync covered
-    /// and wakes exactly the waiters it covered, and the first one it did
-    /// not, to lead next. No lock is held across the fsync.
-    pub fn sync_through(&self, seq: u64) -> Result<()> {
-        let me = thread::current();
-        let mut waited = false;
-        loop {
-            let mut s = lock(&self.sync);
-            if self.head_seq() >= seq {
-                if waited && !s.leader {
-                    // Woken by a publication that covered us but not every
-                    // waiter: make sure somebody leads for the rest.
-                    Self::hand_off(&mut s);
-                }
-                return Ok(());
-            }
-            if let Err(e) = self.check_poison() {
-                Self::hand_off(&mut s);
-                return Err(e);
-            }
-            if s.leader {
-                s.waiters.push((seq, me.id(), me.clone()));
-                drop(s);
-                // The timeout is a safety net only: every path that ends a
-                // leadership or publishes wakes the waiters it must.
-                thread::park_timeout(WAITER_SAFETY_NET);
-                lock(&self.sync).waiters.retain(|(_, id, _)| *id != me.id());
-                waited = true;
-                continue;
-            }
-            s.leader = true;
-            drop(s);
-            let led = self.lead(seq);
-            let mut s = lock(&self.sync);
-            s.leader = false;
-            let head = self.head_seq();
-            let failed = led.is_err();
-            let mut covered = Vec::new();
-            s.waiters.retain(|(wseq, _, thread)| {
-                if *wseq <= head || failed {
-                    covered.push(thread.clone());
-                    false
-                } else {
-                    true
-                }
-            });
-            // Those released, the ones still waiting and this leader are the
-            // threads about to take part in the next group.
-            self.pacing
-                .expect(covered.len() as u64 + s.waiters.len() as u64 + 1);
-            Self::hand_off(&mut s);
-            drop(s);
-            // The next leader is woken first; the covered ones are woken
-            // holding no lock, while its fsync runs.
-            for thread in covered {
-                thread.unpark();
-            }
-            led?;
-        }
-    }
-
-    /// Run `f` as the group-commit leader, once no other leader is in its
-    /// fsync: what must not overlap a leader's use of the open segment's
-    /// file (release).
-    pub(super) fn as_leader<T>(&self, f: impl FnOnce() -> T) -> T {
-        loop {
-            let mut s = lock(&self.sync);
-            if !s.leader {
-                s.leader = true;
-                break;
-            }
-            drop(s);
-            thread::sleep(std::time::Duration::from_micros(200));
-        }
-        let out = f();
-        let mut s = lock(&self.sync);
-        s.leader = false;
-        Self::hand_off(&mut s);
-        out
-    }
-
-    /// Wake the waiter with the lowest sequence, to lead next.
-    fn hand_off(s: &mut SyncState) {
-        let next = s
-            .waiters
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, (seq, _, _))| *seq)
-            .map(|(i, _)| i);
-        if let Some(i) = next {
-            let (_, _, thread) = s.waiters.swap_remove(i);
-            thread.unpark();
-        }
-    }
-
-    /// One leader's turn: capture the staged head and the open segment,
-    /// fdatasync it outside the writer lock, publish what it covered.
-    fn lead(&self, seq: u64) -> Result<()> {
-        self.gather();
-        let (target, log, generation) = {
-            let w = self.writer_locked();
-            self.check_writable(&w)?;
-            let target = w.next_seq - 1;
-            if target < seq {
-                return Err(Error::PastHead { seq, head: target });
-            }
-            if target <= w.published {
-                return Ok(());
-            }
-            (target, w.files()?.log.clone(), w.generation)
-        };
-        let started = Instant::now();
-        log.sync_data()
-            .map_err(|e| self.poison_io("fdatasync", e))?;
-        let took = started.elapsed();
-        self.pacing.fsynced(took);
-        self.sync_time.observe(took);
-        self.frame_syncs.fetch_add(1, Ordering::SeqCst);
-        let mut w = self.writer_locked();
-        if w.generation == generation && w.files.is_some() && target > w.published {
-            // Quietly: waking the covered waiters here would hold the writer
-            // lock (and every appender) across one futex wake per waiter.
-            self.write_index(&mut w, target)?;
-            self.publish_quiet(&mut w, target);
-        }
-        Ok(())
-    }
-
-    /// Before a leader captures its group: the threads the last fsync
-    /// released are about to stage again, and a leader that captured at
-    /// once would leave them for the next fsync, splitting the appenders
-    /// into two halves that take turns. Wait, yielding the processor, until
-    /// as many threads wait as took part in the last group, for at most half
-    /// an fsync. A lone appender expects only itself and never waits.
-    fn gather(&self) {
-        let expected = self.pacing.expected();
-        if expected <= 1 {
-            return;
-        }
-        let deadline = Instant::now() + self.pacing.patience();
-        while (lock(&self.sync).waiters.len() as u64 + 1) < expected && Instant::now() < deadline {
-            thread::yield_now();
-        }
-    }
-
-    /// Make a group commit durable and visible: every frame committed with
-    /// [`Pending::commit_unsynced`] (or staged) since the last sync is
-    /// fdatasynced once, indexed with one write, and published; readers see
-    /// it and the head moves only now. Answers the head. Nothing pending:
-    /// no I/O. A segment roll inside a group is a sync too: the frames
-    /// before it are durable and published when the roll returns.
-    pub fn sync(&self) -> Result<u64> {
-        let staged = {
-            let w = self.writer_locked();
-            self.check_poison()?;
-            w.next_seq - 1
-        };
-        if staged > self.head_seq() {
-            self.sync_through(staged)?;
-        }
-        Ok(self.head_seq())
-    }
-
-    /// Frames committed and not yet durable ([`Log::sync`] makes them so).
-    pub fn unsynced(&self) -> u64 {
-        self.writer_locked().unsynced.len() as u64
-    }
-
-    /// Begin a streaming append for a blob whose bytes arrive in chunks: the
-    /// twin receiving a large entry without holding it in memory. `seq` is
-    /// `None` for the next number (refused on a follower) or the number the
-    /// frame must get (head + 1, else [`Error::Gap`]). The writer lock is
-    /// held until [`Pending::commit`] or [`Pending::abort`]; the frame does
-    /// not exist until commit.
-    pub fn begin(
-        &self,
-        seq: Option<u64>,
-        kind: u16,
-        meta: &[u8],
-        blob_len: u64,
-    ) -> Result<Pending<'_>> {
-        if seq.is_none() && self.is_follower() {
-            return Err(Error::Follower);
-        }
-        let mut w = self.writer_locked();
-        self.check_writable(&w)?;
-        self.check_frame(kind, meta)?;
-        if blob_len > i64::MAX as u64 {
-            return Err(Error::TooLarge {
-                what: "blob",
-                len: blob_len,
-                max: i64::MAX as u64,
-            });
-        }
-        let seq = Self::check_seq(&w, seq)?;
-        let frame_len = FRAME_HEADER_LEN as u64 + meta.len() as u64 + blob_len;
-        self.make_room(&mut w, frame_len)?;
-        let files = w.files()?.clone();
-        let offset = w.end;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(meta);
-        Ok(Pending {
-            log: self,
-            w,
-            files,
-            seq,
-            kind,
-            meta: meta.to_vec(),
-            blob_len,
-            written: 0,
-            crc,
-            expected_crc: None,
-            unkicked: 0,
-            offset,
-            done: false,
-        })
-    }
-}
-
-/// A streaming append in progress ([`Log::begin`]). Holds the writer lock.
-/// Dropped without `commit`, it aborts.
-pub struct Pending<'a> {
-    log: &'a Log,
-    w: MutexGuard<'a, Writer>,
-    files: OpenFiles,
-    seq: u64,
-    kind: u16,
-    meta: Vec<u8>,
-    blob_len: u64,
-    written: u64,
-    crc: crc32fast::Hasher,
-    /// The crc the frame must carry: the one its first append computed.
-    expected_crc: Option<u32>,
-    /// Blob bytes written and not yet handed to writeback.
-    unkicked: u64,
-    offset: u64,
-    done: bool,
-}
-
-impl std::fmt::Debug for Pending<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending")
-            .field("seq", &self.seq)
-            .field("kind", &self.kind)
-            .field("blob_len", &self.blob_len)
-            .field("written", &self.written)
-            .finish()
-    }
-}
-
-impl Pending<'_> {
-    /// The sequence the frame will get.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Blob bytes taken so far.
-    pub fn written(&self) -> u64 {
-        self.written
-    }
-
-    /// Where the blob's bytes go: the segment file and the blob's offset in
-    /// it. Every byte `write` took is there (in the page cache at least)
-    /// when it returns, so a restore killed mid-entry can salvage them
-    /// before the next open cuts the unfinished frame.
-    pub fn blob_at(&self) -> (std::path::PathBuf, u64) {
-        (
-            self.log.segment_file(self.w.open_first),
-            self.offset + FRAME_HEADER_LEN as u64 + self.meta.len() as u64,
-        )
-    }
-
-    /// The announced blob length.
-    pub fn blob_len(&self) -> u64 {
-        self.blob_len
-    }
-
-    /// Refuse to commit unless the payload crc over the meta and the blob
-    /// taken equals `crc`: a frame received from another log keeps the crc
-    /// its first append computed, checked here before it becomes visible,
-    /// never recomputed from what arrived.
-    pub fn expect_payload_crc(&mut self, crc: u32) {
-        self.expected_crc = Some(crc);
-    }
-
-    /// Take the next chunk of the blob. More bytes than announced are
-    /// refused with [`Error::BlobLength`] and nothing of the chunk is taken.
-    pub fn write(&mut self, chunk: &[u8]) -> Result<()> {
-        let got = self.written + chunk.len() as u64;
-        if got > self.blob_len {
-            return Err(Error::BlobLength {
-                announced: self.blob_len,
-                got,
-            });
-        }
-        self.log.check_poison()?;
-        let at = self.offset + FRAME_HEADER_LEN as u64 + self.meta.len() as u64 + self.written;
-        self.files
-            .log
-            .write_all_at(chunk, at)
-            .map_err(|e| self.log.poison_io("write", e))?;
-        self.crc.update(chunk);
-        self.written = got;
-        self.unkicked += chunk.len() as u64;
-        if self.unkicked >= WRITEBACK_EVERY {
-            // Start writing a large blob back as it arrives, so the commit's
-            // fdatasync does not find all of it still dirty.
-            let end = at + chunk.len() as u64;
-            if let Err(e) = self
-                .files
-                .log
-                .start_writeback(end - self.unkicked, self.unkicked)
-            {
-                tracing::debug!(error = %e, "early writeback refused");
-            }
-            self.unkicked = 0;
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> Result<u64> {
-        if self.written != self.blob_len {
-            let e = Error::BlobLength {
-                announced: self.blob_len,
-                got: self.written,
-            };
-            self.abort_inner()?;
-            return Err(e);
-        }
-        self.log.check_poison()?;
-        let payload_crc = self.crc.clone().finalize();
-        if let Some(expected) = self.expected_crc.filter(|&c| c != payload_crc) {
-            self.abort_inner()?;
-            return Err(Error::Corrupt(format!(
-                "frame {} arrived with payload crc {payload_crc:08x}, its header says {expected:08x}",
-                self.seq
-            )));
-        }
-        let header = FrameHeader {
-            seq: self.seq,
-            kind: self.kind,
-            meta_len: self.meta.len() as u32,
-            blob_len: self.blob_len,
-            payload_crc,
-        };
-        let mut head = Vec::with_capacity(FRAME_HEADER_LEN + self.meta.len());
-        head.extend_from_slice(&header.encode());
-        head.extend_from_slice(&self.meta);
-        // The header last: until it is written, there is no frame.
-        self.files
-            .log
-            .write_all_at(&head, self.offset)
-            .map_err(|e| self.log.poison_io("write", e))?;
-        self.done = true;
-        self.w.unindexed.push(self.offset);
-        self.w.end = self.offset + header.frame_len();
-        self.w.next_seq = self.seq + 1;
-        Ok(self.seq)
-    }
-
-    /// Write the frame and make it durable and visible: one fdatasync, one
-    /// index write. Fewer bytes than announced are refused and the frame is
-    /// aborted.
-    pub fn commit(mut self) -> Result<u64> {
-        let seq = self.finish()?;
-        let started = Instant::now();
-        self.files
-            .log
-            .sync_data()
-            .map_err(|e| self.log.poison_io("fdatasync", e))?;
-        self.log.sync_time.observe(started.elapsed());
-        self.log.frame_syncs.fetch_add(1, Ordering::SeqCst);
-        self.log.publish_through(&mut self.w, seq)?;
-        Ok(seq)
-    }
-
-    /// Write the frame without syncing: it holds its number and is neither
-    /// durable nor visible until [`Log::sync`].
-    pub fn commit_unsynced(mut self) -> Result<u64> {
-        let seq = self.finish()?;
-        self.w.unsynced.push_back(seq);
-        Ok(seq)
-    }
-
-    /// Drop the frame: its bytes are zeroed and its number stays free.
-    pub fn abort(mut self) -> Result<()> {
-        self.abort_inner()
-    }
-
-    fn abort_inner(&mut self) -> Result<()> {
-        if self.done {
-            return Ok(());
-        }
-        self.done = true;
-        // Bytes past the end are zeros; a later frame may end anywhere in
-        // this range, and what follows it must not look like a header.
-        let len = FRAME_HEADER_LEN as u64 + self.meta.len() as u64 + self.written;
-        self.files
-            .log
-            .punch(self.offset, len)
-            .map_err(|e| self.log.poison_io("zero aborted frame", e))
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Err(e) = self.abort_inner() {
-            tracing::error!(seq = self.seq, error = %e, "abort of a dropped streaming append failed");
-        }
     }
 }
 
