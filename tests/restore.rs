@@ -470,3 +470,34 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
         .expect("the whole entry checks");
     assert!(!pdir.join(restore::RESTORING_FILE).exists());
 }
+
+/// A twin whose restart base does not read refuses a restore by name
+/// instead of serving a head crc it cannot vouch for, and the box is left
+/// as fresh as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_whose_base_does_not_read_refuses_a_restore() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (twin, _, _) = twin_after_a_snapshot(root.path());
+    std::fs::write(twin.join(install::BASE_FILE), b"{ not a base").expect("damage the base");
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
+    let data = root.path().join("box");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let refused = restore::restore(
+        RestoreOptions {
+            data_dir: data.clone(),
+            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
+            source: addr,
+            source_fingerprint: twin_id.fingerprint(),
+            identity: box_id.clone(),
+        },
+        Arc::new(|_| {}),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(RestoreError::Refused(why)) if why.contains("head frame")),
+        "{refused:?}"
+    );
+    let log = Log::open(data.join("log")).expect("the box's log");
+    assert_eq!(log.head_seq(), 0, "nothing was restored");
+}
