@@ -817,3 +817,50 @@ async fn a_twin_whose_disk_fills_ends_its_session_by_name() {
     let _ = p.stop.send(true);
     let _ = p.served.await;
 }
+
+/// A twin whose head frame does not read does not stream on a guess: the
+/// session ends with the error, the twin's status names it, and the
+/// primary never counts the twin as connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_whose_head_does_not_read_names_it_and_does_not_stream() {
+    use twinlog::log::{format, OpenOptions, SimStorage};
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let disk = Arc::new(SimStorage::new());
+    let dir = std::path::Path::new("/twin/log");
+    let tlog = Log::open_opts(
+        dir,
+        OpenOptions {
+            storage: Some(disk.clone()),
+            ..OpenOptions::default()
+        },
+    )
+    .expect("twin log");
+    tlog.set_follower(true);
+    for seq in 1..=3u64 {
+        tlog.append_at(seq, 0x8001, b"", &blob(seq, 100))
+            .expect("append");
+    }
+    tlog.sync().expect("sync");
+    // The head's index entry points at the segment's own header.
+    let idx = dir.join(format::index_name(1));
+    let mut bytes = disk.read_file(&idx).expect("index");
+    let at = format::INDEX_HEADER_LEN + 2 * format::INDEX_ENTRY_LEN;
+    bytes[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
+    disk.write_file(&idx, &bytes);
+    let (twin, stop_t) = start_twin_on(&ids, Arc::new(tlog), p.addr, 0);
+    until("the twin names its unreadable head", || {
+        twin.status()
+            .last_error
+            .is_some_and(|e| e.contains("head frame does not read"))
+    })
+    .await;
+    assert!(
+        !p.primary.status().twin_connected,
+        "the twin never streamed"
+    );
+    let _ = stop_t.send(true);
+    let _ = p.stop.send(true);
+    let _ = p.served.await;
+}
