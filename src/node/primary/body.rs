@@ -3,8 +3,10 @@
 //! (`BodyStalled`) instead of holding the log's writer, or the store, for
 //! as long as it likes; what it sent becomes visible nowhere.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use quinn::RecvStream;
 
 use super::PIECE;
@@ -13,12 +15,21 @@ use crate::node::api::ApiError;
 /// The default wait for each piece of a body.
 pub const DEFAULT_PIECE_DEADLINE: Duration = Duration::from_secs(3);
 
+/// Chunks taken from the stream in one read: what has already arrived is
+/// handed on in pieces of up to [`PIECE`] bytes, so a large body costs one
+/// hand-off and one write per piece rather than one per packet.
+const CHUNKS_PER_READ: usize = 64;
+
 /// A body of `expected` bytes on a request stream.
 pub(super) struct Body<'a> {
     recv: &'a mut RecvStream,
     expected: u64,
+    /// Bytes handed out so far.
     received: u64,
     deadline: Duration,
+    /// Read from the stream, not handed out yet; never past `expected`.
+    arrived: VecDeque<Bytes>,
+    arrived_bytes: u64,
 }
 
 impl<'a> Body<'a> {
@@ -28,39 +39,82 @@ impl<'a> Body<'a> {
             expected,
             received: 0,
             deadline,
+            arrived: VecDeque::new(),
+            arrived_bytes: 0,
         }
     }
 
     /// The next piece (at most [`PIECE`] bytes); `None` once the whole
     /// body arrived. A stream that ends short, fails, or sends nothing
     /// for the deadline is an error naming what arrived.
-    pub(super) async fn next(&mut self) -> Result<Option<bytes::Bytes>, ApiError> {
-        let left = self.expected - self.received;
-        if left == 0 {
+    pub(super) async fn next(&mut self) -> Result<Option<Bytes>, ApiError> {
+        if self.received == self.expected {
             return Ok(None);
         }
-        let want = PIECE.min(usize::try_from(left).unwrap_or(PIECE));
-        match tokio::time::timeout(self.deadline, self.recv.read_chunk(want, true)).await {
-            Ok(Ok(Some(chunk))) => {
-                self.received += chunk.bytes.len() as u64;
-                Ok(Some(chunk.bytes))
+        if self.arrived.is_empty() {
+            self.read_some().await?;
+        }
+        let mut piece = match self.arrived.pop_front() {
+            Some(first) => first,
+            None => return Ok(None),
+        };
+        if self
+            .arrived
+            .front()
+            .is_some_and(|c| piece.len() + c.len() <= PIECE)
+        {
+            let mut joined = BytesMut::with_capacity(PIECE.min(self.arrived_bytes as usize));
+            joined.extend_from_slice(&piece);
+            while let Some(c) = self.arrived.front() {
+                if joined.len() + c.len() > PIECE {
+                    break;
+                }
+                joined.extend_from_slice(c);
+                self.arrived.pop_front();
+            }
+            piece = joined.freeze();
+        }
+        self.arrived_bytes -= piece.len() as u64;
+        self.received += piece.len() as u64;
+        Ok(Some(piece))
+    }
+
+    /// Wait for the next chunks, within the deadline, and take every one
+    /// that has arrived (up to [`CHUNKS_PER_READ`]); bytes a client sent
+    /// past its body are not the body and are dropped.
+    async fn read_some(&mut self) -> Result<(), ApiError> {
+        let mut chunks: [Bytes; CHUNKS_PER_READ] = std::array::from_fn(|_| Bytes::new());
+        let got = self.received + self.arrived_bytes;
+        match tokio::time::timeout(self.deadline, self.recv.read_chunks(&mut chunks)).await {
+            Ok(Ok(Some(n))) => {
+                let mut room = self.expected - got;
+                for mut c in chunks.into_iter().take(n) {
+                    c.truncate(usize::try_from(room).unwrap_or(usize::MAX));
+                    if c.is_empty() {
+                        continue;
+                    }
+                    room -= c.len() as u64;
+                    self.arrived_bytes += c.len() as u64;
+                    self.arrived.push_back(c);
+                }
+                Ok(())
             }
             Ok(Ok(None)) => Err(ApiError::BadRequest(format!(
-                "the body ended after {} of its {} bytes",
-                self.received, self.expected
+                "the body ended after {got} of its {} bytes",
+                self.expected
             ))),
             Ok(Err(e)) => Err(ApiError::BadRequest(format!(
-                "the body failed after {} of its {} bytes: {e}",
-                self.received, self.expected
+                "the body failed after {got} of its {} bytes: {e}",
+                self.expected
             ))),
             Err(_) => {
                 tracing::warn!(
-                    received = self.received,
+                    received = got,
                     expected = self.expected,
                     "a client stopped sending a body: cut off"
                 );
                 Err(ApiError::BodyStalled {
-                    received: self.received,
+                    received: got,
                     expected: self.expected,
                     after_ms: self.deadline.as_millis() as u64,
                 })
@@ -71,8 +125,15 @@ impl<'a> Body<'a> {
     /// The whole body, for one that is bounded small.
     pub(super) async fn read_all(mut self) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::with_capacity(usize::try_from(self.expected).unwrap_or(0));
-        while let Some(piece) = self.next().await? {
-            out.extend_from_slice(&piece);
+        while self.received < self.expected {
+            if self.arrived.is_empty() {
+                self.read_some().await?;
+            }
+            for c in self.arrived.drain(..) {
+                out.extend_from_slice(&c);
+                self.received += c.len() as u64;
+            }
+            self.arrived_bytes = 0;
         }
         Ok(out)
     }
