@@ -179,6 +179,26 @@ async fn serve_restores(
     (addr, id, stop)
 }
 
+/// Restore the box at `data` from the twin serving at `addr`.
+async fn restore_into(
+    data: &Path,
+    addr: SocketAddr,
+    twin_id: &Identity,
+    box_id: &Arc<Identity>,
+) -> Result<restore::RestoreReport, RestoreError> {
+    restore::restore(
+        RestoreOptions {
+            data_dir: data.to_owned(),
+            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
+            source: addr,
+            source_fingerprint: twin_id.fingerprint(),
+            identity: box_id.clone(),
+        },
+        Arc::new(|_| {}),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_returns() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -252,18 +272,9 @@ async fn a_restored_box_holds_every_file_of_the_twin_s_store_whatever_the_names(
     let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
     let data = root.path().join("box");
     std::fs::create_dir_all(&data).expect("mkdir");
-    let report = restore::restore(
-        RestoreOptions {
-            data_dir: data.clone(),
-            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
-            source: addr,
-            source_fingerprint: twin_id.fingerprint(),
-            identity: box_id.clone(),
-        },
-        Arc::new(|_| {}),
-    )
-    .await
-    .expect("restore");
+    let report = restore_into(&data, addr, &twin_id, &box_id)
+        .await
+        .expect("restore");
     assert_eq!(report.snapshot_at, Some(src.head_seq()), "{report:?}");
     // Both stores have been opened since the copy, and an object index
     // (redb) writes to its file when opened: the indexes are compared by
@@ -483,17 +494,7 @@ async fn a_twin_whose_base_does_not_read_refuses_a_restore() {
     let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
     let data = root.path().join("box");
     std::fs::create_dir_all(&data).expect("mkdir");
-    let refused = restore::restore(
-        RestoreOptions {
-            data_dir: data.clone(),
-            segment_bytes: twinlog::log::DEFAULT_SEGMENT_BYTES,
-            source: addr,
-            source_fingerprint: twin_id.fingerprint(),
-            identity: box_id.clone(),
-        },
-        Arc::new(|_| {}),
-    )
-    .await;
+    let refused = restore_into(&data, addr, &twin_id, &box_id).await;
     assert!(
         matches!(&refused, Err(RestoreError::Refused(why)) if why.contains("head frame")),
         "{refused:?}"
