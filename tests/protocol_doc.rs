@@ -294,6 +294,7 @@ fn documented_client_indices_are_the_encoder_s() {
         ),
         ("Fence", Request::Fence { epoch: 1 }),
         ("Switchover", Request::Switchover { wait_ms: 1 }),
+        ("Pipeline", Request::Pipeline),
     ];
     for (name, r) in requests {
         assert_eq!(
@@ -364,6 +365,13 @@ fn documented_client_indices_are_the_encoder_s() {
                 epoch: 1,
                 head: 1,
                 primary: Default::default(),
+            },
+        ),
+        (
+            "Pipelining",
+            Response::Pipelining {
+                in_flight: 1,
+                body_bytes: 1,
             },
         ),
     ];

@@ -2,25 +2,18 @@
 //! off after the piece deadline with `BodyStalled`, nothing of its entry is
 //! written, and every other writer goes on meanwhile.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-use twinlog::log::Log;
-use twinlog::net::{self, Identity, Pins, Role};
+use twinlog::net::{self, Pins, Role};
 use twinlog::node::api::ApiError;
-use twinlog::node::{Client, Durability, Primary, PrimaryConfig, Request, Response, TwinPolicy};
+use twinlog::node::{Client, Durability, PrimaryConfig, Request, Response};
+
+#[path = "support/in_process.rs"]
+mod in_process;
+use in_process::{start_exactly, Running};
 
 const PIECE_DEADLINE: Duration = Duration::from_millis(400);
-
-struct Running {
-    primary: Arc<Primary>,
-    addr: SocketAddr,
-    server: Identity,
-    client: Identity,
-    _stop: watch::Sender<bool>,
-}
 
 fn start(dir: &std::path::Path) -> Running {
     start_with(dir, PrimaryConfig::default().memory_budget)
@@ -44,35 +37,6 @@ fn start_limited(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
             ..cfg
         },
     )
-}
-
-fn start_exactly(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
-    let (server, client) = (
-        Identity::mint().expect("mint"),
-        Identity::mint().expect("mint"),
-    );
-    let log = Arc::new(Log::open(dir).expect("log"));
-    let pins = Arc::new(Pins::new().pin(client.fingerprint(), Role::Client));
-    let endpoint =
-        net::server(([127, 0, 0, 1], 0).into(), &server, pins.clone()).expect("endpoint");
-    let addr = endpoint.local_addr().expect("addr");
-    let primary = Primary::new(
-        log,
-        pins,
-        PrimaryConfig {
-            policy: TwinPolicy::Wait,
-            ..cfg
-        },
-    );
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(primary.clone().serve(endpoint, stopped));
-    Running {
-        primary,
-        addr,
-        server,
-        client,
-        _stop: stop,
-    }
 }
 
 /// Announce an append of `blob_len` bytes, send `send` of them, and hold

@@ -1,7 +1,9 @@
 //! The client protocol: one bidirectional QUIC stream per request, a
 //! length-prefixed postcard [`Request`], the request's blob bytes if it has
 //! any, then a [`Response`] (and a frame's blob bytes after
-//! `Response::Frame`). Documented in `docs/PROTOCOL.md`.
+//! `Response::Frame`); or one long-lived stream carrying many small
+//! requests, each [`Piped`] with an id and answered by it
+//! ([`Request::Pipeline`]). Documented in `docs/PROTOCOL.md`.
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +56,8 @@ impl Request {
             | Request::LfsGet { .. }
             | Request::GetDoc { .. }
             | Request::ListRepos
-            | Request::ListDocs => ClientRole::Read,
+            | Request::ListDocs
+            | Request::Pipeline => ClientRole::Read,
             Request::Append { kind, .. } if *kind < crate::log::APP_KIND_FIRST => ClientRole::Admin,
             Request::Append { .. }
             | Request::CreateRepo { .. }
@@ -90,6 +93,17 @@ impl Request {
             | Request::DeleteDoc { durability, .. }
             | Request::StoreSkip { durability, .. } => Some(*durability),
             _ => None,
+        }
+    }
+
+    /// The bytes that follow the request on its stream.
+    pub fn body_len(&self) -> u64 {
+        match self {
+            Request::Append { blob_len: len, .. }
+            | Request::Push { pack_len: len, .. }
+            | Request::LfsPut { len, .. }
+            | Request::PutDoc { len, .. } => *len,
+            _ => 0,
         }
     }
 }
@@ -215,7 +229,41 @@ pub enum Request {
     /// itself, fence this box and follow the new primary as its twin.
     /// `SwitchedOver`, or `SwitchoverRefused` with writes taken again.
     Switchover { wait_ms: u64 },
+    /// Make this stream a pipeline: `Pipelining` answers, then the client
+    /// sends [`Piped`] requests one after another, each `Append` followed
+    /// by its blob, and the primary answers each by its id
+    /// ([`PipedAnswer`]) as it completes, in any order. Only `Append`s of
+    /// at most [`PIPED_BODY_MAX`] bytes and `Status` are taken there.
+    Pipeline,
 }
+
+/// A request on a pipeline, named by the client's `id` (not 0).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piped {
+    pub id: u64,
+    pub req: Request,
+}
+
+/// [`Piped`] as a client sends it, encoded the same, without a copy of
+/// the request (a call sent again on a new pipeline still has it).
+#[derive(Serialize)]
+pub(crate) struct PipedRef<'a> {
+    pub id: u64,
+    pub req: &'a Request,
+}
+
+/// The answer to the piped request `id`. Id 0 answers the pipeline
+/// itself: an error that ends it (a request that did not decode, or whose
+/// body could not be read).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipedAnswer {
+    pub id: u64,
+    pub resp: Response,
+}
+
+/// The largest blob a piped `Append` carries; a larger one takes a stream
+/// of its own.
+pub const PIPED_BODY_MAX: u64 = 1 << 20;
 
 /// The most oids one `Have` asks about: the request stays well inside a
 /// control message.
@@ -313,6 +361,14 @@ pub enum Response {
         epoch: u64,
         head: u64,
         primary: NewPrimary,
+    },
+    /// The stream is a pipeline: at most `in_flight` piped requests, and
+    /// `body_bytes` bytes of their blobs, are taken at once per
+    /// connection; past them the primary reads no further until it has
+    /// answered some.
+    Pipelining {
+        in_flight: u32,
+        body_bytes: u64,
     },
 }
 
@@ -525,4 +581,22 @@ pub struct Fence {
     pub epoch: u64,
     /// Who told of it.
     pub by: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_piped_request_is_encoded_the_same_by_reference() {
+        let req = Request::Append {
+            kind: 0x8001,
+            meta: b"m".to_vec(),
+            blob_len: 300,
+            durability: Durability::Twin,
+        };
+        let by_ref = crate::repl::msg::encode(&PipedRef { id: 77, req: &req });
+        let owned = crate::repl::msg::encode(&Piped { id: 77, req });
+        assert_eq!(by_ref, owned);
+    }
 }

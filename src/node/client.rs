@@ -17,7 +17,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::api::{ApiError, Durability, Request, Response, Status};
+use super::api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
+use super::pipe::Pipe;
 use crate::log::Entry;
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 
@@ -53,6 +54,12 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 /// the twin only once it has it whole. A twin link slower than this needs a
 /// longer deadline for large `twin` writes.
 const BODY_BYTES_PER_SEC: u64 = 1 << 20;
+
+/// The time a write's answer waits past the deadline for a body of
+/// `len` bytes to become durable and reach the twin.
+fn syncing(len: u64) -> Duration {
+    Duration::from_micros(len.saturating_mul(1_000_000) / BODY_BYTES_PER_SEC)
+}
 
 /// The pieces a body is written in, each within the deadline.
 const BODY_PIECE: usize = 1 << 20;
@@ -158,11 +165,32 @@ pub struct Appended {
 }
 
 /// A connection to a primary.
-#[derive(Debug)]
+///
+/// Small appends and status requests go on one pipeline, shared by every
+/// caller of this client and opened at the first; the others take a
+/// stream each.
 pub struct Client {
     _endpoint: quinn::Endpoint,
     pub(crate) conn: quinn::Connection,
     deadline: Duration,
+    pipe: tokio::sync::Mutex<PipeSlot>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("primary", &self.conn.remote_address())
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+/// This client's pipeline.
+enum PipeSlot {
+    Unopened,
+    Open(Arc<Pipe>),
+    /// The primary does not take pipelines: every request takes a stream.
+    Unsupported,
 }
 
 impl Client {
@@ -201,6 +229,7 @@ impl Client {
             _endpoint: endpoint,
             conn,
             deadline: opts.deadline,
+            pipe: tokio::sync::Mutex::new(PipeSlot::Unopened),
         })
     }
 
@@ -237,6 +266,67 @@ impl Client {
         let _ = send.finish();
         let resp = self.answer(wrote, &mut recv, blob.len() as u64).await?;
         Ok((resp, recv))
+    }
+
+    /// A small request on the pipeline, and its answer; on a stream of
+    /// its own where the primary takes no pipelines.
+    pub(crate) async fn piped(&self, req: Request, body: &[u8]) -> Result<Response, ClientError> {
+        let mut retried = false;
+        loop {
+            let Some(pipe) = self.pipe().await? else {
+                return Ok(self.call(&req, body).await?.0);
+            };
+            let mut waiting = match self.timed(pipe.enter()).await {
+                Ok(waiting) => waiting,
+                // A pipeline that ended before this call took its place in
+                // it was sent nothing of this call: a new one takes it.
+                Err(ClientError::Net(_)) if !retried => {
+                    retried = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut bytes = crate::repl::msg::encode(&PipedRef {
+                id: waiting.id(),
+                req: &req,
+            });
+            bytes.extend_from_slice(body);
+            self.timed(pipe.write(&bytes)).await?;
+            let after = self.deadline.saturating_add(syncing(body.len() as u64));
+            return match waiting.answer(after).await {
+                Ok(Response::Error(e)) => Err(e.into()),
+                Ok(resp) => Ok(resp),
+                Err(e) => Err(silent(&self.conn, self.deadline, e)),
+            };
+        }
+    }
+
+    /// The pipeline, opened at the first call and again after one ended;
+    /// `None` when the primary takes none.
+    async fn pipe(&self) -> Result<Option<Arc<Pipe>>, ClientError> {
+        let mut slot = self.pipe.lock().await;
+        match &*slot {
+            PipeSlot::Open(pipe) if pipe.ended().is_none() => return Ok(Some(pipe.clone())),
+            PipeSlot::Unsupported => return Ok(None),
+            _ => {}
+        }
+        let (mut send, mut recv) = self.open().await?;
+        self.timed(net::write_msg(&mut send, &Request::Pipeline))
+            .await?;
+        match self.timed(Self::response(&mut recv)).await {
+            Ok(Response::Pipelining { in_flight, .. }) => {
+                let pipe = Arc::new(Pipe::new(send, recv, in_flight));
+                *slot = PipeSlot::Open(pipe.clone());
+                Ok(Some(pipe))
+            }
+            // A primary from before pipelines does not know the request.
+            Err(ClientError::Api(ApiError::BadRequest(_))) => {
+                *slot = PipeSlot::Unsupported;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+            Ok(other) => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
     }
 
     /// A request with a body of `len` bytes read from `body`, and its
@@ -297,9 +387,7 @@ impl Client {
         if let Err(e @ ClientError::Deadline { .. }) = wrote {
             return Err(e);
         }
-        let syncing =
-            Duration::from_micros(body_len.saturating_mul(1_000_000) / BODY_BYTES_PER_SEC);
-        let after = self.deadline.saturating_add(syncing);
+        let after = self.deadline.saturating_add(syncing(body_len));
         match (timed(&self.conn, after, Self::response(recv)).await, wrote) {
             (Ok(resp), _) => Ok(resp),
             (Err(e @ (ClientError::Api(_) | ClientError::Deadline { .. })), _) => Err(e),
@@ -357,6 +445,9 @@ impl Client {
             blob_len: blob.len() as u64,
             durability,
         };
+        if blob.len() as u64 <= PIPED_BODY_MAX {
+            return Self::appended(self.piped(req, blob).await?);
+        }
         Self::appended(self.call(&req, blob).await?.0)
     }
 
@@ -437,7 +528,7 @@ impl Client {
 
     /// The primary's status.
     pub async fn status(&self) -> Result<Status, ClientError> {
-        match self.call(&Request::Status, &[]).await?.0 {
+        match self.piped(Request::Status, &[]).await? {
             Response::Status(s) => Ok(*s),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }

@@ -6,6 +6,7 @@ pub mod api;
 pub mod client;
 pub mod divergent;
 pub mod epoch;
+mod pipe;
 pub mod primary;
 pub mod refusal;
 pub mod rejoin;

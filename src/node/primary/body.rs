@@ -138,3 +138,45 @@ impl<'a> Body<'a> {
         Ok(out)
     }
 }
+
+/// Exactly `expected` bytes from `recv`, each read within `deadline`, and
+/// never a byte past them: on a pipeline the next request follows.
+pub(super) async fn read_exact_within(
+    recv: &mut RecvStream,
+    expected: u64,
+    deadline: Duration,
+) -> Result<Vec<u8>, ApiError> {
+    let len = usize::try_from(expected).map_err(|_| {
+        ApiError::BadRequest(format!("a body of {expected} bytes does not fit in memory"))
+    })?;
+    let mut out = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match tokio::time::timeout(deadline, recv.read(&mut out[got..])).await {
+            Ok(Ok(Some(n))) => got += n,
+            Ok(Ok(None)) => {
+                return Err(ApiError::BadRequest(format!(
+                    "the body ended after {got} of its {expected} bytes"
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(ApiError::BadRequest(format!(
+                    "the body failed after {got} of its {expected} bytes: {e}"
+                )))
+            }
+            Err(_) => {
+                tracing::warn!(
+                    received = got,
+                    expected,
+                    "a client stopped sending a body: cut off"
+                );
+                return Err(ApiError::BodyStalled {
+                    received: got as u64,
+                    expected,
+                    after_ms: deadline.as_millis() as u64,
+                });
+            }
+        }
+    }
+    Ok(out)
+}

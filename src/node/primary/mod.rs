@@ -3,8 +3,9 @@
 //! bytes between it, the log and the network.
 //!
 //! Here: the state, its status, the endpoint and each connection's role.
-//! `twin_session` serves the twin's connection, `requests` a client's and
-//! `store_requests` the store's; `appender` is the thread small appends
+//! `twin_session` serves the twin's connection, `requests` a client's,
+//! `pipeline` a client's piped requests and `store_requests` the store's;
+//! `appender` is the thread small appends
 //! queue to; `body`, `budget` and `stage` bound what a request body may
 //! hold; `retain`, `switchover` and `twin_seat` are the rest of the
 //! lifecycle.
@@ -29,6 +30,7 @@ use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Ti
 mod appender;
 mod body;
 mod budget;
+mod pipeline;
 mod requests;
 mod retain;
 mod stage;

@@ -1,5 +1,5 @@
-//! A client's requests: each on its own stream, admitted, dispatched,
-//! and answered as durable as it asked.
+//! A client's requests: each on its own stream (or piped, `pipeline`),
+//! admitted, dispatched, and answered as durable as it asked.
 
 use super::*;
 
@@ -47,6 +47,7 @@ impl Primary {
             ),
             Err(_) => ("(unpinned)".into(), ClientRole::Read),
         };
+        let room = Arc::new(pipeline::PipeRoom::new());
         loop {
             if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
@@ -60,47 +61,73 @@ impl Primary {
             };
             let me = self.clone();
             let client = client.clone();
+            let room = room.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.request(&client, role, send, recv).await {
+                if let Err(e) = me.stream(&client, role, room, send, recv).await {
                     tracing::warn!(error = %e, "client request failed");
                 }
             });
         }
     }
 
+    /// A client's stream: one request, or a pipeline of them.
+    async fn stream(
+        self: Arc<Self>,
+        client: &str,
+        role: ClientRole,
+        room: Arc<pipeline::PipeRoom>,
+        send: SendStream,
+        mut recv: RecvStream,
+    ) -> Result<(), NetError> {
+        match net::read_msg::<Request>(&mut recv).await? {
+            None => Ok(()),
+            Some(Request::Pipeline) => self.pipeline(role, room, send, recv).await,
+            Some(req) => self.request(client, role, req, send, recv).await,
+        }
+    }
+
+    /// Whether `req` may go ahead for a client of `role`: refused by name
+    /// (before a byte of its body is read: nothing is written), or let in,
+    /// a write counted by the switchover until it is answered.
+    pub(super) async fn gate(
+        &self,
+        req: &Request,
+        role: ClientRole,
+    ) -> Result<Option<switchover::Writing<'_>>, ApiError> {
+        if req.needs() > role {
+            return Err(ApiError::Forbidden(format!(
+                "this needs the {} role; this client's role is {role}",
+                req.needs()
+            )));
+        }
+        let Some(durability) = req.durability() else {
+            return Ok(None);
+        };
+        if *self.switch.handing_over.borrow() {
+            self.pause_for_switchover().await;
+        }
+        self.admit(durability)
+            .map_err(|why| self.refusal(why, None))?;
+        Ok(Some(switchover::Writing::enter(&self.switch.writers)))
+    }
+
     pub(super) async fn request(
         self: Arc<Self>,
         client: &str,
         role: ClientRole,
+        req: Request,
         mut send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), NetError> {
         let _counted = InFlight::enter(&self.inflight);
-        let Some(req) = net::read_msg::<Request>(&mut recv).await? else {
-            return Ok(());
-        };
-        if req.needs() > role {
-            // Refused before a byte of its body is read: nothing is written.
-            let why = ApiError::Forbidden(format!(
-                "this needs the {} role; this client's role is {role}",
-                req.needs()
-            ));
-            net::write_msg(&mut send, &Response::Error(why)).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-        let mut _writing = None;
-        if let Some(durability) = req.durability() {
-            if *self.switch.handing_over.borrow() {
-                self.pause_for_switchover().await;
-            }
-            if let Err(why) = self.admit(durability) {
-                net::write_msg(&mut send, &Response::Error(self.refusal(why, None))).await?;
+        let _writing = match self.gate(&req, role).await {
+            Ok(writing) => writing,
+            Err(why) => {
+                net::write_msg(&mut send, &Response::Error(why)).await?;
                 let _ = send.finish();
                 return Ok(());
             }
-            _writing = Some(switchover::Writing::enter(&self.switch.writers));
-        }
+        };
         let response = match req {
             Request::Switchover { wait_ms } => {
                 self.switchover(Duration::from_millis(wait_ms)).await
@@ -193,6 +220,9 @@ impl Primary {
             | Request::GetDoc { .. }
             | Request::ListRepos
             | Request::ListDocs => return self.store_read(req, send).await,
+            Request::Pipeline => Response::Error(ApiError::BadRequest(
+                "a pipeline is asked for as a stream's first request".into(),
+            )),
         };
         net::write_msg(&mut send, &response).await?;
         let _ = send.finish();
@@ -207,51 +237,75 @@ impl Primary {
         durability: Durability,
         recv: &mut RecvStream,
     ) -> Response {
-        let meta_len = meta.len() as u64;
-        if self.store.is_some() && store_requests::is_store_kind(kind) {
-            return Response::Error(ApiError::Forbidden(format!(
-                "kind {kind} is the store's: it is written by the store requests, which check it"
-            )));
+        if let Err(e) = self.may_append(kind) {
+            return Response::Error(e);
         }
         let _held = self
             .budget
             .charge(blob_len.min(SMALL_BLOB.max(budget::STREAMED_BODY_BYTES)))
             .await;
-        let appended = if blob_len <= SMALL_BLOB {
-            let blob = match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
+        if blob_len <= SMALL_BLOB {
+            return match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
                 .read_all()
                 .await
             {
-                Ok(b) => b,
-                Err(e) => return Response::Error(e),
+                Ok(blob) => self.append_in_hand(kind, meta, blob, durability).await,
+                Err(e) => Response::Error(e),
             };
-            if let Some(appender) = &self.appender {
-                // The appender published the frame with its group.
-                return match appender.append(kind, meta, blob).await {
-                    Ok(seq) => self.answer(seq, durability).await,
-                    Err(e) => Response::Error(e),
-                };
+        }
+        let meta_len = meta.len() as u64;
+        match self.append_streamed(kind, meta, blob_len, recv).await {
+            Ok(seq) => {
+                self.acknowledge(
+                    seq,
+                    crate::log::format::FRAME_HEADER_LEN as u64 + meta_len + blob_len,
+                    durability,
+                )
+                .await
             }
-            let log = self.log.clone();
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// Raw appends of the store's kinds are the store requests' alone.
+    pub(super) fn may_append(&self, kind: u16) -> Result<(), ApiError> {
+        if self.store.is_some() && store_requests::is_store_kind(kind) {
+            return Err(ApiError::Forbidden(format!(
+                "kind {kind} is the store's: it is written by the store requests, which check it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A small frame whose blob is in hand: appended with the next group
+    /// and answered as durable as `durability` asks.
+    pub(super) async fn append_in_hand(
+        &self,
+        kind: u16,
+        meta: Vec<u8>,
+        blob: Vec<u8>,
+        durability: Durability,
+    ) -> Response {
+        if let Some(appender) = &self.appender {
+            // The appender published the frame with its group.
+            return match appender.append(kind, meta, blob).await {
+                Ok(seq) => self.answer(seq, durability).await,
+                Err(e) => Response::Error(e),
+            };
+        }
+        let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len() + blob.len()) as u64;
+        let log = self.log.clone();
+        let appended =
             match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
                 Ok(r) => r.map_err(|e| ApiError::Refused(e.into())),
                 Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
                     why: e.to_string(),
                 })),
-            }
-        } else {
-            self.append_streamed(kind, meta, blob_len, recv).await
-        };
-        let seq = match appended {
-            Ok(seq) => seq,
-            Err(e) => return Response::Error(e),
-        };
-        self.acknowledge(
-            seq,
-            crate::log::format::FRAME_HEADER_LEN as u64 + meta_len + blob_len,
-            durability,
-        )
-        .await
+            };
+        match appended {
+            Ok(seq) => self.acknowledge(seq, bytes, durability).await,
+            Err(e) => Response::Error(e),
+        }
     }
 
     /// A frame durable here up to `seq` (`bytes` more of log): published to

@@ -1,0 +1,233 @@
+//! A pipeline: one long-lived stream on which a client sends small
+//! appends (and status requests) one after another, each named by an id,
+//! and the primary answers each by its id as it completes.
+//!
+//! A request on a stream of its own costs the opening and closing of a
+//! QUIC stream, a task, and QUIC's per-stream state on both sides; a
+//! piped one costs its bytes. One task reads the stream (a read is not
+//! cancel-safe, so it never sits in a `select!`), and the pipeline's task
+//! drives every request in flight and writes the answers that are ready
+//! together.
+
+use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::*;
+use crate::node::api::{Piped, PipedAnswer, PIPED_BODY_MAX};
+
+/// Piped requests one connection has in flight at most.
+pub const PIPELINE_IN_FLIGHT: u32 = 64;
+/// Bytes of piped blobs one connection holds at most.
+pub const PIPELINE_BODY_BYTES: u64 = 16 << 20;
+
+/// What one connection's pipelines hold at once, shared by all of them.
+pub(super) struct PipeRoom {
+    requests: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+}
+
+impl PipeRoom {
+    pub(super) fn new() -> Self {
+        PipeRoom {
+            requests: Arc::new(Semaphore::new(PIPELINE_IN_FLIGHT as usize)),
+            bytes: Arc::new(Semaphore::new(PIPELINE_BODY_BYTES as usize)),
+        }
+    }
+}
+
+/// A request read whole off the pipeline, holding its room until answered.
+struct Arrived {
+    id: u64,
+    req: Request,
+    /// The blob, or why it could not be read (which ends the pipeline).
+    body: Result<Vec<u8>, ApiError>,
+    _room: [Option<OwnedSemaphorePermit>; 3],
+}
+
+/// What the reader hands the pipeline's task.
+enum Read {
+    Request(Box<Arrived>),
+    /// The pipeline ends; with an error for id 0 when it broke.
+    End(Option<ApiError>),
+}
+
+impl Primary {
+    /// Serve a pipeline until the client finishes its side and every
+    /// request it sent is answered.
+    pub(super) async fn pipeline(
+        self: Arc<Self>,
+        role: ClientRole,
+        room: Arc<PipeRoom>,
+        mut send: SendStream,
+        recv: RecvStream,
+    ) -> Result<(), NetError> {
+        let opened = Response::Pipelining {
+            in_flight: PIPELINE_IN_FLIGHT,
+            body_bytes: PIPELINE_BODY_BYTES,
+        };
+        net::write_msg(&mut send, &opened).await?;
+        let (tx, mut rx) = mpsc::channel(PIPELINE_IN_FLIGHT as usize);
+        let reader = tokio::spawn(read_pipeline(self.clone(), room, recv, tx));
+        let mut in_flight = FuturesUnordered::new();
+        let mut reading = true;
+        let mut ended_by = None;
+        let mut out = Vec::new();
+        let result = loop {
+            tokio::select! {
+                read = rx.recv(), if reading => match read {
+                    Some(Read::Request(arrived)) => in_flight.push(self.piped(role, *arrived)),
+                    Some(Read::End(why)) => {
+                        ended_by = why;
+                        reading = false;
+                    }
+                    None => reading = false,
+                },
+                Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
+                    // Every answer ready now goes out in one write.
+                    out.clear();
+                    out.extend_from_slice(&crate::repl::msg::encode(&answer));
+                    while let Some(Some(more)) = in_flight.next().now_or_never() {
+                        out.extend_from_slice(&crate::repl::msg::encode(&more));
+                    }
+                    if let Err(e) = send.write_all(&out).await {
+                        break Err(NetError::from(e));
+                    }
+                }
+                else => break Ok(()),
+            }
+        };
+        reader.abort();
+        if result.is_ok() {
+            if let Some(why) = ended_by {
+                let answer = PipedAnswer {
+                    id: 0,
+                    resp: Response::Error(why),
+                };
+                net::write_msg(&mut send, &answer).await?;
+            }
+            let _ = send.finish();
+        }
+        result
+    }
+
+    /// One piped request, answered by its id.
+    async fn piped(&self, role: ClientRole, arrived: Arrived) -> PipedAnswer {
+        let Arrived { id, req, body, .. } = arrived;
+        let _counted = InFlight::enter(&self.inflight);
+        let resp = match self.piped_response(role, req, body).await {
+            Ok(resp) | Err(resp) => resp,
+        };
+        PipedAnswer { id, resp }
+    }
+
+    async fn piped_response(
+        &self,
+        role: ClientRole,
+        req: Request,
+        body: Result<Vec<u8>, ApiError>,
+    ) -> Result<Response, Response> {
+        let refused = |e: ApiError| Response::Error(e);
+        let blob = body.map_err(refused)?;
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(refused(ApiError::Refused(WriteRefusal::Stopping {
+                why: "the primary is stopping".into(),
+            })));
+        }
+        let _writing = self.gate(&req, role).await.map_err(refused)?;
+        match req {
+            Request::Append {
+                kind,
+                meta,
+                durability,
+                ..
+            } => {
+                self.may_append(kind).map_err(refused)?;
+                Ok(self.append_in_hand(kind, meta, blob, durability).await)
+            }
+            Request::Status => Ok(Response::Status(Box::new(self.status()))),
+            other => Err(refused(ApiError::BadRequest(format!(
+                "{} is not taken on a pipeline: it takes a stream of its own",
+                request_name(&other)
+            )))),
+        }
+    }
+}
+
+/// Read piped requests and their blobs off `recv`, each holding its room
+/// (in the connection's pipelines and in the primary's memory budget)
+/// from before its blob is read until it is answered.
+async fn read_pipeline(
+    primary: Arc<Primary>,
+    room: Arc<PipeRoom>,
+    mut recv: RecvStream,
+    tx: mpsc::Sender<Read>,
+) {
+    let end = loop {
+        let Ok(request_room) = room.requests.clone().acquire_owned().await else {
+            break None;
+        };
+        let Piped { id, req } = match net::read_msg::<Piped>(&mut recv).await {
+            Ok(Some(piped)) => piped,
+            Ok(None) => break None,
+            Err(NetError::Message(e)) => {
+                break Some(ApiError::BadRequest(format!(
+                    "a piped request did not decode: {e}"
+                )))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "a pipeline's stream failed");
+                break None;
+            }
+        };
+        let len = req.body_len();
+        if len > PIPED_BODY_MAX {
+            // Its blob cannot be skipped safely: the pipeline ends here.
+            let too_large = ApiError::Refused(WriteRefusal::TooLarge {
+                what: "a piped request's body".into(),
+                len,
+                max: PIPED_BODY_MAX,
+            });
+            let arrived = Arrived {
+                id,
+                req,
+                body: Err(too_large),
+                _room: [Some(request_room), None, None],
+            };
+            let _ = tx.send(Read::Request(Box::new(arrived))).await;
+            break None;
+        }
+        let (byte_room, budget) = if len > 0 {
+            let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
+                break None;
+            };
+            (Some(bytes), Some(primary.budget.charge(len).await))
+        } else {
+            (None, None)
+        };
+        let body = body::read_exact_within(&mut recv, len, primary.cfg.body_piece_deadline).await;
+        let broken = body.is_err();
+        let arrived = Arrived {
+            id,
+            req,
+            body,
+            _room: [Some(request_room), byte_room, budget],
+        };
+        if tx.send(Read::Request(Box::new(arrived))).await.is_err() || broken {
+            break None;
+        }
+    };
+    let _ = tx.send(Read::End(end)).await;
+}
+
+/// A request's name, for a refusal.
+fn request_name(req: &Request) -> String {
+    let debug = format!("{req:?}");
+    debug
+        .split([' ', '{', '('])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
