@@ -119,6 +119,61 @@ async fn many_callers_share_one_pipeline_and_each_gets_its_own_frame() {
     assert_eq!(client.status().await.expect("status").head, 200);
 }
 
+/// Large blobs stream into the log on a pipeline between small ones, the
+/// request after each read exactly where its blob ends: every caller gets
+/// its own frame, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_blobs_stream_on_a_pipeline_between_small_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = start(dir.path());
+    let client = Arc::new(
+        Client::connect(&r.client, r.server.fingerprint(), r.addr)
+            .await
+            .expect("client"),
+    );
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..24u32 {
+        let client = client.clone();
+        calls.spawn(async move {
+            let len = match i % 3 {
+                0 => (PIPED_BODY_MAX as usize) + 1 + i as usize * 7919,
+                1 => PIPED_BODY_MAX as usize,
+                _ => i as usize,
+            };
+            let blob: Vec<u8> = (0..len).map(|j| (j as u32 ^ i) as u8).collect();
+            let (seq, _) = client
+                .append(APP, &i.to_le_bytes(), &blob, Durability::Local)
+                .await
+                .expect("append");
+            (seq, i, blob)
+        });
+    }
+    while let Some(done) = calls.join_next().await {
+        let (seq, i, blob) = done.expect("call");
+        let e = client.read(seq).await.expect("read");
+        assert_eq!(e.meta, i.to_le_bytes(), "frame {seq} is another call's");
+        assert!(e.blob == blob, "frame {seq}'s blob is not call {i}'s");
+    }
+    assert_eq!(r.primary.log().head_seq(), 24);
+    // On a raw pipeline: a streamed append, then a small one right after
+    // its last byte.
+    let mut p = raw_pipe(&r).await;
+    let big = vec![5u8; 3 << 20];
+    p.send(1, append(big.len() as u64), &big).await;
+    p.send(2, append(2), b"ok").await;
+    let mut got = vec![
+        p.answer().await.expect("one"),
+        p.answer().await.expect("two"),
+    ];
+    got.sort_by_key(|a| a.id);
+    for (a, seq) in got.iter().zip([25, 26]) {
+        match a.resp {
+            Response::Appended { seq: s, .. } => assert_eq!(s, seq, "{got:?}"),
+            ref other => panic!("answered {other:?}"),
+        }
+    }
+}
+
 /// Requests a pipeline does not take are refused by id, and the pipeline
 /// goes on; answers carry the ids they were asked under.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,7 +226,12 @@ async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
 
     let mut p = raw_pipe(&r).await;
     p.send(1, append(1), b"x").await;
-    p.send(2, append(PIPED_BODY_MAX + 1), &[]).await;
+    let doc = Request::PutDoc {
+        name: "d".into(),
+        len: PIPED_BODY_MAX + 1,
+        durability: Durability::Local,
+    };
+    p.send(2, doc, &[]).await;
     let mut got = Vec::new();
     while let Some(a) = p.answer().await {
         got.push(a);
@@ -190,19 +250,22 @@ async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
         other => panic!("an oversized piped blob answered {other:?}"),
     }
 
-    let mut p = raw_pipe(&r).await;
-    p.send(5, append(1000), &[1u8; 10]).await;
-    match p.answer().await {
-        Some(PipedAnswer {
-            id: 5,
-            resp:
-                Response::Error(ApiError::BodyStalled {
-                    received, expected, ..
-                }),
-        }) => assert_eq!((received, expected), (10, 1000)),
-        other => panic!("a stalled piped body answered {other:?}"),
+    // A body held whole, and one streamed into the log, that stall.
+    for len in [1000, 3 << 20] {
+        let mut p = raw_pipe(&r).await;
+        p.send(5, append(len), &[1u8; 10]).await;
+        match p.answer().await {
+            Some(PipedAnswer {
+                id: 5,
+                resp:
+                    Response::Error(ApiError::BodyStalled {
+                        received, expected, ..
+                    }),
+            }) => assert_eq!((received, expected), (10, len)),
+            other => panic!("a stalled piped body answered {other:?}"),
+        }
+        assert!(p.answer().await.is_none(), "the pipeline ended");
     }
-    assert!(p.answer().await.is_none(), "the pipeline ended");
 
     let mut p = raw_pipe(&r).await;
     p.send

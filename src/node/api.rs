@@ -232,8 +232,9 @@ pub enum Request {
     /// Make this stream a pipeline: `Pipelining` answers, then the client
     /// sends [`Piped`] requests one after another, each `Append` followed
     /// by its blob, and the primary answers each by its id
-    /// ([`PipedAnswer`]) as it completes, in any order. Only `Append`s of
-    /// at most [`PIPED_BODY_MAX`] bytes and `Status` are taken there.
+    /// ([`PipedAnswer`]) as it completes, in any order. Only `Append` and
+    /// `Status` are taken there; a blob past [`PIPED_BODY_MAX`] streams
+    /// into the log before the next request is read.
     Pipeline,
 }
 
@@ -261,8 +262,9 @@ pub struct PipedAnswer {
     pub resp: Response,
 }
 
-/// The largest blob a piped `Append` carries; a larger one takes a stream
-/// of its own.
+/// The largest blob a piped `Append` is held whole with, the next request
+/// read at once; a larger one streams into the log first. Other requests
+/// announcing a larger body end the pipeline.
 pub const PIPED_BODY_MAX: u64 = 1 << 20;
 
 /// The most oids one `Have` asks about: the request stays well inside a

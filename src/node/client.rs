@@ -166,14 +166,17 @@ pub struct Appended {
 
 /// A connection to a primary.
 ///
-/// Small appends and status requests go on one pipeline, shared by every
-/// caller of this client and opened at the first; the others take a
-/// stream each.
+/// Appends of a blob in hand and status requests go on two pipelines,
+/// shared by every caller of this client and opened at their first use:
+/// one for blobs up to [`PIPED_BODY_MAX`] and status, one for larger
+/// blobs, so that a large upload never holds up a small append. The other
+/// requests take a stream each.
 pub struct Client {
     _endpoint: quinn::Endpoint,
     pub(crate) conn: quinn::Connection,
     deadline: Duration,
     pipe: tokio::sync::Mutex<PipeSlot>,
+    bulk: tokio::sync::Mutex<PipeSlot>,
 }
 
 impl std::fmt::Debug for Client {
@@ -230,6 +233,7 @@ impl Client {
             conn,
             deadline: opts.deadline,
             pipe: tokio::sync::Mutex::new(PipeSlot::Unopened),
+            bulk: tokio::sync::Mutex::new(PipeSlot::Unopened),
         })
     }
 
@@ -268,12 +272,16 @@ impl Client {
         Ok((resp, recv))
     }
 
-    /// A small request on the pipeline, and its answer; on a stream of
-    /// its own where the primary takes no pipelines.
+    /// A request and its blob in hand on a pipeline, and its answer; on a
+    /// stream of its own where the primary takes no pipelines.
     pub(crate) async fn piped(&self, req: Request, body: &[u8]) -> Result<Response, ClientError> {
+        let slot = match body.len() as u64 > PIPED_BODY_MAX {
+            true => &self.bulk,
+            false => &self.pipe,
+        };
         let mut retried = false;
         loop {
-            let Some(pipe) = self.pipe().await? else {
+            let Some(pipe) = self.pipe(slot).await? else {
                 return Ok(self.call(&req, body).await?.0);
             };
             let mut waiting = match self.timed(pipe.enter()).await {
@@ -286,12 +294,13 @@ impl Client {
                 }
                 Err(e) => return Err(e),
             };
-            let mut bytes = crate::repl::msg::encode(&PipedRef {
+            let head = crate::repl::msg::encode(&PipedRef {
                 id: waiting.id(),
                 req: &req,
             });
-            bytes.extend_from_slice(body);
-            self.timed(pipe.write(&bytes)).await?;
+            pipe.write(&[&head, body], self.deadline)
+                .await
+                .map_err(|e| silent(&self.conn, self.deadline, e))?;
             let after = self.deadline.saturating_add(syncing(body.len() as u64));
             return match waiting.answer(after).await {
                 Ok(Response::Error(e)) => Err(e.into()),
@@ -301,10 +310,13 @@ impl Client {
         }
     }
 
-    /// The pipeline, opened at the first call and again after one ended;
-    /// `None` when the primary takes none.
-    async fn pipe(&self) -> Result<Option<Arc<Pipe>>, ClientError> {
-        let mut slot = self.pipe.lock().await;
+    /// The pipeline in `slot`, opened at the first call and again after
+    /// one ended; `None` when the primary takes none.
+    async fn pipe(
+        &self,
+        slot: &tokio::sync::Mutex<PipeSlot>,
+    ) -> Result<Option<Arc<Pipe>>, ClientError> {
+        let mut slot = slot.lock().await;
         match &*slot {
             PipeSlot::Open(pipe) if pipe.ended().is_none() => return Ok(Some(pipe.clone())),
             PipeSlot::Unsupported => return Ok(None),
@@ -445,10 +457,7 @@ impl Client {
             blob_len: blob.len() as u64,
             durability,
         };
-        if blob.len() as u64 <= PIPED_BODY_MAX {
-            return Self::appended(self.piped(req, blob).await?);
-        }
-        Self::appended(self.call(&req, blob).await?.0)
+        Self::appended(self.piped(req, blob).await?)
     }
 
     pub(crate) fn appended(resp: Response) -> Result<Appended, ClientError> {

@@ -36,14 +36,36 @@ struct PipeSend {
 /// dropped (its caller cut off) is kept for the next writer to send.
 struct Writing<'a, 'b> {
     send: &'a mut PipeSend,
-    bytes: &'b [u8],
-    written: usize,
+    parts: &'b [&'b [u8]],
+    /// The part being written, and how far into it.
+    part: usize,
+    at: usize,
+}
+
+impl<'b> Writing<'_, 'b> {
+    /// What is left of the current part; None once all is written.
+    fn rest(&mut self) -> Option<&'b [u8]> {
+        while let Some(part) = self.parts.get(self.part) {
+            if self.at < part.len() {
+                return Some(&part[self.at..]);
+            }
+            self.part += 1;
+            self.at = 0;
+        }
+        None
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.at += n;
+    }
 }
 
 impl Drop for Writing<'_, '_> {
     fn drop(&mut self) {
-        if let Some(rest) = self.bytes.get(self.written..) {
+        while let Some(rest) = self.rest() {
             self.send.unsent.extend_from_slice(rest);
+            self.part += 1;
+            self.at = 0;
         }
     }
 }
@@ -121,34 +143,50 @@ impl Pipe {
         })
     }
 
-    /// Write one request's bytes whole, or give the pipeline up. A caller
-    /// cut off half-way leaves the rest of its request behind, and the
-    /// next writer sends it first: the framing holds, and that request is
-    /// done with its answer dropped, as any call given up after its write.
-    pub(crate) async fn write(&self, bytes: &[u8]) -> Result<(), ClientError> {
+    /// Write one request (its `parts` one after another) whole, each
+    /// write taken within `deadline`, or give the pipeline up. A caller cut
+    /// off half-way (its deadline, or its future dropped) leaves the rest
+    /// of its request behind, and the next writer sends it first: the
+    /// framing holds, and that request is done with its answer dropped, as
+    /// any call given up after its write.
+    pub(crate) async fn write(
+        &self,
+        parts: &[&[u8]],
+        deadline: Duration,
+    ) -> Result<(), ClientError> {
         let mut send = self.send.lock().await;
         while !send.unsent.is_empty() {
-            // `write` is cancel-safe: what it did not take is still here.
             let PipeSend { stream, unsent } = &mut *send;
-            let n = stream.write(unsent).await.map_err(|e| self.lost(e))?;
+            // `write` is cancel-safe: what it did not take is still here.
+            let n = self.write_some(stream, unsent, deadline).await?;
             unsent.drain(..n);
         }
         let mut writing = Writing {
             send: &mut send,
-            bytes,
-            written: 0,
+            parts,
+            part: 0,
+            at: 0,
         };
-        while writing.written < bytes.len() {
-            let rest = &bytes[writing.written..];
-            let n = writing
-                .send
-                .stream
-                .write(rest)
-                .await
-                .map_err(|e| self.lost(e))?;
-            writing.written += n;
+        while let Some(rest) = writing.rest() {
+            let n = self
+                .write_some(&mut writing.send.stream, rest, deadline)
+                .await?;
+            writing.advance(n);
         }
         Ok(())
+    }
+
+    async fn write_some(
+        &self,
+        stream: &mut quinn::SendStream,
+        bytes: &[u8],
+        deadline: Duration,
+    ) -> Result<usize, ClientError> {
+        match tokio::time::timeout(deadline, stream.write(bytes)).await {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(self.lost(e)),
+            Err(_) => Err(ClientError::Deadline { after: deadline }),
+        }
     }
 
     fn lost(&self, e: quinn::WriteError) -> ClientError {

@@ -30,6 +30,9 @@ pub(super) struct Body<'a> {
     /// Read from the stream, not handed out yet; never past `expected`.
     arrived: VecDeque<Bytes>,
     arrived_bytes: u64,
+    /// Take no byte past the body from the stream: on a pipeline the next
+    /// request follows it.
+    exact: bool,
 }
 
 impl<'a> Body<'a> {
@@ -41,7 +44,22 @@ impl<'a> Body<'a> {
             deadline,
             arrived: VecDeque::new(),
             arrived_bytes: 0,
+            exact: false,
         }
+    }
+
+    /// A body followed by more on its stream: read a chunk at a time,
+    /// each capped at what is left of the body.
+    pub(super) fn exact(recv: &'a mut RecvStream, expected: u64, deadline: Duration) -> Self {
+        Body {
+            exact: true,
+            ..Body::new(recv, expected, deadline)
+        }
+    }
+
+    /// The body's length.
+    pub(super) fn expected(&self) -> u64 {
+        self.expected
     }
 
     /// The next piece (at most [`PIECE`] bytes); `None` once the whole
@@ -85,7 +103,20 @@ impl<'a> Body<'a> {
     async fn read_some(&mut self) -> Result<(), ApiError> {
         let mut chunks: [Bytes; CHUNKS_PER_READ] = std::array::from_fn(|_| Bytes::new());
         let got = self.received + self.arrived_bytes;
-        match tokio::time::timeout(self.deadline, self.recv.read_chunks(&mut chunks)).await {
+        let left = usize::try_from(self.expected - got).unwrap_or(usize::MAX);
+        let (recv, exact) = (&mut *self.recv, self.exact);
+        let read = async {
+            if exact {
+                let chunk = recv.read_chunk(left, true).await?;
+                Ok(chunk.map(|c| {
+                    chunks[0] = c.bytes;
+                    1
+                }))
+            } else {
+                recv.read_chunks(&mut chunks).await
+            }
+        };
+        match tokio::time::timeout(self.deadline, read).await {
             Ok(Ok(Some(n))) => {
                 let mut room = self.expected - got;
                 for mut c in chunks.into_iter().take(n) {

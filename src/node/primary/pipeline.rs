@@ -38,13 +38,28 @@ impl PipeRoom {
     }
 }
 
-/// A request read whole off the pipeline, holding its room until answered.
+/// A request read off the pipeline, holding its room until answered.
 struct Arrived {
     id: u64,
     req: Request,
-    /// The blob, or why it could not be read (which ends the pipeline).
-    body: Result<Vec<u8>, ApiError>,
+    body: Carried,
     _room: [Option<OwnedSemaphorePermit>; 3],
+}
+
+/// What came with a request.
+enum Carried {
+    /// Its blob, whole (at most [`PIPED_BODY_MAX`]).
+    Blob(Vec<u8>),
+    /// A larger blob, streamed into the log by the reader as it arrived:
+    /// the frame `seq`, `bytes` long, is durable here and waits for its
+    /// answer, counted by the switchover since its admission.
+    Appended {
+        seq: u64,
+        bytes: u64,
+        _writing: Option<switchover::Writing>,
+    },
+    /// Why it could not be taken; the pipeline ends after it.
+    Failed(ApiError),
 }
 
 /// What the reader hands the pipeline's task.
@@ -70,7 +85,7 @@ impl Primary {
         };
         net::write_msg(&mut send, &opened).await?;
         let (tx, mut rx) = mpsc::channel(PIPELINE_IN_FLIGHT as usize);
-        let reader = tokio::spawn(read_pipeline(self.clone(), room, recv, tx));
+        let reader = tokio::spawn(read_pipeline(self.clone(), role, room, recv, tx));
         let mut in_flight = FuturesUnordered::new();
         let mut reading = true;
         let mut ended_by = None;
@@ -127,10 +142,17 @@ impl Primary {
         &self,
         role: ClientRole,
         req: Request,
-        body: Result<Vec<u8>, ApiError>,
+        body: Carried,
     ) -> Result<Response, Response> {
         let refused = |e: ApiError| Response::Error(e);
-        let blob = body.map_err(refused)?;
+        let blob = match body {
+            Carried::Blob(blob) => blob,
+            Carried::Failed(e) => return Err(refused(e)),
+            Carried::Appended { seq, bytes, .. } => {
+                let durability = req.durability().unwrap_or(Durability::Local);
+                return Ok(self.acknowledge(seq, bytes, durability).await);
+            }
+        };
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(refused(ApiError::Refused(WriteRefusal::Stopping {
                 why: "the primary is stopping".into(),
@@ -158,9 +180,12 @@ impl Primary {
 
 /// Read piped requests and their blobs off `recv`, each holding its room
 /// (in the connection's pipelines and in the primary's memory budget)
-/// from before its blob is read until it is answered.
+/// from before its blob is read until it is answered. An append past
+/// [`PIPED_BODY_MAX`] streams into the log here, as on a stream of its
+/// own, and the next request is read once it is durable.
 async fn read_pipeline(
     primary: Arc<Primary>,
+    role: ClientRole,
     room: Arc<PipeRoom>,
     mut recv: RecvStream,
     tx: mpsc::Sender<Read>,
@@ -184,20 +209,32 @@ async fn read_pipeline(
         };
         let len = req.body_len();
         if len > PIPED_BODY_MAX {
-            // Its blob cannot be skipped safely: the pipeline ends here.
-            let too_large = ApiError::Refused(WriteRefusal::TooLarge {
-                what: "a piped request's body".into(),
-                len,
-                max: PIPED_BODY_MAX,
-            });
+            let body = match &req {
+                Request::Append { kind, meta, .. } => {
+                    let (kind, meta) = (*kind, meta.clone());
+                    primary
+                        .append_piped_stream(role, &req, kind, meta, &mut recv)
+                        .await
+                }
+                _ => Carried::Failed(ApiError::Refused(WriteRefusal::TooLarge {
+                    what: "a piped request's body other than an append's".into(),
+                    len,
+                    max: PIPED_BODY_MAX,
+                })),
+            };
+            // A body not taken whole leaves the framing lost: the pipeline
+            // ends after it.
+            let broken = matches!(body, Carried::Failed(_));
             let arrived = Arrived {
                 id,
                 req,
-                body: Err(too_large),
+                body,
                 _room: [Some(request_room), None, None],
             };
-            let _ = tx.send(Read::Request(Box::new(arrived))).await;
-            break None;
+            if tx.send(Read::Request(Box::new(arrived))).await.is_err() || broken {
+                break None;
+            }
+            continue;
         }
         let (byte_room, budget) = if len > 0 {
             let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
@@ -207,8 +244,11 @@ async fn read_pipeline(
         } else {
             (None, None)
         };
-        let body = body::read_exact_within(&mut recv, len, primary.cfg.body_piece_deadline).await;
-        let broken = body.is_err();
+        let (body, broken) =
+            match body::read_exact_within(&mut recv, len, primary.cfg.body_piece_deadline).await {
+                Ok(blob) => (Carried::Blob(blob), false),
+                Err(e) => (Carried::Failed(e), true),
+            };
         let arrived = Arrived {
             id,
             req,
@@ -220,6 +260,45 @@ async fn read_pipeline(
         }
     };
     let _ = tx.send(Read::End(end)).await;
+}
+
+impl Primary {
+    /// A piped append past [`PIPED_BODY_MAX`]: admitted, then its body
+    /// streamed into the log exactly (the next request follows it).
+    async fn append_piped_stream(
+        &self,
+        role: ClientRole,
+        req: &Request,
+        kind: u16,
+        meta: Vec<u8>,
+        recv: &mut RecvStream,
+    ) -> Carried {
+        let _counted = InFlight::enter(&self.inflight);
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Carried::Failed(ApiError::Refused(WriteRefusal::Stopping {
+                why: "the primary is stopping".into(),
+            }));
+        }
+        let writing = match self.gate(req, role).await {
+            Ok(writing) => writing,
+            Err(e) => return Carried::Failed(e),
+        };
+        if let Err(e) = self.may_append(kind) {
+            return Carried::Failed(e);
+        }
+        let len = req.body_len();
+        let _held = self.budget.charge(budget::STREAMED_BODY_BYTES).await;
+        let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len()) as u64 + len;
+        let body = body::Body::exact(recv, len, self.cfg.body_piece_deadline);
+        match self.append_streamed(kind, meta, body).await {
+            Ok(seq) => Carried::Appended {
+                seq,
+                bytes,
+                _writing: writing,
+            },
+            Err(e) => Carried::Failed(e),
+        }
+    }
 }
 
 /// A request's name, for a refusal.

@@ -93,7 +93,7 @@ impl Primary {
         &self,
         req: &Request,
         role: ClientRole,
-    ) -> Result<Option<switchover::Writing<'_>>, ApiError> {
+    ) -> Result<Option<switchover::Writing>, ApiError> {
         if req.needs() > role {
             return Err(ApiError::Forbidden(format!(
                 "this needs the {} role; this client's role is {role}",
@@ -254,7 +254,8 @@ impl Primary {
             };
         }
         let meta_len = meta.len() as u64;
-        match self.append_streamed(kind, meta, blob_len, recv).await {
+        let body = body::Body::new(recv, blob_len, self.cfg.body_piece_deadline);
+        match self.append_streamed(kind, meta, body).await {
             Ok(seq) => {
                 self.acknowledge(
                     seq,
@@ -357,25 +358,20 @@ impl Primary {
         &self,
         kind: u16,
         meta: Vec<u8>,
-        blob_len: u64,
-        recv: &mut RecvStream,
+        body: body::Body<'_>,
     ) -> Result<u64, ApiError> {
         let log = self.log.clone();
+        let blob_len = body.expected();
         let written = self
             .staging
-            .feed(
-                recv,
-                blob_len,
-                self.cfg.body_piece_deadline,
-                move |pieces| {
-                    let mut p = log.begin(None, kind, &meta, blob_len)?;
-                    for piece in pieces {
-                        p.write(&piece)?;
-                    }
-                    // A short body makes commit refuse with BlobLength.
-                    p.commit()
-                },
-            )
+            .feed(body, move |pieces| {
+                let mut p = log.begin(None, kind, &meta, blob_len)?;
+                for piece in pieces {
+                    p.write(&piece)?;
+                }
+                // A short body makes commit refuse with BlobLength.
+                p.commit()
+            })
             .await?;
         written.map_err(|e| ApiError::Refused(e.into()))
     }

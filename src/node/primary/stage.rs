@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use quinn::RecvStream;
 use tokio::sync::mpsc;
 
 use super::body::Body;
@@ -72,16 +71,14 @@ impl Staging {
     /// must refuse, or did not run at all); the inner result is `write`'s.
     pub(super) async fn feed<T, E>(
         &self,
-        recv: &mut RecvStream,
-        len: u64,
-        deadline: std::time::Duration,
+        mut body: Body<'_>,
         write: impl FnOnce(&mut dyn Iterator<Item = Bytes>) -> Result<T, E> + Send + 'static,
     ) -> Result<Result<T, E>, ApiError>
     where
         T: Send + 'static,
         E: Send + 'static,
     {
-        let mut body = Body::new(recv, len, deadline);
+        let len = body.expected();
         // The first piece is awaited before anything is held: a client
         // that announces a body and sends nothing costs nothing.
         let first = body.next().await?;

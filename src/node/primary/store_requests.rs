@@ -193,9 +193,7 @@ impl Primary {
         let pushed = self
             .staging
             .feed(
-                recv,
-                pack_len,
-                self.cfg.body_piece_deadline,
+                super::body::Body::new(recv, pack_len, self.cfg.body_piece_deadline),
                 move |pieces| host.push(&repo, pack_len, &updates, at_ms, pieces),
             )
             .await;
@@ -240,9 +238,10 @@ impl Primary {
         let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
         let put = self
             .staging
-            .feed(recv, len, self.cfg.body_piece_deadline, move |pieces| {
-                host.lfs_put(&repo, oid, len, pieces)
-            })
+            .feed(
+                super::body::Body::new(recv, len, self.cfg.body_piece_deadline),
+                move |pieces| host.lfs_put(&repo, oid, len, pieces),
+            )
             .await;
         let seq = match put {
             Ok(Ok(seq)) => seq,

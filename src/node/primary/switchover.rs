@@ -21,7 +21,7 @@ pub(super) struct Switch {
     /// True while a switchover pauses writes.
     pub(super) handing_over: watch::Sender<bool>,
     /// Writing requests admitted and not finished.
-    pub(super) writers: watch::Sender<usize>,
+    pub(super) writers: Arc<watch::Sender<usize>>,
     /// The head and clients to hand over, for the twin session to send.
     pub(super) handover: watch::Sender<Option<(u64, Vec<HandedClient>)>>,
     /// Set once the twin took over: where it serves.
@@ -32,24 +32,25 @@ impl Default for Switch {
     fn default() -> Self {
         Switch {
             handing_over: watch::channel(false).0,
-            writers: watch::channel(0).0,
+            writers: Arc::new(watch::channel(0).0),
             handover: watch::channel(None).0,
             deposed: watch::channel(None).0,
         }
     }
 }
 
-/// Counts a writing request from its admission to its answer.
-pub(super) struct Writing<'a>(&'a watch::Sender<usize>);
+/// Counts a writing request from its admission to its answer, which may be
+/// given by another task than the one that admitted it (a pipeline's).
+pub(super) struct Writing(Arc<watch::Sender<usize>>);
 
-impl<'a> Writing<'a> {
-    pub(super) fn enter(writers: &'a watch::Sender<usize>) -> Self {
+impl Writing {
+    pub(super) fn enter(writers: &Arc<watch::Sender<usize>>) -> Self {
         writers.send_modify(|n| *n += 1);
-        Writing(writers)
+        Writing(writers.clone())
     }
 }
 
-impl Drop for Writing<'_> {
+impl Drop for Writing {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n -= 1);
     }
