@@ -216,7 +216,8 @@ async fn requests_a_pipeline_does_not_take_are_refused_by_id_and_it_goes_on() {
     assert_eq!(r.primary.log().head_seq(), 2, "the refused wrote nothing");
 }
 
-/// A blob past the pipeline's bound, a body that stalls, and bytes that do
+/// A body past the pipeline's bound on a request that is not an append, a
+/// body that stalls, a request under the reserved id 0, and bytes that do
 /// not decode each end the pipeline by name (the framing past them is
 /// lost); nothing of them is written and the primary serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -266,6 +267,17 @@ async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
         }
         assert!(p.answer().await.is_none(), "the pipeline ended");
     }
+
+    let mut p = raw_pipe(&r).await;
+    p.send(0, append(1), b"z").await;
+    match p.answer().await {
+        Some(PipedAnswer {
+            id: 0,
+            resp: Response::Error(ApiError::BadRequest(why)),
+        }) => assert!(why.contains("reserved"), "{why}"),
+        other => panic!("a request under id 0 answered {other:?}"),
+    }
+    assert!(p.answer().await.is_none(), "the pipeline ended");
 
     let mut p = raw_pipe(&r).await;
     p.send

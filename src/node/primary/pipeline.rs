@@ -207,6 +207,11 @@ async fn read_pipeline(
                 break None;
             }
         };
+        if id == 0 {
+            break Some(ApiError::BadRequest(
+                "a piped request's id 0 is reserved for the pipeline's own answer".into(),
+            ));
+        }
         let len = req.body_len();
         if len > PIPED_BODY_MAX {
             let body = match &req {
