@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use twinlog::net::{self, Pins, Role};
-use twinlog::node::api::{Piped, PipedAnswer, PIPED_BODY_MAX};
+use twinlog::node::api::{ClientRole, Piped, PipedAnswer, PIPED_BODY_MAX};
 use twinlog::node::{ApiError, Client, Durability, PrimaryConfig, Request, Response, WriteRefusal};
 
 #[path = "support/in_process.rs"]
@@ -89,11 +89,7 @@ fn append(blob_len: u64) -> Request {
 async fn many_callers_share_one_pipeline_and_each_gets_its_own_frame() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start(dir.path());
-    let client = Arc::new(
-        Client::connect(&r.client, r.server.fingerprint(), r.addr)
-            .await
-            .expect("client"),
-    );
+    let client = Arc::new(r.connect().await);
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..200u32 {
         let client = client.clone();
@@ -126,11 +122,7 @@ async fn many_callers_share_one_pipeline_and_each_gets_its_own_frame() {
 async fn large_blobs_stream_on_a_pipeline_between_small_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start(dir.path());
-    let client = Arc::new(
-        Client::connect(&r.client, r.server.fingerprint(), r.addr)
-            .await
-            .expect("client"),
-    );
+    let client = Arc::new(r.connect().await);
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..24u32 {
         let client = client.clone();
@@ -217,8 +209,8 @@ async fn requests_a_pipeline_does_not_take_are_refused_by_id_and_it_goes_on() {
 }
 
 /// A body past the pipeline's bound on a request that is not an append, a
-/// body that stalls, a request under the reserved id 0, and bytes that do
-/// not decode each end the pipeline by name (the framing past them is
+/// body that stalls, a request under the reserved id 0, bytes that do not
+/// decode, and a streamed append refused each end the pipeline by name (the framing past them is
 /// lost); nothing of them is written and the primary serves on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
@@ -293,14 +285,28 @@ async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
     }
     assert!(p.answer().await.is_none(), "the pipeline ended");
 
+    // A streamed append refused before its body is read: its body is not
+    // taken, so the pipeline ends after its answer.
+    let reader = std::collections::HashMap::from([(r.client.fingerprint(), ClientRole::Read)]);
+    r.primary.set_client_roles(reader);
+    let mut p = raw_pipe(&r).await;
+    r.primary.set_client_roles(Default::default());
+    p.send(6, append(3 << 20), &[]).await;
+    match p.answer().await {
+        Some(PipedAnswer {
+            id: 6,
+            resp: Response::Error(ApiError::Forbidden(_)),
+        }) => {}
+        other => panic!("a refused streamed append answered {other:?}"),
+    }
+    assert!(p.answer().await.is_none(), "the pipeline ended");
+
     assert_eq!(
         r.primary.log().head_seq(),
         1,
         "only the whole append landed"
     );
-    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
-        .await
-        .expect("client");
+    let client = r.connect().await;
     let (seq, _) = client
         .append(APP, b"", b"after", Durability::Local)
         .await
@@ -315,9 +321,7 @@ async fn a_pipeline_whose_framing_is_lost_ends_by_name_and_writes_nothing() {
 async fn callers_that_give_up_midway_leave_the_pipeline_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start(dir.path());
-    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
-        .await
-        .expect("client");
+    let client = r.connect().await;
     let blob = vec![9u8; 200_000];
     for i in 0..60u32 {
         // Polled never, once or a few times: cut off wherever it got to,

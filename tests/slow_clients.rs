@@ -63,9 +63,7 @@ async fn stall(r: &Running, blob_len: u64, send: usize) -> (quinn::SendStream, q
 async fn a_stalled_body_is_cut_off_by_name_and_other_writers_go_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start(dir.path());
-    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
-        .await
-        .expect("client");
+    let client = r.connect().await;
     // A streamed entry (past the whole-read size) and a small one, both
     // stalled after a few bytes; and one that sends nothing at all.
     let mut stalled = [
@@ -129,9 +127,7 @@ async fn a_stalled_body_under_the_staging_bound_holds_no_writer_at_all() {
             ..PrimaryConfig::default()
         },
     );
-    let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
-        .await
-        .expect("client");
+    let client = r.connect().await;
     let mut stalled = [
         stall(&r, 4 << 20, 1000).await,
         stall(&r, 64 << 20, 3 << 20).await,
@@ -193,9 +189,7 @@ async fn bodies_held_whole_stay_inside_the_memory_budget() {
     for w in 0..12u8 {
         let r = r.clone();
         writers.push(tokio::spawn(async move {
-            let client = Client::connect(&r.client, r.server.fingerprint(), r.addr)
-                .await
-                .expect("client");
+            let client = r.connect().await;
             for _ in 0..4 {
                 client
                     .append(0x8000, b"", &vec![w; 1 << 20], Durability::Local)

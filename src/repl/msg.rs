@@ -282,13 +282,23 @@ pub enum DecodeError {
 
 /// Length-prefixed postcard bytes of a message.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(&mut out, msg);
+    out
+}
+
+/// [`encode`], appended to `out`: several messages in one buffer, one
+/// allocation.
+pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, msg: &T) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
     // Encoding an in-memory value of these types cannot fail: postcard only
     // fails on unsupported types or a full fixed buffer, neither used here.
-    let body = postcard::to_stdvec(msg).unwrap_or_default();
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body);
-    out
+    if postcard::to_io(msg, &mut *out).is_err() {
+        out.truncate(start + 4);
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
 /// The length a prefix announces, checked against the limit before the
@@ -318,6 +328,21 @@ pub fn decode<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<(T, usize), Decod
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_encoded_into_one_buffer_decode_one_after_another() {
+        let (a, b) = (TwinMsg::Ack { durable: 7 }, TwinMsg::Ack { durable: 9 });
+        let mut out = b"kept".to_vec();
+        encode_into(&mut out, &a);
+        encode_into(&mut out, &b);
+        assert_eq!(&out[..4], b"kept");
+        let mut both = encode(&a);
+        both.extend_from_slice(&encode(&b));
+        assert_eq!(&out[4..], &both[..]);
+        let (first, used) = decode::<TwinMsg>(&out[4..]).expect("first");
+        let (second, _) = decode::<TwinMsg>(&out[4 + used..]).expect("second");
+        assert_eq!((first, second), (a, b));
+    }
 
     #[test]
     fn messages_print_the_history_id_in_hex_as_the_log_does() {

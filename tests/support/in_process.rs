@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use twinlog::log::Log;
 use twinlog::net::{self, Identity, Pins, Role};
-use twinlog::node::{Primary, PrimaryConfig, TwinPolicy};
+use twinlog::node::{Client, Primary, PrimaryConfig, TwinPolicy};
 
 pub struct Running {
     pub primary: Arc<Primary>,
@@ -18,6 +18,15 @@ pub struct Running {
     pub client: Identity,
     /// Stops the primary when dropped.
     pub stop: watch::Sender<bool>,
+}
+
+impl Running {
+    /// A client of this primary, connected, with the default options.
+    pub async fn connect(&self) -> Client {
+        Client::connect(&self.client, self.server.fingerprint(), self.addr)
+            .await
+            .expect("client")
+    }
 }
 
 /// A primary on `dir` with no twin, under `cfg` (its policy `wait`).

@@ -103,9 +103,9 @@ impl Primary {
                 Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
                     // Every answer ready now goes out in one write.
                     out.clear();
-                    out.extend_from_slice(&crate::repl::msg::encode(&answer));
+                    crate::repl::msg::encode_into(&mut out, &answer);
                     while let Some(Some(more)) = in_flight.next().now_or_never() {
-                        out.extend_from_slice(&crate::repl::msg::encode(&more));
+                        crate::repl::msg::encode_into(&mut out, &more);
                     }
                     if let Err(e) = send.write_all(&out).await {
                         break Err(NetError::from(e));
@@ -213,7 +213,7 @@ async fn read_pipeline(
             ));
         }
         let len = req.body_len();
-        if len > PIPED_BODY_MAX {
+        let (body, room_held) = if len > PIPED_BODY_MAX {
             let body = match &req {
                 Request::Append { kind, meta, .. } => {
                     let (kind, meta) = (*kind, meta.clone());
@@ -227,38 +227,31 @@ async fn read_pipeline(
                     max: PIPED_BODY_MAX,
                 })),
             };
-            // A body not taken whole leaves the framing lost: the pipeline
-            // ends after it.
-            let broken = matches!(body, Carried::Failed(_));
-            let arrived = Arrived {
-                id,
-                req,
-                body,
-                _room: [Some(request_room), None, None],
-            };
-            if tx.send(Read::Request(Box::new(arrived))).await.is_err() || broken {
-                break None;
-            }
-            continue;
-        }
-        let (byte_room, budget) = if len > 0 {
-            let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
-                break None;
-            };
-            (Some(bytes), Some(primary.budget.charge(len).await))
+            (body, [Some(request_room), None, None])
         } else {
-            (None, None)
-        };
-        let (body, broken) =
-            match body::read_exact_within(&mut recv, len, primary.cfg.body_piece_deadline).await {
-                Ok(blob) => (Carried::Blob(blob), false),
-                Err(e) => (Carried::Failed(e), true),
+            let (byte_room, budget) = if len > 0 {
+                let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
+                    break None;
+                };
+                (Some(bytes), Some(primary.budget.charge(len).await))
+            } else {
+                (None, None)
             };
+            let deadline = primary.cfg.body_piece_deadline;
+            let body = match body::Body::exact(&mut recv, len, deadline).read_all().await {
+                Ok(blob) => Carried::Blob(blob),
+                Err(e) => Carried::Failed(e),
+            };
+            (body, [Some(request_room), byte_room, budget])
+        };
+        // A body not taken whole leaves the framing lost: the pipeline ends
+        // after it.
+        let broken = matches!(body, Carried::Failed(_));
         let arrived = Arrived {
             id,
             req,
             body,
-            _room: [Some(request_room), byte_room, budget],
+            _room: room_held,
         };
         if tx.send(Read::Request(Box::new(arrived))).await.is_err() || broken {
             break None;
