@@ -13,11 +13,11 @@ use tokio::sync::{mpsc, watch};
 use super::epoch::Epochs;
 use super::snapshot;
 use super::store::StoreHost;
-use crate::log::format::FrameHeader;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
+use crate::repl::apply::{self, Applier, Write};
 use crate::repl::{
-    Backoff, FrameEvent, Now, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView,
+    Backoff, Now, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView,
 };
 use crate::store::install::{self, InstallPaths, SnapshotBase};
 
@@ -116,14 +116,6 @@ pub struct Twin {
 /// the clients to pin, answers the new epoch and where it will serve.
 pub type Handover =
     dyn Fn(u64, Vec<crate::repl::HandedClient>) -> Result<(u64, String), String> + Send + Sync;
-
-/// What the writer thread is told.
-enum Write {
-    Begin(FrameHeader, Vec<u8>),
-    Piece(bytes::Bytes),
-    End,
-    Erased(FrameHeader, Vec<u8>),
-}
 
 /// What the writer thread reports.
 enum Written {
@@ -663,7 +655,7 @@ const PROMOTED_FLUSH: Duration = Duration::from_secs(2);
 /// number of frames in them.
 const WRITE_BATCHES: usize = 16;
 
-/// Decode stream bytes with the core and hand their events to the writer
+/// Decode stream bytes with the core and hand their steps to the writer
 /// as one batch: the writer syncs when it has caught up, so a batch per
 /// chunk lets one sync cover every frame the chunk held.
 async fn feed(
@@ -671,50 +663,32 @@ async fn feed(
     bytes: &bytes::Bytes,
     writer: &mpsc::Sender<Vec<Write>>,
 ) -> Result<(), Refusal> {
-    let mut pos = 0;
     let mut batch = Vec::new();
-    let decoded = loop {
-        let (n, ev) = match core.handle_frame_data(&bytes[pos..]) {
-            Ok(x) => x,
-            Err(e) => break Err(e),
-        };
-        let piece = bytes.slice(pos..pos + n);
-        pos += n;
-        batch.push(match ev {
-            None if n == 0 => break Ok(()),
-            None => continue,
-            Some(FrameEvent::Begin(h)) => Write::Begin(h, core.meta().to_vec()),
-            Some(FrameEvent::Piece) => Write::Piece(piece),
-            Some(FrameEvent::End(_)) => Write::End,
-            Some(FrameEvent::Erased(h)) => Write::Erased(h, core.meta().to_vec()),
-        });
-    };
+    let decoded = apply::decode(core, bytes, &mut batch);
     if !batch.is_empty() {
         let _ = writer.send(batch).await;
     }
     decoded
 }
 
-/// The writer thread: applies frame events to the log (a streaming append
-/// per frame, committed without sync after its crc checked), and syncs once
+/// The writer thread: applies each batch as it comes, and syncs once
 /// whenever it has caught up with what arrived: one sync per batch.
 fn write_frames(
     log: &Log,
     mut rx: mpsc::Receiver<Vec<Write>>,
     out: mpsc::UnboundedSender<Written>,
 ) {
-    let mut pending = None;
-    let mut unsynced = false;
+    let synced = |done: Result<u64, LogError>| match done {
+        Ok(head) => Written::Synced(head),
+        Err(e) => Written::Failed(e),
+    };
+    let mut applier = Applier::new(log);
     loop {
         let batch = match rx.try_recv() {
             Ok(batch) => batch,
             Err(mpsc::error::TryRecvError::Empty) => {
-                if unsynced && pending.is_none() {
-                    unsynced = false;
-                    let _ = out.send(match log.sync() {
-                        Ok(head) => Written::Synced(head),
-                        Err(e) => Written::Failed(e),
-                    });
+                if let Some(done) = applier.sync_if_caught_up() {
+                    let _ = out.send(synced(done));
                 }
                 match rx.blocking_recv() {
                     Some(batch) => batch,
@@ -725,56 +699,20 @@ fn write_frames(
         };
         // One `Committed` per batch, for its last frame: the session wakes
         // once per chunk, not once per frame.
-        let mut committed = None;
-        for cmd in batch {
-            let done: Result<Option<u64>, LogError> = match cmd {
-                Write::Begin(h, meta) => {
-                    log.begin(Some(h.seq), h.kind, &meta, h.blob_len)
-                        .map(|mut p| {
-                            p.expect_payload_crc(h.payload_crc);
-                            pending = Some(p);
-                            None
-                        })
-                }
-                Write::Piece(bytes) => match pending.as_mut() {
-                    Some(p) => p.write(&bytes).map(|()| None),
-                    None => Ok(None),
-                },
-                Write::End => match pending.take() {
-                    Some(p) => p.commit_unsynced().map(Some),
-                    None => Ok(None),
-                },
-                Write::Erased(h, meta) => log
-                    .stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc)
-                    .map(Some),
-            };
-            match done {
-                Ok(Some(seq)) => {
-                    unsynced = true;
-                    committed = Some(seq);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    pending = None;
-                    if let Some(seq) = committed.take() {
-                        let _ = out.send(Written::Committed(seq));
-                    }
-                    let _ = out.send(Written::Failed(e));
-                }
-            }
-        }
-        if let Some(seq) = committed {
+        let applied = applier.apply(batch);
+        if let Some(seq) = applied.committed {
             let _ = out.send(Written::Committed(seq));
         }
-    }
-    drop(pending);
-    if unsynced {
-        match log.sync() {
-            Ok(head) => {
-                let _ = out.send(Written::Synced(head));
-            }
-            Err(e) => tracing::error!(error = %e, "sync after the session failed"),
+        if let Some(e) = applied.failed {
+            let _ = out.send(Written::Failed(e));
         }
+    }
+    match applier.finish() {
+        Some(Ok(head)) => {
+            let _ = out.send(Written::Synced(head));
+        }
+        Some(Err(e)) => tracing::error!(error = %e, "sync after the session failed"),
+        None => {}
     }
 }
 

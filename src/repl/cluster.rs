@@ -545,7 +545,7 @@ impl Cluster {
         let hello = TwinCore::new(self.cfg.timers, view, self.now).poll_transmit()?;
         let view = link::primary_view(&t.log, t.epochs.history.clone());
         let mut core = PrimaryCore::new(self.cfg.timers, view, self.now);
-        core.handle_hello(hello, |seq| link::head_frame(&t.log, seq), self.now);
+        core.handle_hello(hello, |seq| super::apply::head_frame(&t.log, seq), self.now);
         let answer = core.poll_transmit();
         while let Some(action) = core.poll_action() {
             if let PrimaryAction::Fence { epoch } = action {

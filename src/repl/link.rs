@@ -13,15 +13,15 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::apply::{self, head_frame, Applier, Write};
 use super::epochs::EpochHistory;
 use super::msg::{Position, PrimaryMsg, TwinMsg};
 use super::pair::{Fault, PairConfig};
-use super::primary::{HeadFrame, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView};
+use super::primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView};
 use super::twin::{TwinAction, TwinCore, TwinState, TwinView};
-use super::wire::{frame_prefix, FrameEvent};
 use super::Now;
-use crate::log::format::FrameHeader;
 use crate::log::{Error, HistoryId, Log};
+use bytes::Bytes;
 
 /// What a core asks of the box it runs on, beyond moving frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,19 +30,14 @@ pub(crate) enum LinkEvent {
     Twin(TwinAction),
 }
 
-struct Frame {
-    header: FrameHeader,
-    meta: Vec<u8>,
-    blob: Vec<u8>,
-}
-
 /// One connection; see the module documentation.
 pub(crate) struct Link {
     cfg: PairConfig,
     pub(crate) primary: PrimaryCore,
     pub(crate) twin: TwinCore,
-    /// A frame arriving on the stream, gathered before it is committed.
-    arriving: Option<Frame>,
+    /// The steps of a frame still arriving: a frame is applied once it is
+    /// whole, so that no partly written frame outlives a pump.
+    arriving: Vec<Write>,
     to_primary: VecDeque<(Instant, TwinMsg)>,
     to_twin: VecDeque<(Instant, PrimaryMsg)>,
     data: VecDeque<(Instant, Vec<u8>)>,
@@ -86,14 +81,6 @@ pub(crate) fn primary_view(log: &Log, epochs: EpochHistory) -> PrimaryView {
     }
 }
 
-/// The primary's frame at `seq`, as the handshake compares it.
-pub(crate) fn head_frame(log: &Log, seq: u64) -> Option<HeadFrame> {
-    log.locate_blob(seq).ok().map(|l| HeadFrame {
-        crc: l.payload_crc,
-        erased: l.is_erased(),
-    })
-}
-
 impl Link {
     /// A twin dials a primary: both cores start now, the Hello is queued.
     pub(crate) fn connect(cfg: PairConfig, primary: PrimaryView, twin: TwinView, now: Now) -> Link {
@@ -101,7 +88,7 @@ impl Link {
             cfg,
             primary: PrimaryCore::new(cfg.timers, primary, now),
             twin: TwinCore::new(cfg.timers, twin, now),
-            arriving: None,
+            arriving: Vec::new(),
             to_primary: VecDeque::new(),
             to_twin: VecDeque::new(),
             data: VecDeque::new(),
@@ -261,22 +248,21 @@ impl Link {
     /// Put frame `seq` on the stream as its stored bytes, in chunks.
     fn ship(&mut self, primary: &Log, seq: u64, now: Now) {
         let mut bytes = Vec::new();
-        let shipped = primary.read_pieces(seq, 1 << 16, |loc, piece, _last| {
-            if bytes.is_empty() {
-                let header = loc.header();
-                bytes.extend_from_slice(&frame_prefix(&header, &loc.meta));
-            }
+        apply::ship_frame(primary, seq, 1 << 16, |piece| {
             bytes.extend_from_slice(piece);
             Ok::<(), Error>(())
-        });
-        shipped.unwrap_or_else(|e| panic!("ship {seq}: {e}"));
+        })
+        .unwrap_or_else(|e| panic!("ship {seq}: {e}"));
         let at = now.at + self.cfg.delay;
         for chunk in bytes.chunks(self.cfg.chunk.max(1)) {
             self.data.push_back((at, chunk.to_vec()));
         }
     }
 
+    /// Apply the chunks that arrived, as the twin's writer does: the whole
+    /// frames among them in one batch per chunk, then one sync for all.
     fn receive_frames(&mut self, twin: &Log, now: Now) {
+        let mut applier = Applier::new(twin);
         loop {
             let streaming = self.twin.state() == TwinState::Streaming;
             if self.closed || !streaming || self.data.front().is_none_or(|d| d.0 > now.at) {
@@ -285,63 +271,27 @@ impl Link {
             let Some((_, chunk)) = self.data.pop_front() else {
                 break;
             };
-            let mut pos = 0;
-            // A refusal ends the chunk: the core is closed and says why.
-            while let Ok((n, ev)) = self.twin.handle_frame_data(&chunk[pos..]) {
-                let piece = &chunk[pos..pos + n];
-                pos += n;
-                match ev {
-                    None if n == 0 => break,
-                    None => {}
-                    Some(FrameEvent::Begin(header)) => {
-                        self.arriving = Some(Frame {
-                            header,
-                            meta: self.twin.meta().to_vec(),
-                            blob: Vec::new(),
-                        });
-                    }
-                    Some(FrameEvent::Piece) => {
-                        if let Some(f) = self.arriving.as_mut() {
-                            f.blob.extend_from_slice(piece);
-                        }
-                    }
-                    Some(FrameEvent::End(header)) => {
-                        let frame = self.arriving.take();
-                        self.commit(twin, header, frame);
-                    }
-                    Some(FrameEvent::Erased(h)) => {
-                        let meta = self.twin.meta().to_vec();
-                        match twin.stage_erased_at(h.seq, &meta, h.blob_len, h.payload_crc) {
-                            Ok(seq) => self.twin.handle_committed(seq),
-                            Err(e) => self.twin.handle_commit_failed(&e),
-                        }
-                    }
+            // A refusal is queued in the core, which is closed and says why.
+            let _ = apply::decode(&mut self.twin, &Bytes::from(chunk), &mut self.arriving);
+            let whole = self.arriving.iter().rposition(Write::ends_frame);
+            if let Some(last) = whole {
+                let applied = applier.apply(self.arriving.drain(..=last));
+                if let Some(seq) = applied.committed {
+                    self.twin.handle_committed(seq);
+                }
+                if let Some(e) = applied.failed {
+                    self.twin.handle_commit_failed(&e);
                 }
             }
             self.twin_actions(twin);
         }
         // The input at hand is drained: one sync for the batch, one ack.
-        if !self.closed && self.twin.needs_sync() {
-            match twin.sync() {
-                Ok(head) => self.twin.handle_synced(head),
-                Err(e) => self.twin.handle_commit_failed(&e),
+        if !self.closed {
+            match applier.sync_if_caught_up() {
+                Some(Ok(head)) => self.twin.handle_synced(head),
+                Some(Err(e)) => self.twin.handle_commit_failed(&e),
+                None => {}
             }
-        }
-    }
-
-    fn commit(&mut self, twin: &Log, header: FrameHeader, frame: Option<Frame>) {
-        let Some(frame) = frame else {
-            return self.twin.handle_end_without_begin();
-        };
-        let committed = (|| {
-            let mut p = twin.begin(Some(header.seq), header.kind, &frame.meta, header.blob_len)?;
-            p.write(&frame.blob)?;
-            p.expect_payload_crc(frame.header.payload_crc);
-            p.commit_unsynced()
-        })();
-        match committed {
-            Ok(seq) => self.twin.handle_committed(seq),
-            Err(e) => self.twin.handle_commit_failed(&e),
         }
     }
 }

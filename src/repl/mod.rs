@@ -13,10 +13,13 @@
 //! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
+//! - [`apply`]: the frame stream read from a primary's log and applied to
+//!   a twin's, shared by the daemons and the simulations;
 //! - [`primary`]: the shipping side; [`twin`]: the receiving side;
 //! - [`Backoff`]: capped reconnect delays.
 
 pub mod ack;
+pub mod apply;
 pub mod cluster;
 pub mod epochs;
 mod link;

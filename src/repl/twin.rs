@@ -395,11 +395,6 @@ impl TwinCore {
         });
     }
 
-    /// A frame's end arrived without its beginning.
-    pub fn handle_end_without_begin(&mut self) {
-        self.refuse(Refusal::Protocol("a frame ended that never began".into()));
-    }
-
     /// Whether frames are committed that no sync has covered yet.
     pub fn needs_sync(&self) -> bool {
         self.committed > self.durable

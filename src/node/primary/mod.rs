@@ -24,7 +24,7 @@ use super::snapshot::{self, SnapshotSource};
 use super::store::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
-use crate::repl::wire::frame_prefix;
+use crate::repl::apply;
 use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
 mod appender;

@@ -48,14 +48,11 @@ impl Primary {
         let head = view.head;
         let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
         tracing::info!(?hello, head, "twin hello");
-        let log = &self.log;
-        let frame_at = |seq| {
-            log.locate_blob(seq).ok().map(|l| crate::repl::HeadFrame {
-                crc: l.payload_crc,
-                erased: l.is_erased(),
-            })
-        };
-        core.handle_hello(hello, frame_at, Now::system());
+        core.handle_hello(
+            hello,
+            |seq| apply::head_frame(&self.log, seq),
+            Now::system(),
+        );
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
@@ -288,14 +285,8 @@ pub(super) async fn ship_frames(
         };
         while let Some((from, through)) = ranges.blocking_recv() {
             for seq in from..=through {
-                let mut first = true;
-                log.read_pieces(seq, PIECE, |loc, piece, _last| {
-                    if first {
-                        first = false;
-                        let header = loc.header();
-                        buf.extend_from_slice(&frame_prefix(&header, &loc.meta));
-                    }
-                    buf.extend_from_slice(piece);
+                apply::ship_frame(&log, seq, PIECE, |bytes| {
+                    buf.extend_from_slice(bytes);
                     if buf.len() >= PIECE {
                         flush(&mut buf)?;
                     }
