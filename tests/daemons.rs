@@ -172,8 +172,46 @@ fn verify(pdir: &Path, tdir: &Path, acked: &Acked, what: &str) {
     eprintln!("{what}: {} acknowledged frames on both logs", acked.len());
 }
 
-async fn settle(ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms)).await;
+/// Wait until `more` frames beyond those acknowledged now are: the pair
+/// works again after whatever was broken.
+async fn progress(acked: &Acked, more: usize, what: &str) {
+    let target = acked.lock().expect("lock").len() + more;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while acked.lock().expect("lock").len() < target {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: no {more} more frames acknowledged within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Wait until the primary at `addr` reports its twin connected, or not.
+async fn twin_connected(admin: &Identity, fp: Fingerprint, addr: SocketAddr, want: bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = async {
+            Client::connect(admin, fp, addr)
+                .await
+                .ok()?
+                .status()
+                .await
+                .ok()
+        };
+        if tokio::time::timeout(Duration::from_secs(2), status)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.twin_connected == want)
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the primary did not report its twin connected = {want} within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,29 +245,36 @@ async fn acknowledged_frames_survive_kills_and_cuts() {
     let admin = Arc::new(daemon::load_identity(&pdir.join(daemon::ADMIN_DIR)).expect("admin"));
     let acked: Acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = workload(admin, primary_fp, listen, acked.clone(), stop.clone());
+    let workers = workload(
+        admin.clone(),
+        primary_fp,
+        listen,
+        acked.clone(),
+        stop.clone(),
+    );
 
-    settle(1500).await;
+    progress(&acked, 40, "steady").await;
     verify(&pdir, &tdir, &acked, "steady");
 
     twin.kill().expect("SIGKILL twin");
     twin.wait().expect("reap");
-    settle(300).await;
     twin = start("twin", &tcfg, &logs.join("twin.log"));
-    settle(1500).await;
+    progress(&acked, 20, "after the twin's SIGKILL").await;
     verify(&pdir, &tdir, &acked, "after the twin's SIGKILL");
 
     primary.kill().expect("SIGKILL primary");
     primary.wait().expect("reap");
-    settle(300).await;
     primary = start("primary", &pcfg, &logs.join("primary.log"));
-    settle(2500).await;
+    progress(&acked, 20, "after the primary's SIGKILL").await;
     verify(&pdir, &tdir, &acked, "after the primary's SIGKILL");
 
+    // Cut until the primary has noticed (its idle timeout), so that the
+    // pair must reconnect, not merely resend.
     proxy.cut.store(true, Ordering::SeqCst);
-    settle(1500).await;
+    twin_connected(&admin, primary_fp, listen, false).await;
     proxy.cut.store(false, Ordering::SeqCst);
-    settle(2500).await;
+    twin_connected(&admin, primary_fp, listen, true).await;
+    progress(&acked, 20, "after the link was cut and restored").await;
     verify(&pdir, &tdir, &acked, "after the link was cut and restored");
 
     stop.store(true, Ordering::SeqCst);

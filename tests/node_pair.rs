@@ -403,7 +403,7 @@ async fn a_superseded_primary_is_refused_by_epoch() {
     assert_eq!(twin.log().head_seq(), 0, "nothing written");
     let _ = stop.send(true);
     let _ = p.stop.send(true);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    p.served.await.expect("the primary's serving task");
 
     // A twin of an older epoch follows the newer primary.
     let pdir = tempfile::tempdir().expect("tempdir");

@@ -23,6 +23,26 @@ async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
     panic!("condition not reached in 5 s");
 }
 
+/// The admin client of a primary that was just started, once it answers.
+async fn serving(cfg: &PrimaryConfig) -> twinlog::node::Client {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let dialed = tokio::time::timeout(Duration::from_secs(2), async {
+            let c = daemon::load::admin_client(cfg).await.ok()?;
+            c.status().await.ok().map(|_| c)
+        })
+        .await;
+        if let Ok(Some(client)) = dialed {
+            return client;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the primary did not answer within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -39,8 +59,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     let primary = tokio::spawn(daemon::serve_primary(pc.clone(), stopped));
     let (stop_t, stopped) = watch::channel(false);
     let twin = tokio::spawn(daemon::serve_twin(tc.clone(), stopped));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let client = daemon::load::admin_client(&pc).await.expect("admin");
+    let client = serving(&pc).await;
     for i in 0..20u8 {
         let (_, d) = client
             .append(0x8000, b"", &[i; 100], Durability::Twin)
@@ -91,8 +110,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     let np = PrimaryConfig::load(&promoted.config).expect("load promoted");
     let (stop_np, stopped) = watch::channel(false);
     let new_primary = tokio::spawn(daemon::serve_primary(np.clone(), stopped));
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let client = daemon::load::admin_client(&np).await.expect("admin");
+    let client = serving(&np).await;
     for seq in 1..=20u64 {
         assert_eq!(
             client.read(seq).await.expect("read").blob,

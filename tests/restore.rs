@@ -352,8 +352,9 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
     let root = tempfile::tempdir().expect("tempdir");
     let (tdir, pdir) = (root.path().join("twin"), root.path().join("box"));
     let restore_addr = free_udp();
+    let twin_metrics = free_tcp();
     let (tcfg, twin_fp) =
-        daemon::init_twin(&tdir, free_udp(), free_tcp(), None).expect("twin init");
+        daemon::init_twin(&tdir, free_udp(), twin_metrics, None).expect("twin init");
     let (pcfg, box_fp) = daemon::init_primary(&pdir, free_udp(), free_tcp(), None).expect("init");
     daemon::pin_restore(&tcfg, box_fp, Some(restore_addr), None).expect("pin");
     // The twin's primary is gone (it never existed here): the twin keeps
@@ -365,7 +366,17 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
         &["daemon".as_ref(), "twin".as_ref(), tcfg.as_os_str()],
         &logs,
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The twin binds its restore server before its status server: once
+    // the status port answers, restores are served.
+    let started = Instant::now();
+    while std::net::TcpStream::connect(twin_metrics).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the twin did not start within 30 s: {}",
+            std::fs::read_to_string(&logs).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let (from, fp) = (restore_addr.to_string(), twin_fp.to_string());
     let restore_args = [
         "restore".as_ref(),
