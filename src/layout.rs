@@ -11,6 +11,8 @@
 //!   epochs this box served or heard of (`EPOCH` in older directories);
 //! - `store/`: the store the log feeds;
 //! - `TWIN_SLOT` on a primary: the twin's position its retention holds;
+//! - `RESTART_FLOOR` on a primary: the lowest head it restarted at since
+//!   a twin last said hello (frames past it on the twin may be lost here);
 //! - `snapshots/` on a primary: the snapshot a twin below the floor gets;
 //! - `snapshot.staging/`, `SNAPSHOT_INSTALL` and `SNAPSHOT_BASE`: a
 //!   snapshot being received, the install's intent, and the position the
@@ -34,6 +36,8 @@ pub const EPOCHS_FILE: &str = "EPOCHS";
 pub const LEGACY_EPOCH_FILE: &str = "EPOCH";
 /// The twin's position the primary's retention holds, across restarts.
 pub const TWIN_SLOT: &str = "TWIN_SLOT";
+/// The lowest head a primary restarted at since a twin last said hello.
+pub const RESTART_FLOOR: &str = "RESTART_FLOOR";
 /// Snapshots a primary offers to a twin below its floor.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 /// A snapshot being received.

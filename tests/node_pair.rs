@@ -306,8 +306,9 @@ async fn appends_waiting_for_an_absent_twin_show_in_the_status() {
     let _ = p.stop.send(true);
 }
 
-/// A twin whose log holds another frame at its head, or more frames than
-/// the primary, is refused by name, and nothing is written on either side.
+/// A twin whose log holds another frame at its head, or more frames past
+/// the primary's than a crash of the primary can have lost, is refused by
+/// name, and nothing is written on either side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
     let ids = ids();
@@ -318,7 +319,8 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
             log.append_raw(2, b"", &blob(i, 10)).expect("append");
         }
     }
-    for (case, frames, differ_at) in [("diverged", 5u64, Some(5u64)), ("ahead", 8, None)] {
+    let far = 5 + twinlog::repl::MAX_SHIPPED_UNSYNCED + 1;
+    for (case, frames, differ_at) in [("diverged", 5u64, Some(5u64)), ("ahead", far, None)] {
         let tdir = tempfile::tempdir().expect("tempdir");
         {
             let primary_log = Log::open(pdir.path()).expect("primary log");
@@ -332,8 +334,9 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
                 } else {
                     blob(i, 10)
                 };
-                twin_log.append_raw(2, b"", &b).expect("append");
+                twin_log.stage_raw(2, b"", &b).expect("append");
             }
+            twin_log.sync().expect("sync");
         }
         let before_twin = std::fs::read_dir(tdir.path()).expect("ls").count();
         let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
@@ -863,4 +866,105 @@ async fn a_twin_whose_head_does_not_read_names_it_and_does_not_stream() {
     let _ = stop_t.send(true);
     let _ = p.stop.send(true);
     let _ = p.served.await;
+}
+
+/// The primary ships frames before its own sync: a crash between the two
+/// leaves the twin holding frames the primary lost. Here the twin holds
+/// frames 4..=6 the primary never kept, and the restarted primary took a
+/// frame 4 of its own before the twin came back. The twin is told to cut
+/// after the primary's restart head, checks its frame there, cuts, and
+/// follows the primary's frame 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let tlog = Arc::new(Log::open(tdir.path()).expect("twin log"));
+    let (twin, stop_twin) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    for i in 1..=3u8 {
+        let (_, d) = client
+            .append(2, b"", &[i], Durability::Twin)
+            .await
+            .expect("append");
+        assert_eq!(d, Durability::Twin);
+    }
+    let _ = stop_twin.send(true);
+    let _ = p.stop.send(true);
+    p.served.await.expect("the primary's serving task");
+    drop(p.primary);
+    drop(client);
+    until("the twin stopped", || !twin.status().connected).await;
+    // What the primary shipped and lost: on the twin only.
+    for seq in 4..=6u64 {
+        tlog.append_at(seq, 2, b"", b"lost").expect("append_at");
+    }
+
+    // The primary restarted at 3 and appends a frame 4 of its own.
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    let (seq, _) = client
+        .append(2, b"", b"kept", Durability::Local)
+        .await
+        .expect("append");
+    assert_eq!(seq, 4);
+
+    let (twin, _stop) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
+    until("the twin follows the primary's frame 4", || {
+        tlog.head_seq() == 4 && tlog.read(4).is_ok_and(|e| e.blob == b"kept")
+    })
+    .await;
+    let why = p.primary.status().twin_last_error.unwrap_or_default();
+    assert!(why.contains("lost in its crash"), "refused by name: {why}");
+    for seq in 1..=3u64 {
+        assert_eq!(tlog.read(seq).expect("kept").blob, [seq as u8]);
+    }
+    let (seq, d) = client
+        .append(2, b"", b"after", Durability::Twin)
+        .await
+        .expect("append");
+    assert_eq!((seq, d), (5, Durability::Twin));
+    assert!(twin.status().connected);
+    let _ = p.stop.send(true);
+}
+
+/// The restart head is kept in a file from the primary's start until a
+/// twin streams from it: a restart before then keeps the lower one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_restart_floor_is_kept_until_a_twin_streams() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let floor = tempfile::tempdir().expect("tempdir");
+    let floor = floor.path().join("RESTART_FLOOR");
+    let read_floor = || {
+        std::fs::read(&floor)
+            .ok()
+            .map(|b| u64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
+    };
+    {
+        let log = Log::open(pdir.path()).expect("log");
+        for i in 1..=3u8 {
+            log.append_raw(2, b"", &[i]).expect("append");
+        }
+    }
+    // An earlier start at head 2 left its floor; this one starts at 3.
+    std::fs::write(&floor, {
+        let mut b = 2u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&crc32fast::hash(&2u64.to_le_bytes()).to_le_bytes());
+        b
+    })
+    .expect("write");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    p.primary.set_restart_floor(floor.clone()).expect("floor");
+    assert_eq!(read_floor(), Some(2), "the lower floor is kept");
+    let (twin, _stop) = start_twin(&ids, tdir.path(), p.addr);
+    until("the twin streams", || twin.status().connected).await;
+    until("the floor is gone", || read_floor().is_none()).await;
+    let _ = p.stop.send(true);
 }

@@ -155,6 +155,14 @@ fn documented_indices_are_the_encoder_s() {
             },
         ),
         ("WriteFailed", Refusal::WriteFailed("x".into())),
+        (
+            "LostOnPrimary",
+            Refusal::LostOnPrimary {
+                after: 1,
+                twin_head: 2,
+                crc: None,
+            },
+        ),
     ];
     for (name, r) in refusals {
         // A Refuse message: the refusal's index follows the message's.

@@ -21,6 +21,7 @@ fn primary(head: u64, first: u64) -> PrimaryCore {
             head,
             first,
             epochs: Default::default(),
+            restart_head: head,
         },
         Now::system(),
     )
@@ -233,8 +234,8 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
             history: H,
             head: 3,
             first: 1,
-
             epochs: Default::default(),
+            restart_head: 3,
         },
         now,
     );
@@ -502,4 +503,97 @@ fn a_twin_head_erased_on_the_primary_since_is_welcomed() {
     let mut c = primary(10, 1);
     c.handle_message(TwinMsg::Store(Default::default()), now);
     assert!(matches!(refused(&mut c), Refusal::Protocol(_)));
+}
+
+fn restarted_primary(head: u64, restart_head: u64) -> PrimaryCore {
+    PrimaryCore::new(
+        Timers::default(),
+        PrimaryView {
+            history: H,
+            head,
+            first: 1,
+            epochs: Default::default(),
+            restart_head,
+        },
+        Now::system(),
+    )
+}
+
+/// Frames are shipped before the primary's sync: a twin past the head the
+/// primary restarted at, holding frames it lacks or holds otherwise, is
+/// told to cut them after that head, with the primary's frame there to
+/// check; further ahead than one unsynced group, or at or below that head,
+/// nothing is cut.
+#[test]
+fn a_twin_past_the_restart_head_is_told_to_cut_what_the_primary_lost() {
+    let now = Now::system();
+    let frame = |seq: u64| Some(HeadFrame::crc(seq as u32 * 7));
+    // Ahead of the primary, which restarted at its head.
+    let mut c = restarted_primary(10, 10);
+    c.handle_hello(hello(H, 14, 1), frame, now);
+    assert_eq!(
+        refused(&mut c),
+        Refusal::LostOnPrimary {
+            after: 10,
+            twin_head: 14,
+            crc: Some(70)
+        }
+    );
+    // The primary took frames of its own since: another frame at the
+    // twin's head, past the restart head.
+    let mut c = restarted_primary(20, 10);
+    c.handle_hello(hello(H, 14, 1), frame, now);
+    assert!(matches!(
+        refused(&mut c),
+        Refusal::LostOnPrimary { after: 10, .. }
+    ));
+    // The same frame there: the twin streamed from this primary since.
+    let mut c = restarted_primary(20, 10);
+    c.handle_hello(hello(H, 14, 14 * 7), frame, now);
+    assert_eq!(c.state(), PrimaryState::Streaming);
+    // At or below the restart head, a difference is a divergence.
+    let mut c = restarted_primary(20, 10);
+    c.handle_hello(hello(H, 10, 1), frame, now);
+    assert!(matches!(refused(&mut c), Refusal::Diverged { seq: 10, .. }));
+    // Further ahead than one unsynced group: not a crash of this primary.
+    let far = 10 + twinlog::repl::MAX_SHIPPED_UNSYNCED + 1;
+    let mut c = restarted_primary(10, 10);
+    c.handle_hello(hello(H, far, 1), frame, now);
+    assert!(matches!(refused(&mut c), Refusal::TwinAhead { .. }));
+    // The frame at the restart head is gone here: nothing proves a
+    // shared past.
+    let mut c = restarted_primary(10, 10);
+    c.handle_hello(hello(H, 12, 1), |_| None, now);
+    assert!(matches!(refused(&mut c), Refusal::TwinAhead { .. }));
+}
+
+#[test]
+fn a_twin_told_its_frames_were_lost_on_the_primary_cuts_them_then_closes() {
+    let now = Now::system();
+    let mut t = TwinCore::new(
+        Timers::default(),
+        TwinView {
+            history: H,
+            head: Position { seq: 14, crc: 1 },
+            first: 1,
+            epoch: 0,
+            epochs: Default::default(),
+        },
+        now,
+    );
+    let why = Refusal::LostOnPrimary {
+        after: 10,
+        twin_head: 14,
+        crc: Some(70),
+    };
+    t.handle_message(PrimaryMsg::Refuse(why.clone()), now);
+    assert_eq!(
+        t.poll_action(),
+        Some(TwinAction::CutAfter {
+            after: 10,
+            crc: Some(70)
+        })
+    );
+    assert_eq!(t.poll_action(), Some(TwinAction::Close(why)));
+    assert_eq!(t.state(), TwinState::Closed);
 }

@@ -78,6 +78,7 @@ fn the_primary_core_times_each_publication_to_the_ack_covering_it() {
             head: 4,
             first: 1,
             epochs: Default::default(),
+            restart_head: 4,
         },
         t0,
     );

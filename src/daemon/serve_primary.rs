@@ -59,6 +59,8 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
+    node.set_restart_floor(cfg.data_dir.join(crate::layout::RESTART_FLOOR))
+        .map_err(|e| DaemonError::Failed(format!("keeping the restart floor: {e}")))?;
     let shutdown = stop_on(
         shutdown,
         node.watch_deposed(),

@@ -392,6 +392,55 @@ impl StoreHost {
         &self.log
     }
 
+    /// Run `cut`, which cuts the log after `after`, with the store first
+    /// moved back to `after` when it applied frames past it, and no frame
+    /// applied meanwhile. Frames of the store's own past `after` changed
+    /// its files, which cannot be undone here: refused by name, nothing
+    /// cut. Answers the applied seq the store was moved back from.
+    pub fn rewound_for_cut<T>(
+        &self,
+        after: u64,
+        cut: impl FnOnce() -> Result<T, crate::log::Error>,
+    ) -> Result<(Option<u64>, T), StoreError> {
+        let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let applied = match g.as_ref() {
+            Some(store) => store.applied(),
+            None if self.dir.join("APPLIED").exists() => {
+                Store::applied_mark(&self.dir, self.log.history())?
+            }
+            None => 0,
+        };
+        let mut moved = None;
+        if applied > after {
+            let mut own = false;
+            self.log.scan_kinds::<crate::log::Error>(
+                after + 1,
+                applied.min(self.log.head_seq()),
+                |_, kind| {
+                    own |= crate::store::is_store_kind(kind);
+                    Ok(())
+                },
+            )?;
+            if own {
+                return Err(StoreError::AppliedPastCut { after, applied });
+            }
+            // Closed while its mark moves; the applier reopens it.
+            drop(g.take());
+            Store::rewind_to(&self.dir, self.log.history(), after)?;
+            moved = Some(applied);
+        }
+        let done = cut()?;
+        if g.is_none() && moved.is_some() {
+            // Reopened at its moved mark; should that fail, the applier
+            // tries again and reports the stall.
+            match Store::open(&self.dir, self.log.history(), self.opts) {
+                Ok(store) => *g = Some(store),
+                Err(e) => tracing::warn!(error = %e, "the store does not reopen after the cut"),
+            }
+        }
+        Ok((moved, done))
+    }
+
     /// Apply every durable frame not applied yet.
     /// The applied seq, recorded durably: what retention may drop below.
     pub fn applied_durably(&self) -> Result<u64, StoreError> {

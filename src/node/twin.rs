@@ -393,6 +393,68 @@ impl Twin {
         endpoint.close(0u32.into(), b"shutdown");
     }
 
+    /// The primary lost this log's frames past `after` in a crash, before
+    /// they were durable there, so they were never acknowledged: check the
+    /// frame at `after` against the primary's `crc`, save the frames past
+    /// it (under the data directory's `divergent/`, as a rejoin does), move
+    /// the store back to `after`, and cut them.
+    async fn cut_lost(&self, after: u64, crc: Option<u32>) -> Result<String, String> {
+        let log = self.log.clone();
+        let base = *self.base.lock().unwrap_or_else(|e| e.into_inner());
+        let snapshots = self.snapshots();
+        let store = self.store();
+        let epoch = self.epochs.newest();
+        let primary = self.primary.to_string();
+        let cut = tokio::task::spawn_blocking(move || -> Result<String, String> {
+            let head = log.head_seq();
+            if after >= head {
+                return Ok(format!("nothing past {after} to cut"));
+            }
+            if let Some(theirs) = crc {
+                let here = install::crc_of_frame(&log, base.as_ref(), after)
+                    .map_err(|e| format!("this log's frame {after} does not read: {e}"))?;
+                let erased = log.locate_blob(after).is_ok_and(|l| l.is_erased());
+                if here != theirs && !erased {
+                    return Err(format!(
+                        "this log's frame {after} (crc {here:08x}) is not the primary's ({theirs:08x}): the logs share no checked past, nothing is cut. Restore this box"
+                    ));
+                }
+            }
+            let saved = match &snapshots {
+                Some(s) => {
+                    let tail = super::divergent::Tail {
+                        log: &log,
+                        fork: after,
+                        epoch,
+                        new_epoch: epoch,
+                        primary,
+                    };
+                    let (_, path) = super::divergent::save(&s.paths.data, &tail)
+                        .map_err(|e| format!("saving frames {}..={head}: {e}", after + 1))?;
+                    path.display().to_string()
+                }
+                None => "nowhere (no data directory)".into(),
+            };
+            let truncate = || log.truncate_after(after);
+            let moved = match &store {
+                Some(host) => host.rewound_for_cut(after, truncate).map_err(|e| e.to_string())?.0,
+                None => {
+                    truncate().map_err(|e| e.to_string())?;
+                    None
+                }
+            };
+            Ok(format!(
+                "cut frames {}..={head}, which the primary lost before they were durable there (saved {saved}; store moved back from {moved:?})",
+                after + 1
+            ))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        tracing::warn!(after, "{cut}");
+        self.durable.send_replace(self.log.head_seq());
+        Ok(cut)
+    }
+
     /// What this twin holds, for its Hello. A head frame that does not
     /// read is this box's error, never a crc the primary would take for a
     /// divergence.
@@ -496,6 +558,14 @@ impl Twin {
                         closed = Some(format!(
                             "below the primary's retention floor {first} (primary head {primary_head}): a snapshot is needed"
                         ));
+                    }
+                    TwinAction::CutAfter { after, crc } => {
+                        // The Close that follows ends this session; the
+                        // next Hello reports the cut log.
+                        if let Err(e) = self.cut_lost(after, crc).await {
+                            tracing::error!(after, error = %e, "cutting the frames the primary lost");
+                            self.set_status(|s| s.last_error = Some(e.clone()));
+                        }
                     }
                     TwinAction::Close(why) => closed = Some(why.to_string()),
                     TwinAction::Promote { head, clients } => {

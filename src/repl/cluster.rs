@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::ack::{self, AckState, NotAdmitted};
 use super::epochs::EpochState;
+use super::in_hand::InHand;
 use super::link::{self, Link, LinkEvent};
 use super::msg::{PrimaryMsg, Refusal};
 use super::pair::{open, Fault, PairConfig};
@@ -213,6 +214,9 @@ struct Handover {
 struct Machine {
     disk: SimStorage,
     log: Log,
+    /// The log's head when it was last opened (see
+    /// [`super::primary::PrimaryView::restart_head`]).
+    restart_head: u64,
     epochs: EpochState,
     role: Role,
     up: bool,
@@ -279,6 +283,7 @@ impl Cluster {
             Machine {
                 disk,
                 log,
+                restart_head: 0,
                 epochs: EpochState::new(0),
                 role,
                 up: true,
@@ -489,6 +494,7 @@ impl Cluster {
         });
         m.log = open(&m.disk, &cfg);
         m.log.set_follower(m.role == Role::Twin);
+        m.restart_head = m.log.head_seq();
         m.up = false;
         m.waiting.clear();
         self.note(format!("{side:?} lost power"));
@@ -543,7 +549,7 @@ impl Cluster {
         let (f, t) = (self.machine(from), self.machine(to));
         let view = link::twin_view(&f.log, epoch, f.epochs.history.clone());
         let hello = TwinCore::new(self.cfg.timers, view, self.now).poll_transmit()?;
-        let view = link::primary_view(&t.log, t.epochs.history.clone());
+        let view = link::primary_view(&t.log, t.epochs.history.clone(), t.restart_head);
         let mut core = PrimaryCore::new(self.cfg.timers, view, self.now);
         core.handle_hello(hello, |seq| super::apply::head_frame(&t.log, seq), self.now);
         let answer = core.poll_transmit();
@@ -705,6 +711,7 @@ impl Cluster {
         *m = Machine {
             disk,
             log,
+            restart_head: 0,
             epochs: EpochState::new(0),
             role: Role::Twin,
             up: true,
@@ -806,7 +813,8 @@ impl Cluster {
             if self.reachable(p, Role::Primary) && self.reachable(t, Role::Twin) {
                 let (pm, tm) = (self.machine(p), self.machine(t));
                 let twin = link::twin_view(&tm.log, tm.epochs.newest(), tm.epochs.history.clone());
-                let primary = link::primary_view(&pm.log, pm.epochs.history.clone());
+                let primary =
+                    link::primary_view(&pm.log, pm.epochs.history.clone(), pm.restart_head);
                 self.link = Some((p, Link::connect(self.cfg, primary, twin, self.now)));
                 self.note(format!("{t:?} connected to {p:?}"));
                 return;
@@ -820,7 +828,8 @@ impl Cluster {
         if let Some((p, link)) = self.link.as_mut() {
             let p = *p;
             let (primary, twin) = (&self.boxes[p.at()].log, &self.boxes[p.other().at()].log);
-            let events = link.pump(primary, twin, self.now);
+            // Appends here are durable before they are shipped: nothing in hand.
+            let events = link.pump(primary, &InHand::default(), twin, self.now);
             if link.streaming() {
                 self.backoff.reset();
             }

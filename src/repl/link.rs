@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::apply::{self, head_frame, Applier, Write};
 use super::epochs::EpochHistory;
+use super::in_hand::{self, InHand};
 use super::msg::{Position, PrimaryMsg, TwinMsg};
 use super::pair::{Fault, PairConfig};
 use super::primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView};
@@ -72,12 +73,13 @@ pub(crate) fn twin_view(log: &Log, epoch: u64, epochs: EpochHistory) -> TwinView
 }
 
 /// The view a box's log gives a primary core.
-pub(crate) fn primary_view(log: &Log, epochs: EpochHistory) -> PrimaryView {
+pub(crate) fn primary_view(log: &Log, epochs: EpochHistory, restart_head: u64) -> PrimaryView {
     PrimaryView {
         history: log.history().0,
         head: log.head_seq(),
         first: log.first_seq(),
         epochs,
+        restart_head,
     }
 }
 
@@ -153,7 +155,13 @@ impl Link {
     /// log, run both cores' timers and send what they queued. Answers what
     /// the cores asked of their boxes since the last call, in order; after
     /// a `Close` nothing more moves and the owner drops the link.
-    pub(crate) fn pump(&mut self, primary: &Log, twin: &Log, now: Now) -> Vec<LinkEvent> {
+    pub(crate) fn pump(
+        &mut self,
+        primary: &Log,
+        in_hand: &InHand,
+        twin: &Log,
+        now: Now,
+    ) -> Vec<LinkEvent> {
         if !self.closed {
             self.deliver(primary, now);
         }
@@ -166,7 +174,7 @@ impl Link {
         if !self.closed {
             self.primary.handle_timeout(now);
             self.twin.handle_timeout(now);
-            self.primary_actions(primary, now);
+            self.primary_actions(primary, in_hand, twin, now);
         }
         if !self.closed {
             self.twin_actions(twin);
@@ -208,15 +216,21 @@ impl Link {
         }
     }
 
-    fn primary_actions(&mut self, primary: &Log, now: Now) {
+    fn primary_actions(&mut self, primary: &Log, in_hand: &InHand, twin: &Log, now: Now) {
         while let Some(action) = self.primary.poll_action() {
             match action {
                 PrimaryAction::Ship { from, through } => {
                     for seq in from..=through {
-                        self.ship(primary, seq, now);
+                        self.ship(primary, in_hand, seq, now);
                     }
                 }
                 PrimaryAction::Close(why) => {
+                    // The refusal reaches the twin before the close does,
+                    // as the daemon waits for it to be read.
+                    while let Some(m) = self.primary.poll_transmit() {
+                        self.twin.handle_message(m, now);
+                    }
+                    self.twin_actions(twin);
                     self.closed = true;
                     self.events
                         .push(LinkEvent::Primary(PrimaryAction::Close(why)));
@@ -235,6 +249,23 @@ impl Link {
                     twin.adopt_history(HistoryId(h))
                         .unwrap_or_else(|e| panic!("adopt history: {e}"));
                 }
+                TwinAction::CutAfter { after, crc } => {
+                    // Before the Close that follows: the next Hello reports
+                    // the cut log.
+                    if let Some(crc) = crc {
+                        let here = twin
+                            .locate_blob(after)
+                            .unwrap_or_else(|e| panic!("the twin's frame {after}: {e}"));
+                        assert!(
+                            here.is_erased() || here.payload_crc == crc,
+                            "the twin's frame {after} is not the primary's: no shared past to cut to"
+                        );
+                    }
+                    twin.truncate_after(after)
+                        .unwrap_or_else(|e| panic!("cutting the twin after {after}: {e}"));
+                    self.events
+                        .push(LinkEvent::Twin(TwinAction::CutAfter { after, crc }));
+                }
                 TwinAction::Close(why) => {
                     self.closed = true;
                     self.events.push(LinkEvent::Twin(TwinAction::Close(why)));
@@ -246,9 +277,9 @@ impl Link {
     }
 
     /// Put frame `seq` on the stream as its stored bytes, in chunks.
-    fn ship(&mut self, primary: &Log, seq: u64, now: Now) {
+    fn ship(&mut self, primary: &Log, in_hand: &InHand, seq: u64, now: Now) {
         let mut bytes = Vec::new();
-        apply::ship_frame(primary, seq, 1 << 16, |piece| {
+        in_hand::ship_frame(primary, in_hand, seq, 1 << 16, |piece| {
             bytes.extend_from_slice(piece);
             Ok::<(), Error>(())
         })

@@ -13,6 +13,7 @@
 //! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
+//! - [`in_hand`]: frames shipped before they are durable on the primary;
 //! - [`apply`]: the frame stream read from a primary's log and applied to
 //!   a twin's, shared by the daemons and the simulations;
 //! - [`primary`]: the shipping side; [`twin`]: the receiving side;
@@ -22,6 +23,7 @@ pub mod ack;
 pub mod apply;
 pub mod cluster;
 pub mod epochs;
+pub mod in_hand;
 mod link;
 pub mod msg;
 pub mod pair;
@@ -37,6 +39,7 @@ pub use msg::{
 };
 pub use primary::{
     HeadFrame, PrimaryAction, PrimaryCore, PrimaryState, PrimaryStatus, PrimaryView, Timers,
+    MAX_SHIPPED_UNSYNCED,
 };
 pub use twin::{TwinAction, TwinCore, TwinState, TwinView};
 pub use wire::{FrameDecoder, FrameEvent};

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::epochs::EpochHistory;
 
 /// The protocol version both sides put in their first message.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest encoded control message either side accepts; a longer
 /// length prefix is refused before anything is allocated.
@@ -264,6 +264,18 @@ pub enum Refusal {
     /// cause is fixed and the twin restarted.
     #[error("the twin failed writing or syncing a frame: {0}")]
     WriteFailed(String),
+    /// The twin holds frames past `after` under this primary's epoch that
+    /// this log does not: it shipped them before its own sync and lost
+    /// them in a crash (its head came back at `after` when it restarted),
+    /// so they were never acknowledged. The twin checks its frame at
+    /// `after` against `crc` (none when `after` is 0), saves the frames
+    /// `after + 1..=twin_head`, cuts them and says hello again.
+    #[error("the twin's frames {}..={twin_head} were shipped before the primary's sync and lost in its crash (it restarted at {after}); never acknowledged, they are saved and cut on the twin", after + 1)]
+    LostOnPrimary {
+        after: u64,
+        twin_head: u64,
+        crc: Option<u32>,
+    },
 }
 
 /// Why bytes do not decode as a control message.

@@ -5,10 +5,16 @@
 //! the link and restarts either side with a power cut. The pair checks the
 //! properties replication promises as it goes:
 //!
-//! - the twin's log is always a prefix of the primary's;
+//! - the twin's log is always a prefix of the primary's, except for frames
+//!   the primary lost in a power cut after shipping them and before its
+//!   sync, which the next handshake cuts from the twin;
 //! - no acknowledgement exceeds what the twin holds durably, and every
-//!   acknowledged frame survives the twin's power cut;
+//!   acknowledged frame survives either box's power cut and is never cut;
 //! - once the faults stop, the twin converges.
+//!
+//! The primary ships each frame from the buffer in hand as soon as it is
+//! staged, and syncs it `PairConfig::primary_sync` later: a frame is
+//! acknowledged once both boxes hold it durably.
 //!
 //! It plays the drivers' part in the simplest way that keeps the cores
 //! honest (a frame's blob is gathered before it is committed, where the
@@ -17,10 +23,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::in_hand::InHand;
 use super::link::{self, Link, LinkEvent};
 use super::primary::{PrimaryAction, Timers};
 use super::twin::TwinAction;
+use super::wire::frame_prefix;
 use super::{Backoff, Now};
+use crate::log::format::{payload_crc, FrameHeader};
 use crate::log::{CrashMode, Kind, Log, OpenOptions, SimStorage};
 
 /// How the pair is set up.
@@ -32,6 +41,10 @@ pub struct PairConfig {
     pub chunk: usize,
     /// One-way delay of the link.
     pub delay: Duration,
+    /// How long the primary's sync of a staged frame takes: longer than
+    /// the link's delay, so that a twin can hold a frame the primary then
+    /// loses.
+    pub primary_sync: Duration,
 }
 
 impl Default for PairConfig {
@@ -44,6 +57,7 @@ impl Default for PairConfig {
             },
             chunk: 700,
             delay: Duration::from_millis(2),
+            primary_sync: Duration::from_millis(3),
         }
     }
 }
@@ -82,6 +96,23 @@ pub struct ReplPair {
     backoff: Backoff,
     /// The highest sequence the primary was told is durable on the twin.
     max_acked: u64,
+    /// The highest sequence acknowledged to a client: durable on both.
+    max_answered: u64,
+    /// Frames staged on the primary and shipped before their sync.
+    in_hand: InHand,
+    /// The last frame staged on the primary, and when the sync covering
+    /// the staged frames is done, while one is due.
+    staged: u64,
+    sync_due: Option<std::time::Instant>,
+    /// The primary's head when it last opened its log, or lower: the
+    /// lowest since a twin last streamed from it (the daemon keeps it in
+    /// `RESTART_FLOOR`).
+    restart_head: u64,
+    /// A connection streamed since the primary last restarted.
+    reconciled: bool,
+    /// The twin may hold frames past this one that the primary lost, until
+    /// a handshake cuts them.
+    stale_after: Option<u64>,
     /// Refusals and closes seen, for tests that expect one.
     pub closes: Vec<String>,
     connections: u64,
@@ -125,6 +156,13 @@ impl ReplPair {
             reconnect_at: Some(now.at),
             backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(200)),
             max_acked: 0,
+            max_answered: 0,
+            in_hand: InHand::default(),
+            staged: 0,
+            sync_due: None,
+            restart_head: 0,
+            reconciled: false,
+            stale_after: None,
             closes: Vec::new(),
             connections: 0,
         }
@@ -138,9 +176,15 @@ impl ReplPair {
         &self.twin
     }
 
-    /// The highest sequence ever acknowledged to the primary.
+    /// The highest sequence ever acknowledged to the primary by the twin.
     pub fn max_acked(&self) -> u64 {
         self.max_acked
+    }
+
+    /// The highest sequence ever acknowledged to a client: durable on both
+    /// boxes.
+    pub fn max_answered(&self) -> u64 {
+        self.max_answered
     }
 
     /// Connections made so far.
@@ -153,22 +197,44 @@ impl ReplPair {
         self.link.as_ref().is_some_and(Link::streaming)
     }
 
-    /// Append a frame on the primary (durable there when this returns).
+    /// Stage a frame on the primary and ship it; it is durable there
+    /// `primary_sync` later.
     pub fn append(&mut self, kind: Kind, repo: &str, blob: &[u8]) -> u64 {
-        let meta = crate::log::Meta::repo(repo);
+        if self.staged - self.primary.head_seq() >= super::MAX_SHIPPED_UNSYNCED {
+            // As the appender: the next group waits for the last one's sync.
+            self.sync_primary();
+        }
+        let meta = crate::log::Meta::repo(repo)
+            .encode()
+            .unwrap_or_else(|e| panic!("meta: {e}"));
         let seq = self
             .primary
-            .append(kind, &meta, blob)
+            .stage_raw(kind.as_u16(), &meta, blob)
             .unwrap_or_else(|e| panic!("primary append: {e}"));
+        let header = FrameHeader {
+            seq,
+            kind: kind.as_u16(),
+            meta_len: meta.len() as u32,
+            blob_len: blob.len() as u64,
+            payload_crc: payload_crc(&meta, blob),
+        };
+        let mut bytes = frame_prefix(&header, &meta);
+        bytes.extend_from_slice(blob);
+        self.in_hand.put([(seq, bytes::Bytes::from(bytes))]);
+        self.staged = seq;
+        self.sync_due
+            .get_or_insert(self.now.at + self.cfg.primary_sync);
         if let Some(link) = self.link.as_mut() {
-            link.appended(seq, blob.len() as u64 + 32, self.now);
+            link.appended(seq, header.frame_len(), self.now);
         }
         self.pump();
         seq
     }
 
-    /// Erase a repository's frames on the primary, in place.
+    /// Erase a repository's frames on the primary, in place, once they
+    /// are durable there (an erase covers durable frames only).
     pub fn erase_on_primary(&mut self, before: u64, repo: &str) {
+        self.sync_primary();
         self.primary
             .erase(before, &[repo.to_string()])
             .unwrap_or_else(|e| panic!("primary erase: {e}"));
@@ -204,14 +270,33 @@ impl ReplPair {
             }
             Fault::RestartPrimary => {
                 self.disconnect("primary restart");
-                let head = self.primary.head_seq();
+                let durable = self.primary.head_seq();
                 self.primary_disk.crash(CrashMode::LoseUnsynced);
                 self.primary = open(&self.primary_disk, &self.cfg);
                 assert_eq!(
                     self.primary.head_seq(),
-                    head,
-                    "the primary lost appended frames"
+                    durable,
+                    "the primary lost durable frames"
                 );
+                assert!(
+                    durable >= self.max_answered,
+                    "acknowledged frame lost: primary head {durable} after a power cut, {} was acknowledged",
+                    self.max_answered
+                );
+                // What was staged and not synced is gone, shipped or not:
+                // the twin's acks of it promise nothing now (it cuts them).
+                self.max_acked = self.max_acked.min(durable);
+                self.in_hand = InHand::default();
+                self.sync_due = None;
+                self.staged = durable;
+                self.restart_head = match self.reconciled {
+                    true => durable,
+                    false => self.restart_head.min(durable),
+                };
+                self.reconciled = false;
+                if self.twin.head_seq() > durable || self.stale_after.is_some() {
+                    self.stale_after = Some(self.restart_head);
+                }
             }
         }
     }
@@ -231,7 +316,8 @@ impl ReplPair {
         for _ in 0..max_ms {
             let head = self.primary.head_seq();
             let acked = self.link.as_ref().map_or(0, |l| l.primary.acked());
-            if self.twin.head_seq() == head && acked == head && self.streaming() {
+            let synced = self.staged == head;
+            if synced && self.twin.head_seq() == head && acked == head && self.streaming() {
                 self.check_prefix();
                 return true;
             }
@@ -240,15 +326,22 @@ impl ReplPair {
         false
     }
 
-    /// The twin's retained frames are the primary's, byte for byte.
+    /// The twin's retained frames are the primary's, byte for byte, up to
+    /// the primary's durable head (and, until a handshake cut them, up to
+    /// where the primary lost frames the twin holds).
     pub fn check_prefix(&self) {
         let (first, head) = (self.twin.first_seq(), self.twin.head_seq());
-        assert!(
-            head <= self.primary.head_seq(),
-            "the twin's head {head} is past the primary's {}",
-            self.primary.head_seq()
-        );
-        for seq in first..=head {
+        if self.stale_after.is_none() {
+            assert!(
+                head <= self.staged,
+                "the twin's head {head} is past the primary's staged head {}",
+                self.staged
+            );
+        }
+        let through = head
+            .min(self.primary.head_seq())
+            .min(self.stale_after.unwrap_or(u64::MAX));
+        for seq in first..=through {
             let t = self
                 .twin
                 .read(seq)
@@ -282,19 +375,49 @@ impl ReplPair {
         self.connections += 1;
         // The pair keeps one epoch: both logs are of epoch 0 throughout.
         let twin = link::twin_view(&self.twin, 0, Default::default());
-        let primary = link::primary_view(&self.primary, Default::default());
+        // Every frame shipped before is durable before the handshake.
+        self.sync_primary();
+        if self.stale_after.is_some_and(|s| self.twin.head_seq() <= s) {
+            // The twin lost what the primary lost, in a crash of its own.
+            self.stale_after = None;
+        }
+        let primary = link::primary_view(&self.primary, Default::default(), self.restart_head);
         self.link = Some(Link::connect(self.cfg, primary, twin, self.now));
+    }
+
+    /// The primary's sync of what it staged: readable from its log since.
+    fn sync_primary(&mut self) {
+        self.sync_due = None;
+        let head = self
+            .primary
+            .sync()
+            .unwrap_or_else(|e| panic!("primary sync: {e}"));
+        self.in_hand.durable_through(head);
+        self.answer();
+    }
+
+    /// Clients hear of what is durable on both boxes.
+    fn answer(&mut self) {
+        let both = self.primary.head_seq().min(self.max_acked);
+        self.max_answered = self.max_answered.max(both);
     }
 
     /// Deliver what is due, run the timers, carry out every action.
     fn pump(&mut self) {
+        if self.sync_due.is_some_and(|at| at <= self.now.at) {
+            self.sync_primary();
+        }
         if self.reconnect_at.is_some_and(|at| at <= self.now.at) {
             self.connect();
         }
         let Some(link) = self.link.as_mut() else {
             return;
         };
-        for event in link.pump(&self.primary, &self.twin, self.now) {
+        let events = link.pump(&self.primary, &self.in_hand, &self.twin, self.now);
+        if link.streaming() {
+            self.reconciled = true;
+        }
+        for event in events {
             match event {
                 LinkEvent::Primary(PrimaryAction::Acked(durable)) => {
                     assert!(
@@ -303,6 +426,20 @@ impl ReplPair {
                         self.twin.head_seq()
                     );
                     self.max_acked = self.max_acked.max(durable);
+                    self.answer();
+                }
+                LinkEvent::Twin(TwinAction::CutAfter { after, .. }) => {
+                    assert!(
+                        after >= self.max_answered,
+                        "the twin cut after {after}, {} was acknowledged",
+                        self.max_answered
+                    );
+                    assert!(
+                        self.stale_after.is_some(),
+                        "the twin cut after {after} with nothing lost on the primary"
+                    );
+                    self.stale_after = None;
+                    self.closes.push(format!("twin cut after {after}"));
                 }
                 LinkEvent::Primary(PrimaryAction::BelowFloor { twin_head, first }) => {
                     self.closes

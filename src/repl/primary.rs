@@ -42,7 +42,19 @@ pub struct PrimaryView {
     pub first: u64,
     /// The epochs of this primary's log; the newest is the one it serves.
     pub epochs: EpochHistory,
+    /// The head this log came back at when this process started: frames
+    /// are shipped before they are durable here, so a twin may hold frames
+    /// past it that a crash took from this log.
+    pub restart_head: u64,
 }
+
+/// The most frames a primary ships past its durable head: one group of
+/// small appends, shipped before the sync that covers it, the next staged
+/// only after. A twin further past the primary's restart head than this did
+/// not get there by a crash of the primary (a primary's log put back from
+/// an older copy, say): it is refused as [`Refusal::TwinAhead`], and
+/// nothing is cut.
+pub const MAX_SHIPPED_UNSYNCED: u64 = 256;
 
 /// What the driver must do.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +133,7 @@ pub struct PrimaryCore {
     head: u64,
     first: u64,
     epochs: EpochHistory,
+    restart_head: u64,
     /// A `Handover` was sent: the twin may answer `Promoted`.
     handed_over: bool,
     shipped: u64,
@@ -147,6 +160,7 @@ impl PrimaryCore {
             head: view.head,
             first: view.first,
             epochs: view.epochs,
+            restart_head: view.restart_head,
             handed_over: false,
             shipped: 0,
             acked: 0,
@@ -194,7 +208,12 @@ impl PrimaryCore {
     /// histories says what the logs share: a twin holding frames past it
     /// is refused as [`Refusal::Forked`], naming the fork and this log's
     /// frame there, so that rejoin can cut what was never here. A twin
-    /// ahead, or holding another frame at its head, is refused by name. A
+    /// holding frames past this process's restart head that this log lost
+    /// is refused as [`Refusal::LostOnPrimary`], naming the restart head
+    /// and this log's frame there: the twin cuts them. The view's head
+    /// must cover every frame shipped before (sync before taking it). A
+    /// twin ahead otherwise, or holding another frame at its head, is
+    /// refused by name. A
     /// twin whose head frame is no longer retained here is below the
     /// floor. Otherwise frames follow from its head + 1.
     ///
@@ -260,6 +279,37 @@ impl PrimaryCore {
                 twin_head: head.seq,
                 crc,
                 epoch: ours,
+            });
+        }
+        // Frames past the restart head that this log does not hold, or
+        // holds otherwise, were lost here in a crash before they were
+        // durable: never acknowledged, the twin cuts them. Frames at or
+        // below it were durable here before the crash, so shipped as they
+        // are here: a difference there is a divergence.
+        let lost_here = head.seq > self.restart_head
+            && head.seq - self.restart_head <= MAX_SHIPPED_UNSYNCED
+            && (head.seq > self.head
+                || frame_at(head.seq).is_some_and(|f| !f.erased && f.crc != head.crc));
+        if lost_here {
+            let after = self.restart_head;
+            let crc = match after {
+                0 => None,
+                _ => match frame_at(after) {
+                    Some(f) if f.erased => None,
+                    Some(f) => Some(f.crc),
+                    // The frame that would prove the shared past is gone.
+                    None => {
+                        return self.refuse(Refusal::TwinAhead {
+                            twin_head: head.seq,
+                            primary_head: self.head,
+                        })
+                    }
+                },
+            };
+            return self.refuse(Refusal::LostOnPrimary {
+                after,
+                twin_head: head.seq,
+                crc,
             });
         }
         if head.seq > self.head {

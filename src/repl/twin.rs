@@ -53,6 +53,11 @@ pub enum TwinAction {
     /// The primary no longer holds what follows this log's head: a snapshot
     /// is needed.
     BelowFloor { first: u64, primary_head: u64 },
+    /// The primary lost this log's frames past `after` in a crash before
+    /// they were durable there: check this log's frame at `after` against
+    /// `crc` (none: nothing to check), save the frames past it, cut them,
+    /// and connect again. `Close` follows.
+    CutAfter { after: u64, crc: Option<u32> },
     /// End the connection.
     Close(Refusal),
 }
@@ -284,6 +289,11 @@ impl TwinCore {
             }
             PrimaryMsg::Refuse(why) => {
                 tracing::warn!(%why, "the primary refused");
+                if let Refusal::LostOnPrimary { after, crc, .. } = why {
+                    if self.state == TwinState::AwaitingWelcome && after < self.durable {
+                        self.actions.push_back(TwinAction::CutAfter { after, crc });
+                    }
+                }
                 self.state = TwinState::Closed;
                 self.actions.push_back(TwinAction::Close(why));
             }

@@ -92,6 +92,10 @@ pub enum StoreError {
     /// The store is ahead of the log it is applied from.
     #[error("the store has applied up to {applied}, the log's head is {head}")]
     AheadOfLog { applied: u64, head: u64 },
+    /// Frames of the store's own past `after`, which a cut would take from
+    /// the log, were applied: its files hold them.
+    #[error("the store applied its own frames up to {applied}, past frame {after} where the log must be cut: restore this box from its primary")]
+    AppliedPastCut { after: u64, applied: u64 },
     /// The frames the store needs next are below the log's retention floor.
     #[error("the store needs frame {need}, the log retains from {first}: a snapshot is needed")]
     BelowFloor { need: u64, first: u64 },

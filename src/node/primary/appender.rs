@@ -3,21 +3,27 @@
 //!
 //! A blocking task per append cost a thread hand-off per request each way
 //! and one park and unpark per waiter in the log's group commit; here a
-//! group costs one wake of this thread, and it publishes the group to the
-//! twin sessions before it answers anybody, so shipping starts first.
+//! group costs one wake of this thread. It hands the group to the twin
+//! sessions from the buffer in hand before its fdatasync, so that the
+//! twin's sync runs beside this one (a `twin` answer waits for both), and
+//! answers nobody before its own sync.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::ApiError;
-use crate::log::format::FRAME_HEADER_LEN;
+use bytes::Bytes;
+
+use crate::log::format::{payload_crc, FrameHeader, FRAME_HEADER_LEN};
 use crate::log::Log;
 use crate::node::WriteRefusal;
+use crate::repl::in_hand::InHand;
 
 /// Requests staged in one group at most, so that the first of a long queue
-/// is not held back by the last.
-const GROUP_MAX: usize = 256;
+/// is not held back by the last; a group is shipped before its sync, so
+/// this is also the most a twin can hold that a crash here loses.
+const GROUP_MAX: usize = crate::repl::MAX_SHIPPED_UNSYNCED as usize;
 
 /// One small append.
 struct Job {
@@ -36,17 +42,20 @@ pub(super) struct Appender {
 }
 
 impl Appender {
-    /// Start the thread. `published(head, bytes)` is told of each durable
-    /// group (its last seq and its frames' bytes) before any of its
-    /// requests is answered.
+    /// Start the thread. Each group is put `in_hand` and `shipped(head,
+    /// bytes)` is told of it (its last seq and its frames' bytes) before
+    /// its sync; `durable(head)` once the sync made it readable, before any
+    /// of its requests is answered.
     pub(super) fn start(
         log: Arc<Log>,
-        published: impl Fn(u64, u64) + Send + 'static,
+        in_hand: Arc<InHand>,
+        shipped: impl Fn(u64, u64) + Send + 'static,
+        durable: impl Fn(u64) + Send + 'static,
     ) -> std::io::Result<Appender> {
         let (jobs, rx) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("appender".into())
-            .spawn(move || run(&log, rx, published))?;
+            .spawn(move || run(&log, &in_hand, rx, shipped, durable))?;
         Ok(Appender {
             jobs: Some(jobs),
             thread: Some(thread),
@@ -90,9 +99,17 @@ impl Drop for Appender {
     }
 }
 
-fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, u64)) {
+fn run(
+    log: &Log,
+    in_hand: &InHand,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    shipped: impl Fn(u64, u64),
+    durable: impl Fn(u64),
+) {
     let mut group = Vec::new();
     let mut staged = Vec::new();
+    let mut wire = Vec::new();
+    let mut ends = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         group.push(first);
         while group.len() < GROUP_MAX {
@@ -102,11 +119,24 @@ fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, 
             }
         }
         let mut bytes = 0;
+        wire.clear();
+        ends.clear();
         for job in group.drain(..) {
             match log.stage_raw(job.kind, &job.meta, &job.blob) {
                 Ok(seq) => {
                     bytes +=
                         FRAME_HEADER_LEN as u64 + job.meta.len() as u64 + job.blob.len() as u64;
+                    let header = FrameHeader {
+                        seq,
+                        kind: job.kind,
+                        meta_len: job.meta.len() as u32,
+                        blob_len: job.blob.len() as u64,
+                        payload_crc: payload_crc(&job.meta, &job.blob),
+                    };
+                    wire.extend_from_slice(&header.encode());
+                    wire.extend_from_slice(&job.meta);
+                    wire.extend_from_slice(&job.blob);
+                    ends.push((seq, wire.len()));
                     staged.push((seq, job.done));
                 }
                 Err(e) => {
@@ -117,9 +147,20 @@ fn run(log: &Log, mut rx: mpsc::UnboundedReceiver<Job>, published: impl Fn(u64, 
         let Some(&(last, _)) = staged.last() else {
             continue;
         };
-        match log.sync_through(last) {
+        // Shipped while the local sync runs.
+        let all = Bytes::from(std::mem::take(&mut wire));
+        let mut start = 0;
+        in_hand.put(ends.iter().map(|&(seq, end)| {
+            let b = all.slice(start..end);
+            start = end;
+            (seq, b)
+        }));
+        shipped(last, bytes);
+        let synced = log.sync_through(last);
+        in_hand.durable_through(last);
+        match synced {
             Ok(()) => {
-                published(last, bytes);
+                durable(last);
                 for (seq, done) in staged.drain(..) {
                     let _ = done.send(Ok(seq));
                 }
@@ -140,19 +181,31 @@ mod tests {
     use std::sync::Mutex;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn queued_appends_share_syncs_and_each_group_is_published_before_it_is_answered() {
+    async fn queued_appends_share_syncs_are_shipped_from_hand_before_it_and_answered_after() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let published = Arc::new(Mutex::new(Vec::new()));
+        let in_hand = Arc::new(InHand::default());
+        let shipped = Arc::new(Mutex::new(Vec::new()));
+        let durable = Arc::new(Mutex::new(Vec::new()));
         let appender = {
-            let published = published.clone();
-            let log2 = log.clone();
+            let (shipped, durable) = (shipped.clone(), durable.clone());
+            let (log2, log3, hand) = (log.clone(), log.clone(), in_hand.clone());
             Arc::new(
-                Appender::start(log.clone(), move |seq, bytes| {
-                    // Durable before anybody hears of it.
-                    assert!(log2.head_seq() >= seq);
-                    published.lock().expect("lock").push((seq, bytes));
-                })
+                Appender::start(
+                    log.clone(),
+                    in_hand.clone(),
+                    move |seq, bytes| {
+                        // In hand, readable by a shipper, before the sync.
+                        let frame = hand.get(seq).expect("in hand");
+                        assert_eq!(frame.len() as u64, FRAME_HEADER_LEN as u64 + 1 + 100);
+                        assert!(log2.head_seq() < seq, "{seq} durable before it was shipped");
+                        shipped.lock().expect("lock").push((seq, bytes));
+                    },
+                    move |seq| {
+                        assert!(log3.head_seq() >= seq);
+                        durable.lock().expect("lock").push(seq);
+                    },
+                )
                 .expect("start"),
             )
         };
@@ -165,27 +218,32 @@ mod tests {
         let mut seqs = Vec::new();
         for t in tasks {
             let seq = t.await.expect("task").expect("appended");
-            let groups = published.lock().expect("lock").clone();
+            let synced = durable.lock().expect("lock").clone();
             assert!(
-                groups.iter().any(|&(last, _)| last >= seq),
-                "{seq} answered unpublished"
+                synced.iter().any(|&last| last >= seq),
+                "{seq} answered before it was durable"
             );
             seqs.push(seq);
         }
         seqs.sort_unstable();
         assert_eq!(seqs, (1..=64).collect::<Vec<_>>());
-        let groups = published.lock().expect("lock").clone();
+        let groups = shipped.lock().expect("lock").clone();
         let bytes: u64 = groups.iter().map(|g| g.1).sum();
         assert_eq!(bytes, 64 * (FRAME_HEADER_LEN as u64 + 1 + 100));
         assert!(log.frame_syncs() <= groups.len() as u64);
         assert_eq!(log.head_seq(), 64);
+        assert!(
+            in_hand.get(64).is_none(),
+            "durable frames are read from the log"
+        );
     }
 
     #[tokio::test]
     async fn a_refused_frame_is_answered_by_name_and_the_rest_of_its_group_lands() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let appender = Appender::start(log.clone(), |_, _| {}).expect("start");
+        let appender =
+            Appender::start(log.clone(), Default::default(), |_, _| {}, |_| {}).expect("start");
         // Kind 0 is no kind.
         let refused = appender.append(0, vec![], vec![1]).await;
         assert_eq!(

@@ -32,6 +32,7 @@ mod body;
 mod budget;
 mod pipeline;
 mod requests;
+mod restart;
 mod retain;
 mod stage;
 mod store_requests;
@@ -117,8 +118,19 @@ pub struct Primary {
     log: Arc<Log>,
     pins: Arc<Pins>,
     cfg: PrimaryConfig,
-    /// The published head and the bytes appended through it.
+    /// The head the twin sessions ship through, and the bytes appended
+    /// through it: frames are announced here once staged, before they are
+    /// durable, so that shipping overlaps the local sync.
     head: watch::Sender<(u64, u64)>,
+    /// The durable (published) head, for readers of the log.
+    durable: watch::Sender<u64>,
+    /// Frames staged and shipped before they are durable.
+    in_hand: Arc<crate::repl::in_hand::InHand>,
+    /// The log's head when this primary started, or lower (see
+    /// [`crate::repl::PrimaryView::restart_head`] and `restart.rs`).
+    restart_head: std::sync::atomic::AtomicU64,
+    /// Where the restart head is kept until a twin says hello.
+    restart_floor: Mutex<Option<std::path::PathBuf>>,
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
     /// The twin's store as it last reported it.
@@ -233,9 +245,18 @@ impl Primary {
         let head_seq = log.head_seq();
         let twin_configured = pins.has_role(Role::Twin);
         let head = watch::channel((head_seq, 0)).0;
+        let durable = watch::channel(head_seq).0;
+        let in_hand = Arc::new(crate::repl::in_hand::InHand::default());
         let appender = {
-            let head = head.clone();
-            appender::Appender::start(log.clone(), move |seq, bytes| publish(&head, seq, bytes))
+            let (head, durable) = (head.clone(), durable.clone());
+            appender::Appender::start(
+                log.clone(),
+                in_hand.clone(),
+                move |seq, bytes| publish(&head, seq, bytes),
+                move |seq| {
+                    durable.send_if_modified(|d| std::mem::replace(d, seq.max(*d)) < seq);
+                },
+            )
         };
         let appender = match appender {
             Ok(a) => Some(a),
@@ -255,6 +276,7 @@ impl Primary {
             pins,
             cfg,
             head,
+            durable,
             acked: watch::channel(0).0,
             twin_store: watch::channel(None).0,
             status: Mutex::new(Status::default()),
@@ -272,6 +294,9 @@ impl Primary {
             ack_delay: Default::default(),
             twin_seat: Default::default(),
             appender,
+            in_hand,
+            restart_head: std::sync::atomic::AtomicU64::new(head_seq),
+            restart_floor: Mutex::new(None),
         })
     }
 

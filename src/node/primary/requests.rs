@@ -469,7 +469,7 @@ impl Primary {
             let _ = send.finish();
             return Ok(());
         }
-        let mut head_rx = self.head.subscribe();
+        let mut head_rx = self.durable.subscribe();
         loop {
             while next <= self.log.head_seq() {
                 match self.write_frame(next, &mut send).await? {

@@ -6,7 +6,9 @@ use super::*;
 impl Primary {
     /// The append path publishes here so twin sessions ship the new frames.
     pub(super) fn published(&self, seq: u64, bytes: u64) {
-        publish(&self.head, seq, bytes)
+        publish(&self.head, seq, bytes);
+        self.durable
+            .send_if_modified(|d| std::mem::replace(d, seq.max(*d)) < seq);
     }
 
     pub(super) async fn twin_session(
@@ -39,11 +41,21 @@ impl Primary {
             self.twin_first
                 .store(holds_from, std::sync::atomic::Ordering::SeqCst);
         }
+        // Frames are shipped before they are durable here: the head the
+        // handshake compares with must cover every frame shipped to any
+        // session before, or this twin's copy of them would look lost.
+        let log = self.log.clone();
+        match tokio::task::spawn_blocking(move || log.sync()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Ok(format!("syncing the log before the handshake: {e}")),
+            Err(e) => return Ok(format!("syncing the log before the handshake: {e}")),
+        }
         let view = PrimaryView {
             history: self.log.history().0,
             head: self.log.head_seq(),
             first: self.log.first_seq(),
             epochs: self.epochs.history(),
+            restart_head: self.restart_head.load(std::sync::atomic::Ordering::SeqCst),
         };
         let head = view.head;
         let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
@@ -53,6 +65,9 @@ impl Primary {
             |seq| apply::head_frame(&self.log, seq),
             Now::system(),
         );
+        if core.state() == PrimaryState::Streaming {
+            self.twin_reconciled();
+        }
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
@@ -82,7 +97,12 @@ impl Primary {
                         if ship.is_none() {
                             let (tx, rx) = mpsc::unbounded_channel();
                             let frames = conn.open_uni().await?;
-                            shipper = Some(tokio::spawn(ship_frames(self.log.clone(), frames, rx)));
+                            shipper = Some(tokio::spawn(ship_frames(
+                                self.log.clone(),
+                                self.in_hand.clone(),
+                                frames,
+                                rx,
+                            )));
                             ship = Some(tx);
                         }
                         if let Some(tx) = &ship {
@@ -268,6 +288,7 @@ pub(super) fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogE
 /// memory is a few pieces whatever a blob's size.
 pub(super) async fn ship_frames(
     log: Arc<Log>,
+    in_hand: Arc<crate::repl::in_hand::InHand>,
     mut send: SendStream,
     mut ranges: mpsc::UnboundedReceiver<(u64, u64)>,
 ) -> Result<(), NetError> {
@@ -285,7 +306,7 @@ pub(super) async fn ship_frames(
         };
         while let Some((from, through)) = ranges.blocking_recv() {
             for seq in from..=through {
-                apply::ship_frame(&log, seq, PIECE, |bytes| {
+                crate::repl::in_hand::ship_frame(&log, &in_hand, seq, PIECE, |bytes| {
                     buf.extend_from_slice(bytes);
                     if buf.len() >= PIECE {
                         flush(&mut buf)?;
