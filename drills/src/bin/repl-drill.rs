@@ -30,7 +30,7 @@ use twinlog::daemon::config::Policy;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::log::{Log, Tail};
 use twinlog::net::{Fingerprint, Identity};
-use twinlog::node::{Client, Durability};
+use twinlog::node::{Client, ClientError, Durability};
 
 use drills::content::bytes;
 use drills::{Args, Context, DrillError, Result, Rng};
@@ -245,8 +245,14 @@ fn clients(
                                 .unwrap_or_else(|e| e.into_inner())
                                 .push(Acked { seq, n, got });
                         }
-                        Ok(Err(_)) => {
+                        Ok(Err(e)) => {
                             shared.errors.fetch_add(1, Ordering::SeqCst);
+                            // A refusal comes over a live connection; a
+                            // connection error (the primary restarted and
+                            // reset it) means dialing again.
+                            if matches!(e, ClientError::Net(_)) {
+                                client = None;
+                            }
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
                         Err(_) => client = None,
