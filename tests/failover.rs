@@ -20,20 +20,22 @@ use ports::{free_tcp, free_udp};
 
 /// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
 /// given up after 20 s).
-async fn status_until<T: serde::de::DeserializeOwned>(
+async fn status_until<T: serde::de::DeserializeOwned + std::fmt::Debug>(
     metrics: &daemon::Address,
     mut ok: impl FnMut(&T) -> bool,
 ) -> T {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut last = None;
     loop {
         if let Ok((_, s)) = daemon::fetch_status::<T>(metrics) {
             if ok(&s) {
                 return s;
             }
+            last = Some(s);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "status not reached in 20 s"
+            "status not reached in 20 s; the last: {last:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -231,6 +233,9 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     // A follows B as its twin; `twin` appends on B are acknowledged.
     let a_tcfg = TwinConfig::load(&report.twin_config).expect("twin.toml");
     let a_twin = twin(&a_tcfg);
+    // Following, so that the append below waits for its ack, not for the
+    // twin daemon's start and first connection.
+    status_until(&a_tcfg.metrics, |s: &TwinStatus| s.connected).await;
     let (seq, d) = b_client
         .append(0x8000, b"", &blob(b'b', 41), Durability::Twin)
         .await

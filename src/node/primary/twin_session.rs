@@ -41,6 +41,10 @@ impl Primary {
             self.twin_first
                 .store(holds_from, std::sync::atomic::Ordering::SeqCst);
         }
+        // Before the view: a frame announced between the view and the loop
+        // below would otherwise never reach this session's core.
+        let mut head_rx = self.head.subscribe();
+        let mut seen_bytes = head_rx.borrow_and_update().1;
         // Frames are shipped before they are durable here: the head the
         // handshake compares with must cover every frame shipped to any
         // session before, or this twin's copy of them would look lost.
@@ -78,8 +82,6 @@ impl Primary {
         let _stop_serving = AbortOnDrop(snapshot_server);
         let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
         let mut shipper = None;
-        let mut head_rx = self.head.subscribe();
-        let mut seen_bytes = head_rx.borrow_and_update().1;
         let mut handover = self.switch.handover.subscribe();
         // The twin's position is what it says at the handshake, even when
         // lower than an earlier session's (a replaced twin).
