@@ -406,3 +406,82 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
         );
     }
 }
+
+/// A primary ships a group before its own fdatasync: a power cut in
+/// between leaves its twin holding frames it lost, which were never
+/// acknowledged. Here the twin daemon holds frames 11..=13 that the
+/// primary never kept; when the primary serves again the twin saves them
+/// under `divergent/`, moves its store back (it had applied them), cuts
+/// them and follows the primary's own frame 11.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+    let a_listen = free_udp();
+    let (b_twin_cfg, b_fp) =
+        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
+    let (a_cfg_path, a_fp) =
+        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
+    daemon::pin_primary(&b_twin_cfg, a_fp).expect("pin");
+    let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let b_tcfg = TwinConfig::load(&b_twin_cfg).expect("load");
+
+    let a = primary(&a_cfg);
+    let b = twin(&b_tcfg);
+    let client = serving(&a_cfg).await;
+    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
+    for seq in 1..=10 {
+        let (got, d) = client
+            .append(0x8000, b"", &blob(b'a', seq), Durability::Twin)
+            .await
+            .expect("append");
+        assert_eq!((got, d), (seq, Durability::Twin));
+    }
+    drop(client);
+    b.stop().await;
+    a.stop().await;
+    // What the primary shipped and then lost: on the twin only.
+    {
+        let log = twinlog::log::Log::open(b_dir.join(daemon::LOG_DIR)).expect("open");
+        log.set_follower(true);
+        for seq in 11..=13 {
+            log.append_at(seq, 0x8000, b"", &blob(b'x', seq))
+                .expect("append_at");
+        }
+    }
+
+    let a = primary(&a_cfg);
+    let b = twin(&b_tcfg);
+    let client = serving(&a_cfg).await;
+    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
+    let (seq, d) = client
+        .append(0x8000, b"", &blob(b'a', 11), Durability::Twin)
+        .await
+        .expect("append after the cut");
+    assert_eq!((seq, d), (11, Durability::Twin));
+    let st: TwinStatus = status_until(&b_tcfg.metrics, |s: &TwinStatus| {
+        s.head == 11 && (s.store.applied == 11 || s.store.stalled.is_some())
+    })
+    .await;
+    assert!(st.store.stalled.is_none(), "the store follows: {st:?}");
+    let s: Status = status_until(&a_cfg.metrics, |_| true).await;
+    let why = s.twin_last_error.unwrap_or_default();
+    assert!(why.contains("lost in its crash"), "refused by name: {why}");
+    drop(client);
+    b.stop().await;
+    a.stop().await;
+
+    assert_eq!(
+        frames_of(&b_dir),
+        (1..=11).map(|s| (s, blob(b'a', s))).collect::<Vec<_>>(),
+        "the twin holds the primary's frames, and only those"
+    );
+    let saved = twinlog::node::divergent::list(&b_dir).expect("list");
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert_eq!((saved[0].fork, saved[0].first, saved[0].last), (10, 11, 13));
+    for seq in 11..=13u64 {
+        let mut out = Vec::new();
+        daemon::failover::divergent(&b_dir, Some(seq), &mut out).expect("extract");
+        assert_eq!(out, blob(b'x', seq), "saved frame {seq}");
+    }
+}
