@@ -13,7 +13,8 @@
 //! - `erase`, `retention`: in-place erase, dropping and restarting;
 //! - `truncate`: cutting the tail after a sequence, behind an intent file;
 //! - `guard`: the mutation/freeze gate a snapshot takes;
-//! - [`storage`] and [`SimStorage`]: the I/O seam and its crash simulator.
+//! - [`storage`] and `SimStorage`: the I/O seam and its crash simulator
+//!   (with the `testing` feature).
 
 mod erase;
 mod error;
@@ -26,6 +27,7 @@ mod pending;
 pub(crate) mod read;
 mod retention;
 mod segment;
+#[cfg(any(test, feature = "testing"))]
 mod sim;
 pub mod storage;
 mod tail;
@@ -44,6 +46,7 @@ pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};
 pub use pending::Pending;
 pub use read::{Entry, Located};
+#[cfg(any(test, feature = "testing"))]
 pub use sim::{CrashMode, SimStorage};
 pub use tail::{Tail, TailFrame};
 pub use truncate::Truncated;

@@ -1,7 +1,7 @@
 //! The I/O seam under the log: every byte the log reads or writes, every
 //! fsync, rename and directory listing goes through [`Storage`].
 //!
-//! [`StdStorage`] is the real file system. [`crate::log::SimStorage`] keeps a
+//! [`StdStorage`] is the real file system. `SimStorage` (with the `testing` feature) keeps a
 //! live and a durable image of every file and name so that tests can crash at
 //! any sync and reopen what a power cut would have left, or inject write and
 //! fsync failures.

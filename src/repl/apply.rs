@@ -1,7 +1,7 @@
 //! Applying the frame stream to a twin's log, and reading a primary's
 //! frames onto it: the code the twin daemon's writer thread, the primary's
-//! shipper and the simulations ([`super::pair::ReplPair`],
-//! [`super::cluster::Cluster`]) share, so that the fault-schedule tests run
+//! shipper and the simulations (`ReplPair`,
+//! `Cluster`) share, so that the fault-schedule tests run
 //! the bytes-to-log path the daemons run.
 //!
 //! The twin side is two steps, split where the daemon hands work from its

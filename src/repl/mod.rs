@@ -4,9 +4,9 @@
 //! messages, frame-stream bytes, local events and the time as arguments and
 //! answer messages to send and actions to carry out, the way quinn-proto is
 //! driven by quinn. The network driver only moves bytes, timers and events;
-//! [`pair::ReplPair`] drives both cores over a simulated link with
+//! `pair::ReplPair` (with the `testing` feature) drives both cores over a simulated link with
 //! simulated time, which is how every interleaving is tested without a
-//! socket; [`cluster::Cluster`] does so for two boxes through failovers,
+//! socket; `cluster::Cluster` does so for two boxes through failovers,
 //! fences, rejoins and switchovers.
 //!
 //! - [`ack`]: who may acknowledge what (fencing, no twin);
@@ -21,11 +21,14 @@
 
 pub mod ack;
 pub mod apply;
+#[cfg(any(test, feature = "testing"))]
 pub mod cluster;
 pub mod epochs;
 pub mod in_hand;
+#[cfg(any(test, feature = "testing"))]
 mod link;
 pub mod msg;
+#[cfg(any(test, feature = "testing"))]
 pub mod pair;
 pub mod primary;
 pub mod twin;
