@@ -93,10 +93,20 @@ fn frames_of(dir: &Path) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
-    let root = tempfile::tempdir().expect("tempdir");
-    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+/// A primary A and its twin B, initialized in `root` and pinned to each
+/// other.
+struct Pair {
+    a_dir: std::path::PathBuf,
+    b_dir: std::path::PathBuf,
+    a_cfg_path: std::path::PathBuf,
+    a_fp: twinlog::net::Fingerprint,
+    b_twin_cfg: std::path::PathBuf,
+    a_cfg: PrimaryConfig,
+    b_tcfg: TwinConfig,
+}
+
+fn init_pair(root: &Path) -> Pair {
+    let (a_dir, b_dir) = (root.join("a"), root.join("b"));
     let a_listen = free_udp();
     let (b_twin_cfg, b_fp) =
         daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
@@ -105,6 +115,29 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     daemon::pin_primary(&b_twin_cfg, a_fp).expect("pin");
     let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
     let b_tcfg = TwinConfig::load(&b_twin_cfg).expect("load");
+    Pair {
+        a_dir,
+        b_dir,
+        a_cfg_path,
+        a_fp,
+        b_twin_cfg,
+        a_cfg,
+        b_tcfg,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let Pair {
+        a_dir,
+        b_dir,
+        a_cfg_path,
+        a_fp,
+        b_twin_cfg,
+        a_cfg,
+        b_tcfg,
+    } = init_pair(root.path());
 
     // A primary and its twin B: 30 frames durable on both.
     let a = primary(&a_cfg);
@@ -416,15 +449,12 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
     let root = tempfile::tempdir().expect("tempdir");
-    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
-    let a_listen = free_udp();
-    let (b_twin_cfg, b_fp) =
-        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
-    let (a_cfg_path, a_fp) =
-        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
-    daemon::pin_primary(&b_twin_cfg, a_fp).expect("pin");
-    let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
-    let b_tcfg = TwinConfig::load(&b_twin_cfg).expect("load");
+    let Pair {
+        b_dir,
+        a_cfg,
+        b_tcfg,
+        ..
+    } = init_pair(root.path());
 
     let a = primary(&a_cfg);
     let b = twin(&b_tcfg);

@@ -157,7 +157,7 @@ impl Log {
     pub fn append_at(&self, seq: u64, kind: u16, meta: &[u8], blob: &[u8]) -> Result<u64> {
         let seq = {
             let mut w = self.writer_locked();
-            self.stage_locked(&mut w, Some(seq), kind, meta, blob)?
+            self.stage_locked(&mut w, Some(seq), kind, meta, blob)?.seq
         };
         self.sync_through(seq)?;
         Ok(seq)
@@ -214,6 +214,13 @@ impl Log {
     /// durable. The caller must not change any state the frame describes
     /// before then: the log is written before the state.
     pub fn stage_raw(&self, kind: u16, meta: &[u8], blob: &[u8]) -> Result<u64> {
+        self.stage_framed(kind, meta, blob).map(|h| h.seq)
+    }
+
+    /// [`Log::stage_raw`], answering the header the frame was written
+    /// with (its seq and payload crc): a primary ships the frame from the
+    /// bytes in hand without computing the crc again.
+    pub fn stage_framed(&self, kind: u16, meta: &[u8], blob: &[u8]) -> Result<FrameHeader> {
         if self.is_follower() {
             return Err(Error::Follower);
         }
@@ -266,7 +273,7 @@ impl Log {
         kind: u16,
         meta: &[u8],
         blob: &[u8],
-    ) -> Result<u64> {
+    ) -> Result<FrameHeader> {
         self.check_writable(w)?;
         self.check_frame(kind, meta)?;
         let seq = Self::check_seq(w, seq)?;
@@ -305,7 +312,7 @@ impl Log {
         w.unindexed.push(at);
         w.end = at + len;
         w.next_seq = seq + 1;
-        Ok(seq)
+        Ok(header)
     }
 
     /// Make sure a frame of `len` bytes fits the open segment: grow an empty

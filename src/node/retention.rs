@@ -50,32 +50,38 @@ pub fn plan(layout: &[(u64, u64, u64)], max_bytes: u64, hold: u64, applied: u64)
     out
 }
 
+/// A seq as a small file holds it: its 8 bytes, then their crc32 (the
+/// slot here, the primary's `RESTART_FLOOR`).
+pub fn seq_file_bytes(seq: u64) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..].copy_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
+    b
+}
+
+/// The seq of [`seq_file_bytes`]; `None` when the bytes do not check.
+pub fn parse_seq_file(b: &[u8]) -> Option<u64> {
+    let seq: [u8; 8] = b.get(..8)?.try_into().ok()?;
+    (b.len() == 12 && crc32fast::hash(&seq).to_le_bytes() == b[8..])
+        .then(|| u64::from_le_bytes(seq))
+}
+
 /// The twin's position as the slot file holds it; 0 when there is none.
 pub fn load_slot(path: &Path) -> u64 {
     let Ok(b) = std::fs::read(path) else {
         return 0;
     };
-    if b.len() != 12 {
-        return 0;
-    }
-    let mut seq = [0u8; 8];
-    seq.copy_from_slice(&b[..8]);
-    let mut crc = [0u8; 4];
-    crc.copy_from_slice(&b[8..]);
-    if crc32fast::hash(&seq) != u32::from_le_bytes(crc) {
+    parse_seq_file(&b).unwrap_or_else(|| {
         tracing::warn!(path = %path.display(), "the twin's slot file does not check: holding nothing");
-        return 0;
-    }
-    u64::from_le_bytes(seq)
+        0
+    })
 }
 
 /// Record the twin's position (a staged file renamed over the slot). Not
 /// fsynced: an older slot after a power cut only holds more.
 pub fn store_slot(path: &Path, seq: u64) -> std::io::Result<()> {
-    let mut b = seq.to_le_bytes().to_vec();
-    b.extend_from_slice(&crc32fast::hash(&seq.to_le_bytes()).to_le_bytes());
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &b)?;
+    std::fs::write(&tmp, seq_file_bytes(seq))?;
     std::fs::rename(&tmp, path)
 }
 

@@ -29,7 +29,6 @@ use super::primary::{PrimaryAction, Timers};
 use super::twin::TwinAction;
 use super::wire::frame_prefix;
 use super::{Backoff, Now};
-use crate::log::format::{payload_crc, FrameHeader};
 use crate::log::{CrashMode, Kind, Log, OpenOptions, SimStorage};
 
 /// How the pair is set up.
@@ -207,17 +206,11 @@ impl ReplPair {
         let meta = crate::log::Meta::repo(repo)
             .encode()
             .unwrap_or_else(|e| panic!("meta: {e}"));
-        let seq = self
+        let header = self
             .primary
-            .stage_raw(kind.as_u16(), &meta, blob)
+            .stage_framed(kind.as_u16(), &meta, blob)
             .unwrap_or_else(|e| panic!("primary append: {e}"));
-        let header = FrameHeader {
-            seq,
-            kind: kind.as_u16(),
-            meta_len: meta.len() as u32,
-            blob_len: blob.len() as u64,
-            payload_crc: payload_crc(&meta, blob),
-        };
+        let seq = header.seq;
         let mut bytes = frame_prefix(&header, &meta);
         bytes.extend_from_slice(blob);
         self.in_hand.put([(seq, bytes::Bytes::from(bytes))]);

@@ -15,7 +15,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::ApiError;
 use bytes::Bytes;
 
-use crate::log::format::{payload_crc, FrameHeader, FRAME_HEADER_LEN};
 use crate::log::Log;
 use crate::node::WriteRefusal;
 use crate::repl::in_hand::InHand;
@@ -122,17 +121,10 @@ fn run(
         wire.clear();
         ends.clear();
         for job in group.drain(..) {
-            match log.stage_raw(job.kind, &job.meta, &job.blob) {
-                Ok(seq) => {
-                    bytes +=
-                        FRAME_HEADER_LEN as u64 + job.meta.len() as u64 + job.blob.len() as u64;
-                    let header = FrameHeader {
-                        seq,
-                        kind: job.kind,
-                        meta_len: job.meta.len() as u32,
-                        blob_len: job.blob.len() as u64,
-                        payload_crc: payload_crc(&job.meta, &job.blob),
-                    };
+            match log.stage_framed(job.kind, &job.meta, &job.blob) {
+                Ok(header) => {
+                    let seq = header.seq;
+                    bytes += header.frame_len();
                     wire.extend_from_slice(&header.encode());
                     wire.extend_from_slice(&job.meta);
                     wire.extend_from_slice(&job.blob);
@@ -178,6 +170,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::format::FRAME_HEADER_LEN;
     use std::sync::Mutex;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::SeqCst;
 
 use super::Primary;
+use crate::node::retention::{parse_seq_file, seq_file_bytes};
 
 impl Primary {
     /// Keep the restart head in `path` (the data directory's
@@ -28,9 +29,7 @@ impl Primary {
             }
             _ => here,
         };
-        let mut bytes = floor.to_le_bytes().to_vec();
-        bytes.extend_from_slice(&crc32fast::hash(&floor.to_le_bytes()).to_le_bytes());
-        crate::publish::publish(&path, &bytes)?;
+        crate::publish::publish(&path, &seq_file_bytes(floor))?;
         self.restart_head.store(floor, SeqCst);
         *self.restart_floor.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
         Ok(())
@@ -62,10 +61,8 @@ impl Primary {
 /// refusal by name), never cut more.
 fn read(path: &Path) -> Option<u64> {
     let b = std::fs::read(path).ok()?;
-    (b.len() == 12 && crc32fast::hash(&b[..8]).to_le_bytes() == b[8..])
-        .then(|| u64::from_le_bytes(b[..8].try_into().unwrap_or_default()))
-        .or_else(|| {
-            tracing::warn!(path = %path.display(), "the restart floor does not check: ignored");
-            None
-        })
+    parse_seq_file(&b).or_else(|| {
+        tracing::warn!(path = %path.display(), "the restart floor does not check: ignored");
+        None
+    })
 }
