@@ -13,7 +13,7 @@ use twinlog::node::epoch::Epochs;
 use twinlog::node::{
     ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
 };
-use twinlog::repl::Timers;
+use twinlog::repl::{Refusal, Timers};
 
 struct Ids {
     primary: Identity,
@@ -341,24 +341,36 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
         let before_twin = std::fs::read_dir(tdir.path()).expect("ls").count();
         let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
         let (twin, stop) = start_twin(&ids, tdir.path(), p.addr);
-        let mut refused = None;
-        for _ in 0..100 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Some(e) = twin.status().last_error {
-                refused = Some(e);
-                break;
-            }
-        }
-        let why = refused.unwrap_or_else(|| panic!("{case}: the twin was not refused"));
-        let named = match case {
-            "diverged" => why.contains("differs"),
-            _ => why.contains("ahead"),
-        };
-        assert!(named, "{case}: refused by name, got {why:?}");
-        assert!(
-            p.primary.status().twin_last_error.is_some(),
-            "{case}: the primary says why too"
+        until(&format!("{case}: the twin refused"), || {
+            let t = twin.status();
+            t.refusal.is_some()
+                && t.last_error.is_some()
+                && p.primary.status().twin_refusal.is_some()
+        })
+        .await;
+        let (on_twin, on_primary) = (
+            twin.status().refusal.expect("the twin's refusal"),
+            p.primary
+                .status()
+                .twin_refusal
+                .expect("the primary's refusal"),
         );
+        match case {
+            "diverged" => assert!(
+                matches!(on_twin, Refusal::Diverged { seq: 5, .. }),
+                "{case}: {on_twin:?}"
+            ),
+            _ => assert_eq!(
+                on_twin,
+                Refusal::TwinAhead {
+                    twin_head: far,
+                    primary_head: 5
+                },
+                "{case}"
+            ),
+        }
+        assert_eq!(on_primary, on_twin, "{case}: the primary says why too");
+        assert!(twin.status().last_error.is_some(), "{case}: and in words");
         assert_eq!(
             twin.log().head_seq(),
             frames,

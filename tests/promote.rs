@@ -8,10 +8,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::node::{Durability, TwinStatus};
+use twinlog::repl::Refusal;
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 
 async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
     for _ in 0..200 {
@@ -95,11 +94,15 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
         daemon::fetch_status::<TwinStatus>(&tc.metrics)
             .ok()
             .map(|(_, s)| s)
-            .filter(|s| s.last_error.is_some())
+            .filter(|s| s.refusal.is_some() && s.last_error.is_some())
     })
     .await;
-    let why = status.last_error.unwrap_or_default();
-    assert!(why.contains("epoch"), "refused by epoch: {why}");
+    assert!(
+        matches!(status.refusal, Some(Refusal::StaleEpoch { .. })),
+        "refused by epoch: {:?} ({:?})",
+        status.refusal,
+        status.last_error
+    );
     assert_eq!(status.head, 20, "nothing written");
     let _ = stop_t.send(true);
     twin.await.expect("join").expect("twin stopped");

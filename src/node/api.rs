@@ -519,6 +519,9 @@ pub struct Status {
     pub degraded: bool,
     /// Why the last twin connection ended, if it did.
     pub twin_last_error: Option<String>,
+    /// The refusal, by name, that ended the last twin session (either
+    /// side's), until a session streams again.
+    pub twin_refusal: Option<crate::repl::Refusal>,
     /// The log's byte cap (0: none) and its bytes now.
     pub retention_max_bytes: u64,
     pub log_bytes: u64,

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod client;
+pub mod clock;
 pub mod divergent;
 pub mod epoch;
 mod pipe;

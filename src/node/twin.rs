@@ -16,9 +16,7 @@ use super::store::StoreHost;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
 use crate::repl::apply::{self, Applier, Write};
-use crate::repl::{
-    Backoff, Now, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView,
-};
+use crate::repl::{Backoff, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView};
 use crate::store::install::{self, InstallPaths, SnapshotBase};
 
 /// What the twin's status shows.
@@ -31,6 +29,9 @@ pub struct TwinStatus {
     pub lag_frames: u64,
     pub below_floor: bool,
     pub last_error: Option<String>,
+    /// The refusal, by name, that ended the last session (either side's),
+    /// until a session streams again.
+    pub refusal: Option<Refusal>,
     /// A snapshot being fetched: bytes held and its size.
     pub snapshot_held: u64,
     pub snapshot_total: u64,
@@ -494,7 +495,7 @@ impl Twin {
         .await
         .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
         let (mut ctl_send, ctl_recv) = conn.open_bi().await?;
-        let mut core = TwinCore::new(self.cfg.timers, view, Now::system());
+        let mut core = TwinCore::new(self.cfg.timers, view, crate::node::clock::now());
         let (msgs_tx, mut msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
         let (chunks_tx, mut chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
@@ -567,7 +568,10 @@ impl Twin {
                             self.set_status(|s| s.last_error = Some(e.clone()));
                         }
                     }
-                    TwinAction::Close(why) => closed = Some(why.to_string()),
+                    TwinAction::Close(why) => {
+                        closed = Some(why.to_string());
+                        self.set_status(|s| s.refusal = Some(why));
+                    }
                     TwinAction::Promote { head, clients } => {
                         let hook = self
                             .handover
@@ -604,9 +608,10 @@ impl Twin {
                 self.set_status(|s| {
                     s.connected = true;
                     s.below_floor = false;
+                    s.refusal = None;
                 });
                 frames_task = Some(tokio::spawn(read_frames(conn.clone(), chunks_tx.clone())));
-                streaming_since = Some(std::time::Instant::now());
+                streaming_since = Some(tokio::time::Instant::now());
             }
             self.set_status(|s| {
                 s.primary_head = core.primary_head().0;
@@ -620,7 +625,7 @@ impl Twin {
             );
             tokio::select! {
                 msg = msgs.recv() => match msg {
-                    Some(Ok(m)) => core.handle_message(m, Now::system()),
+                    Some(Ok(m)) => core.handle_message(m, crate::node::clock::now()),
                     Some(Err(e)) => break Err(e),
                     None => break Ok("the primary closed the control stream".into()),
                 },
@@ -642,7 +647,7 @@ impl Twin {
                     Some(Written::Failed(e)) => core.handle_commit_failed(&e),
                     None => break Ok("the writer stopped".into()),
                 },
-                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(crate::node::clock::now()),
                 changed = async {
                     match store_health.as_mut() {
                         Some(rx) => rx.changed().await.is_ok(),

@@ -131,6 +131,9 @@ pub struct PrimaryCore {
     state: PrimaryState,
     history: [u8; 16],
     head: u64,
+    /// This log's floor at the handshake. While the twin streams, the
+    /// retention hold keeps its frames; a read below the floor ends the
+    /// session, and the next handshake sees the new floor.
     first: u64,
     epochs: EpochHistory,
     restart_head: u64,
@@ -469,11 +472,6 @@ impl PrimaryCore {
         self.ship();
     }
 
-    /// Retention moved this log's floor.
-    pub fn handle_retained(&mut self, first: u64) {
-        self.first = first;
-    }
-
     /// Timers: heartbeats, and giving up on a silent twin. A call before
     /// anything is due does nothing.
     pub fn handle_timeout(&mut self, now: Now) {
@@ -533,5 +531,54 @@ impl PrimaryCore {
             lag_bytes: pending.map(|m| m.2).sum(),
             lag,
         }
+    }
+}
+
+/// The lowest frame a twin that said `Hello { first, head }` will hold: a
+/// twin whose log starts past its head (a snapshot installed) never holds
+/// the frames before its first. A `twin` answer for a frame below it is
+/// `NotOnTwin`, not a wait.
+pub fn twin_holds_from(first: u64, head: u64) -> u64 {
+    if head == 0 {
+        1
+    } else {
+        first.min(head + 1)
+    }
+}
+
+/// How a twin's acknowledgement moves the retention hold (the lowest frame
+/// the twin still needs from this log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldUpdate {
+    /// The session's first acknowledgement: the twin's position as it
+    /// says it now, even below an earlier session's (a replaced twin,
+    /// or one put back from an older copy, needs those frames again).
+    Set(u64),
+    /// Later ones only raise it: acknowledgements may cross.
+    Raise(u64),
+}
+
+/// The hold update for an acknowledgement of `durable`.
+pub fn hold_update(durable: u64, first_of_session: bool) -> HoldUpdate {
+    if first_of_session {
+        HoldUpdate::Set(durable)
+    } else {
+        HoldUpdate::Raise(durable)
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+
+    #[test]
+    fn the_hold_follows_the_session_s_first_ack_then_only_rises() {
+        assert_eq!(twin_holds_from(1, 0), 1);
+        assert_eq!(twin_holds_from(1, 40), 1);
+        // Installed a snapshot at 100, nothing past it yet.
+        assert_eq!(twin_holds_from(101, 100), 101);
+        assert_eq!(twin_holds_from(101, 120), 101);
+        assert_eq!(hold_update(7, true), HoldUpdate::Set(7));
+        assert_eq!(hold_update(7, false), HoldUpdate::Raise(7));
     }
 }

@@ -25,7 +25,7 @@ use super::store::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::repl::apply;
-use crate::repl::{Now, PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
+use crate::repl::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
 mod appender;
 mod body;
@@ -48,17 +48,7 @@ const SMALL_BLOB: u64 = 1 << 20;
 /// The piece a frame's blob moves in.
 pub const PIECE: usize = 256 * 1024;
 
-/// What a `twin` append does while the twin does not acknowledge it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TwinPolicy {
-    /// Wait for the twin, however long (the default).
-    Wait,
-    /// Answer `ApiError::TwinTimeout` after this long.
-    Fail(Duration),
-    /// After this long, acknowledge as `local` and keep doing so, without
-    /// waiting, until the twin has caught up: shown in status and logged.
-    FallBack(Duration),
-}
+pub use crate::repl::ack::TwinPolicy;
 
 /// How the primary runs.
 #[derive(Clone, Copy, Debug)]
@@ -171,7 +161,7 @@ pub struct Primary {
 /// The lag a twin session left, to grow from while the twin is away.
 #[derive(Clone, Copy)]
 struct LagAtEnd {
-    at: std::time::Instant,
+    at: tokio::time::Instant,
     bytes_appended: u64,
     lag_bytes: u64,
     lag_ms: u64,
@@ -459,7 +449,7 @@ impl Primary {
                 s.twin_connected = false;
                 s.twin_last_error = Some(why);
                 *self.lag_at_end.lock().unwrap_or_else(|e| e.into_inner()) = Some(LagAtEnd {
-                    at: std::time::Instant::now(),
+                    at: tokio::time::Instant::now(),
                     bytes_appended: self.head.borrow().1,
                     lag_bytes: s.lag_bytes,
                     lag_ms: s.lag_ms,

@@ -388,59 +388,65 @@ impl Primary {
         }
     }
 
+    /// Wait for the twin as the policy bounds it (`repl::ack`), and
+    /// answer as it says.
     pub(super) async fn wait_for_twin_counted(&self, seq: u64) -> Response {
-        let twin = Response::Appended {
-            seq,
-            durability: Durability::Twin,
-            twin_wait_us: 0,
+        use crate::repl::ack::{TwinAnswer, WaitFor, Waited};
+        let policy = self.cfg.policy;
+        let degraded = lock(&self.status).degraded;
+        let waited = match policy.wait_for(degraded) {
+            WaitFor::Nothing => None,
+            WaitFor::Forever => Some(self.twin_reached(seq).await),
+            WaitFor::UpTo(d) => Some(
+                tokio::time::timeout(d, self.twin_reached(seq))
+                    .await
+                    .unwrap_or(Waited::TimedOut),
+            ),
         };
-        let local = Response::Appended {
-            seq,
-            durability: Durability::Local,
-            twin_wait_us: 0,
-        };
-        // A twin that installed a snapshot past this frame will never hold
-        // it: its log starts after the snapshot's seq.
-        let missed = Response::Error(ApiError::NotOnTwin { seq });
-        let twin_first = &self.twin_first;
-        let on_twin = |s: u64| s >= twin_first.load(std::sync::atomic::Ordering::SeqCst);
-        let mut acked = self.acked.subscribe();
-        let mut fenced = self.epochs.watch_fenced();
-        let reached = async {
-            tokio::select! {
-                r = acked.wait_for(|&a| a >= seq || !on_twin(seq)) => r.map(|_| ()),
-                // A fence answers every waiter at once (below).
-                _ = fenced.wait_for(|&f| f) => Ok(()),
-            }
-        };
-        match self.cfg.policy {
-            TwinPolicy::Wait => match reached.await {
-                Ok(_) if on_twin(seq) => twin,
-                Ok(_) => missed,
-                Err(_) => Response::Error(ApiError::TwinTimeout { seq }),
-            },
-            TwinPolicy::Fail(after) => match tokio::time::timeout(after, reached).await {
-                Ok(Ok(_)) if on_twin(seq) => twin,
-                Ok(Ok(_)) => missed,
-                _ => Response::Error(ApiError::TwinTimeout { seq }),
-            },
-            TwinPolicy::FallBack(after) => {
-                if lock(&self.status).degraded {
-                    return local;
-                }
-                match tokio::time::timeout(after, reached).await {
-                    Ok(Ok(_)) if on_twin(seq) => twin,
-                    Ok(Ok(_)) => local,
-                    _ => {
-                        let mut s = lock(&self.status);
-                        if !s.degraded {
-                            s.degraded = true;
-                            tracing::warn!(seq, "the twin did not acknowledge in time: appends fall back to local durability");
-                        }
-                        local
+        let answer = match waited {
+            None => TwinAnswer::Local,
+            Some(waited) => {
+                let (answer, degrade) = policy.answer(waited);
+                if degrade {
+                    let mut s = lock(&self.status);
+                    if !s.degraded {
+                        s.degraded = true;
+                        tracing::warn!(seq, "the twin did not acknowledge in time: appends fall back to local durability");
                     }
                 }
+                answer
             }
+        };
+        let durability = match answer {
+            TwinAnswer::Twin => Durability::Twin,
+            TwinAnswer::Local => Durability::Local,
+            TwinAnswer::NotOnTwin => return Response::Error(ApiError::NotOnTwin { seq }),
+            TwinAnswer::TwinTimeout => return Response::Error(ApiError::TwinTimeout { seq }),
+        };
+        Response::Appended {
+            seq,
+            durability,
+            twin_wait_us: 0,
+        }
+    }
+
+    /// Until the twin's durable head reaches `seq`, its log starts past
+    /// `seq` (a snapshot it installed covers it), a fence (which answers
+    /// every waiter at once, checked by the caller), or shutdown.
+    async fn twin_reached(&self, seq: u64) -> crate::repl::ack::Waited {
+        use crate::repl::ack::Waited;
+        let twin_first = &self.twin_first;
+        let on_twin = || seq >= twin_first.load(std::sync::atomic::Ordering::SeqCst);
+        let mut acked = self.acked.subscribe();
+        let mut fenced = self.epochs.watch_fenced();
+        let ended = tokio::select! {
+            r = acked.wait_for(|&a| a >= seq || !on_twin()) => r.is_ok(),
+            r = fenced.wait_for(|&f| f) => r.is_ok(),
+        };
+        if ended {
+            Waited::Reached { on_twin: on_twin() }
+        } else {
+            Waited::Closed
         }
     }
 

@@ -120,14 +120,13 @@ impl Primary {
     /// the durability policy waits. A twin store stopped before the frame
     /// is said by name at once.
     async fn carried_out_on_twin(&self, seq: u64, twin_wait_us: u64) -> Response {
-        use super::TwinPolicy;
         let started = std::time::Instant::now();
         let mut reports = self.twin_store.subscribe();
-        let limit = match self.cfg.policy {
-            TwinPolicy::Wait => None,
-            TwinPolicy::Fail(d) | TwinPolicy::FallBack(d) => Some(d),
-        };
-        let deadline = limit.map(|d| tokio::time::Instant::now() + d);
+        let deadline = self
+            .cfg
+            .policy
+            .store_wait()
+            .map(|d| tokio::time::Instant::now() + d);
         loop {
             if let Some(h) = reports.borrow_and_update().as_ref() {
                 if h.applied >= seq {

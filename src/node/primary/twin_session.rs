@@ -2,6 +2,7 @@
 //! asks, and what its acknowledgements and messages change here.
 
 use super::*;
+use crate::repl::primary::{hold_update, HoldUpdate};
 
 impl Primary {
     /// The append path publishes here so twin sessions ship the new frames.
@@ -33,11 +34,7 @@ impl Primary {
         };
         if let TwinMsg::Hello { first, head, .. } = &hello {
             // Before any acknowledgement of this session wakes a waiter.
-            let holds_from = if head.seq == 0 {
-                1
-            } else {
-                (*first).min(head.seq + 1)
-            };
+            let holds_from = crate::repl::primary::twin_holds_from(*first, head.seq);
             self.twin_first
                 .store(holds_from, std::sync::atomic::Ordering::SeqCst);
         }
@@ -62,15 +59,16 @@ impl Primary {
             restart_head: self.restart_head.load(std::sync::atomic::Ordering::SeqCst),
         };
         let head = view.head;
-        let mut core = PrimaryCore::new(self.cfg.timers, view, Now::system());
+        let mut core = PrimaryCore::new(self.cfg.timers, view, crate::node::clock::now());
         tracing::info!(?hello, head, "twin hello");
         core.handle_hello(
             hello,
             |seq| apply::head_frame(&self.log, seq),
-            Now::system(),
+            crate::node::clock::now(),
         );
         if core.state() == PrimaryState::Streaming {
             self.twin_reconciled();
+            lock(&self.status).twin_refusal = None;
         }
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
@@ -83,8 +81,8 @@ impl Primary {
         let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
         let mut shipper = None;
         let mut handover = self.switch.handover.subscribe();
-        // The twin's position is what it says at the handshake, even when
-        // lower than an earlier session's (a replaced twin).
+        // The twin's position is what it says at the handshake
+        // (`hold_update`).
         let mut handshake = true;
         loop {
             while let Some(m) = core.poll_transmit() {
@@ -113,12 +111,12 @@ impl Primary {
                     }
                     PrimaryAction::Acked(durable) => {
                         tracing::debug!(durable, "twin acknowledged");
-                        if std::mem::take(&mut handshake) {
-                            self.hold
-                                .store(durable, std::sync::atomic::Ordering::SeqCst);
-                        } else {
-                            self.hold
-                                .fetch_max(durable, std::sync::atomic::Ordering::SeqCst);
+                        let seq_cst = std::sync::atomic::Ordering::SeqCst;
+                        match hold_update(durable, std::mem::take(&mut handshake)) {
+                            HoldUpdate::Set(hold) => self.hold.store(hold, seq_cst),
+                            HoldUpdate::Raise(hold) => {
+                                self.hold.fetch_max(hold, seq_cst);
+                            }
                         }
                         self.twin_acked(durable)
                     }
@@ -150,12 +148,14 @@ impl Primary {
                     }
                     PrimaryAction::Close(why) => {
                         let _ = ctl_send.finish();
-                        return Ok(why.to_string());
+                        let said = why.to_string();
+                        lock(&self.status).twin_refusal = Some(why);
+                        return Ok(said);
                     }
                 }
             }
             {
-                let now = Now::system();
+                let now = crate::node::clock::now();
                 let st = core.status(now);
                 let mut s = lock(&self.status);
                 s.twin_connected = core.state() == PrimaryState::Streaming;
@@ -169,7 +169,7 @@ impl Primary {
             );
             tokio::select! {
                 msg = msgs.recv() => match msg {
-                    Some(Ok(m)) => core.handle_message(m, Now::system()),
+                    Some(Ok(m)) => core.handle_message(m, crate::node::clock::now()),
                     Some(Err(e)) => return Err(e),
                     None => {
                         if core.state() == PrimaryState::BelowFloor && self.snapshot_source().is_some() {
@@ -186,10 +186,10 @@ impl Primary {
                         return Ok("shutting down".into());
                     }
                     let (head, bytes) = *head_rx.borrow_and_update();
-                    core.handle_appended(head, bytes - seen_bytes, Now::system());
+                    core.handle_appended(head, bytes - seen_bytes, crate::node::clock::now());
                     seen_bytes = bytes;
                 }
-                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(Now::system()),
+                _ = tokio::time::sleep_until(deadline) => core.handle_timeout(crate::node::clock::now()),
                 changed = handover.changed() => {
                     if changed.is_ok() {
                         let asked = handover.borrow_and_update().clone();
@@ -237,7 +237,7 @@ impl Primary {
         if moved {
             lock(&self.status).twin_acks += 1;
         }
-        if durable >= self.log.head_seq() {
+        if crate::repl::ack::caught_up(durable, self.log.head_seq()) {
             let mut s = lock(&self.status);
             if s.degraded {
                 s.degraded = false;

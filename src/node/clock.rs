@@ -1,0 +1,31 @@
+//! The node layer's one clock. The sans-IO cores take a [`Now`]; the node
+//! layer builds it from tokio's clock, the same one its sleeps and
+//! timeouts run on, so a core's deadline and the sleep that waits for it
+//! agree, and a test that pauses tokio's time pauses both.
+
+use crate::repl::Now;
+
+/// Now, on tokio's clock; `unix_ms` is the wall clock, for what is shown
+/// and recorded, never for a deadline.
+pub fn now() -> Now {
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Now {
+        at: tokio::time::Instant::now().into_std(),
+        unix_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_moves_the_cores_clock() {
+        let before = super::now();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let after = super::now();
+        assert_eq!(after.at.duration_since(before.at), Duration::from_secs(30));
+    }
+}
