@@ -60,9 +60,7 @@ use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
 use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
 
-#[path = "../tests/support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 
 /// The `bench` field of every line this program prints.
 const BENCH: &str = "failover";

@@ -187,12 +187,7 @@ fn build_frames(log: &Log, frames: u64) {
 }
 
 fn vm_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"))
+    testkit::procfs::vm_kib(std::process::id(), field).unwrap_or_else(|e| panic!("{field}: {e}"))
 }
 
 /// Reset VmHWM to the current RSS (Linux 4.0+); false where refused.

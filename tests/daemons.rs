@@ -21,9 +21,7 @@ use twinlog::log::Tail;
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, Durability};
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 

@@ -14,9 +14,7 @@ use twinlog::node::api::ApiError;
 use twinlog::node::rejoin::StoreFate;
 use twinlog::node::{ClientError, Durability, Status, TwinStatus};
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 
 /// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
 /// given up after 20 s).

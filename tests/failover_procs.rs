@@ -23,7 +23,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,64 +32,12 @@ use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
 use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+#[path = "support/children.rs"]
+mod children;
+use children::Daemon;
+use testkit::{free_tcp, free_udp};
 
 const KIND: u16 = 0x8000;
-
-/// A daemon child, SIGKILLed if the test ends first.
-struct Daemon(Option<Child>);
-
-impl Daemon {
-    fn start(role: &str, config: &Path, log: &Path) -> Daemon {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_twinlog-test-child"))
-            .args(["daemon", role])
-            .arg(config)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn daemon");
-        Daemon(Some(child))
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        let pid = self.0.as_ref().expect("running").id() as libc::pid_t;
-        // SAFETY: kill(2) on a child this test has not reaped.
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "signal {sig}");
-    }
-
-    fn sigkill(&mut self) {
-        let mut c = self.0.take().expect("running");
-        c.kill().expect("SIGKILL");
-        c.wait().expect("reap");
-    }
-
-    /// SIGTERM, a clean shutdown, waited for.
-    fn stop(&mut self) {
-        self.signal(libc::SIGTERM);
-        let mut c = self.0.take().expect("running");
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while c.try_wait().expect("poll").is_none() {
-            assert!(Instant::now() < deadline, "no exit 15 s after SIGTERM");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// Poll every 20 ms until `f` answers; fail after 20 s naming `what`.
 async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -360,11 +307,11 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
         pstatus(a_metrics).filter(|s| s.head >= frozen_at + 40)
     })
     .await;
-    a.sigkill();
+    a.kill();
     let w1_acked = w1.abort();
     // B dies frozen: datagrams A sent it are still in its socket buffer, and
     // a thawed B would take them and leave A no tail of its own.
-    b.sigkill();
+    b.kill();
     let a_before = frames(&a_dir);
     let a_head = *a_before.keys().last().expect("A holds frames");
     for (seq, f, d) in &w1_acked {

@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use twinlog::daemon;
 use twinlog::node::{Client, ClientError, ClientOptions, Durability, Status, TwinStatus};
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 
@@ -77,7 +75,7 @@ async fn a_restarted_primary_is_followed_at_once() {
     let p = pair(root.path());
     let logs = root.path();
     let mut primary = Daemon::start("primary", &p.pcfg, &logs.join("primary.log"));
-    let twin = Daemon::start("twin", &p.tcfg, &logs.join("twin.log"));
+    let mut twin = Daemon::start("twin", &p.tcfg, &logs.join("twin.log"));
     status_until::<Status>(p.pmetrics, "the twin streaming", |s| s.twin_connected).await;
     let client = Client::connect(&p.admin, p.primary_fp, p.listen)
         .await
@@ -133,7 +131,7 @@ async fn a_restarted_primary_is_followed_at_once() {
 async fn a_call_to_a_stopped_primary_ends_at_the_client_s_deadline() {
     let root = tempfile::tempdir().expect("tempdir");
     let p = pair(root.path());
-    let primary = Daemon::start("primary", &p.pcfg, &root.path().join("primary.log"));
+    let mut primary = Daemon::start("primary", &p.pcfg, &root.path().join("primary.log"));
     status_until::<Status>(p.pmetrics, "the primary serving", |_| true).await;
     let deadline = Duration::from_secs(1);
     let client = Client::connect_with(&p.admin, p.primary_fp, p.listen, ClientOptions { deadline })
@@ -144,7 +142,7 @@ async fn a_call_to_a_stopped_primary_ends_at_the_client_s_deadline() {
         .await
         .expect("append");
 
-    primary.signal("STOP");
+    primary.signal(libc::SIGSTOP);
     let by = Instant::now() + Duration::from_secs(10);
     while !primary.stopped() {
         assert!(Instant::now() < by, "SIGSTOP did not take hold");
@@ -167,6 +165,6 @@ async fn a_call_to_a_stopped_primary_ends_at_the_client_s_deadline() {
         .expect_err("a stopped primary");
     assert!(matches!(err, ClientError::Deadline { .. }), "{err}");
     assert!(started.elapsed() < deadline + Duration::from_secs(1));
-    primary.signal("CONT");
+    primary.signal(libc::SIGCONT);
     primary.stop();
 }

@@ -15,9 +15,7 @@
 //!   serving clients (which need descriptors of their own), and answers
 //!   `/status` again once the flood's connections time out.
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 #[path = "support/children.rs"]
 mod children;
 

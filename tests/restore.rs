@@ -31,9 +31,7 @@ use twinlog::pushlog::RefUpdate;
 use twinlog::store::install::{self, InstallPaths, SnapshotBase};
 use twinlog::store::{frames, PackBuilder, RepoOp, Store, StoreOptions};
 
-#[path = "support/ports.rs"]
-mod ports;
-use ports::{free_tcp, free_udp};
+use testkit::{free_tcp, free_udp};
 
 const MARKER: &[u8] = b"RESTORE-ERASE-MARKER-91b2";
 

@@ -11,11 +11,7 @@ use tokio::sync::watch;
 use twinlog::daemon::http;
 
 fn cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass and nothing else.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(u.ru_utime) + t(u.ru_stime)
+    testkit::procfs::cpu_secs(std::process::id()).expect("this process's /proc/PID/stat")
 }
 
 /// GET `path`: the status line and the body.

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use super::cases::{free_tcp, MachineBusy};
+use super::cases::MachineBusy;
+use testkit::free_tcp;
 
 /// The server and client programs of one PostgreSQL version.
 pub(crate) struct Programs {

@@ -12,12 +12,13 @@ use std::net::SocketAddr;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use testkit::{free_tcp, free_udp};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::task::JoinSet;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
@@ -175,29 +176,9 @@ pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-pub(crate) fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-pub(crate) fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
 /// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
 pub(crate) fn vm_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+    testkit::procfs::vm_kib(pid, field).unwrap_or_else(|e| panic!("{field}: {e}"))
 }
 
 /// Reset a process's VmHWM to its current RSS (Linux 4.0+); false where
@@ -403,7 +384,7 @@ pub(crate) struct Daemon {
     role: &'static str,
     config: PathBuf,
     log: PathBuf,
-    child: Option<Child>,
+    child: testkit::Guard,
 }
 
 impl Daemon {
@@ -412,12 +393,12 @@ impl Daemon {
             role,
             config,
             log,
-            child: None,
+            child: testkit::Guard::default(),
         }
     }
 
     pub(crate) fn start(&mut self) {
-        assert!(self.child.is_none(), "{} already runs", self.role);
+        assert!(!self.child.running(), "{} already runs", self.role);
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -431,59 +412,31 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("spawn a daemon");
-        self.child = Some(child);
+        self.child = testkit::Guard::new(child);
     }
 
     pub(crate) fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.pid()
     }
 
     /// SIGTERM, and wait for a clean shutdown (SIGKILL after 30 s).
     pub(crate) fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
-        // SAFETY: kill takes integers; the pid is our unreaped child's.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() {
-                        eprintln!("{} exited with {status}", self.role);
-                    }
-                    return;
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => {
-                    eprintln!("{} ignored SIGTERM for 30 s: SIGKILL", self.role);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
+        match self.child.stop(Duration::from_secs(30)) {
+            Ok(Some(status)) if !status.success() => {
+                eprintln!("{} exited with {status}", self.role)
             }
+            Ok(_) => {}
+            Err(e) => eprintln!("{}: {e}: SIGKILLed", self.role),
         }
     }
 
     /// Panic, with the end of its log, if the daemon has exited.
     pub(crate) fn check_alive(&mut self) {
-        if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+        if let Ok(Some(status)) = self.child.try_wait() {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
             panic!("{} exited with {status}:\n{}", self.role, tail.join("\n"));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
@@ -20,7 +20,7 @@ use crate::{Context, DrillError, Result};
 
 /// A process of one of the binaries, SIGKILLed if the drill ends first.
 pub struct Proc {
-    child: Option<Child>,
+    child: testkit::Guard,
     bin: PathBuf,
     args: Vec<String>,
     stderr: PathBuf,
@@ -30,7 +30,7 @@ impl Proc {
     /// Start `bin args...`, its stderr appended to `stderr`, stdout piped.
     pub fn start(bin: &Path, args: &[String], stderr: &Path) -> Result<Proc> {
         let mut p = Proc {
-            child: None,
+            child: testkit::Guard::default(),
             bin: bin.to_owned(),
             args: args.to_vec(),
             stderr: stderr.to_owned(),
@@ -65,16 +65,16 @@ impl Proc {
             .stderr(log)
             .spawn()
             .ctx(|| format!("start {} {:?}", self.bin.display(), self.args))?;
-        self.child = Some(child);
+        self.child = testkit::Guard::new(child);
         Ok(())
     }
 
     pub fn running(&self) -> bool {
-        self.child.is_some()
+        self.child.running()
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.pid()
     }
 
     /// Bytes the process has handed to write(2) and its kin so far
@@ -88,63 +88,29 @@ impl Proc {
 
     /// The exit status if the process ended by itself (and its stdout).
     pub fn try_finished(&mut self) -> Result<Option<(std::process::ExitStatus, String)>> {
-        let Some(c) = self.child.as_mut() else {
+        let Some(status) = self.child.try_wait().ctx(|| "poll a child".into())? else {
             return Ok(None);
         };
-        match c.try_wait().ctx(|| "poll a child".into())? {
-            None => Ok(None),
-            Some(status) => {
-                let mut out = String::new();
-                if let Some(mut o) = c.stdout.take() {
-                    o.read_to_string(&mut out)
-                        .ctx(|| "read a child's stdout".into())?;
-                }
-                self.child = None;
-                Ok(Some((status, out)))
-            }
+        let mut out = String::new();
+        if let Some(mut o) = self.child.take().and_then(|mut c| c.stdout.take()) {
+            o.read_to_string(&mut out)
+                .ctx(|| "read a child's stdout".into())?;
         }
+        Ok(Some((status, out)))
     }
 
     pub fn sigkill(&mut self) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            c.kill().ctx(|| format!("SIGKILL {}", self.bin.display()))?;
-            c.wait().ctx(|| "reap".into())?;
-        }
-        Ok(())
+        self.child
+            .kill()
+            .ctx(|| format!("SIGKILL {}", self.bin.display()))
     }
 
-    /// SIGTERM, a clean shutdown, and wait for it (SIGKILL after `limit`).
+    /// SIGTERM, a clean shutdown, and wait for it (SIGKILL after 20 s).
     pub fn stop(&mut self) -> Result<()> {
-        let Some(mut c) = self.child.take() else {
-            return Ok(());
-        };
-        let pid = libc::pid_t::try_from(c.id()).ctx(|| "a child's pid".into())?;
-        // SAFETY: kill(2) on the pid of a child this process has not reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if c.try_wait().ctx(|| "poll a child".into())?.is_some() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                return Err(DrillError(format!(
-                    "{} did not stop within 20 s of SIGTERM",
-                    self.bin.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child
+            .stop(Duration::from_secs(20))
+            .map(|_| ())
+            .ctx(|| format!("stopping {}", self.bin.display()))
     }
 }
 
@@ -167,16 +133,14 @@ pub fn run(bin: &Path, args: &[&str]) -> Result<String> {
     String::from_utf8(out.stdout).ctx(|| format!("{} {args:?}: stdout", bin.display()))
 }
 
+/// A free UDP port on loopback.
 pub fn free_udp() -> Result<SocketAddr> {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .ctx(|| "a free UDP port".into())
+    Ok(testkit::free_udp())
 }
 
+/// A free TCP port on loopback.
 pub fn free_tcp() -> Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .ctx(|| "a free TCP port".into())
+    Ok(testkit::free_tcp())
 }
 
 /// The two binaries.

@@ -1,11 +1,12 @@
 //! Daemons as child processes of a test (`twinlog-test-child daemon`), on
-//! loopback ports of their own. Included by path by the tests that start
-//! them.
+//! loopback ports of their own, killed when the test lets go of them.
+//! Included by path by the tests that start them.
 
 #![allow(dead_code)] // each test uses its own part
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// Start the daemon of `role` (`primary`, `twin`) on `config`, its logs
 /// appended to `log`.
@@ -29,11 +30,11 @@ fn log_file(log: &Path) -> std::fs::File {
 }
 
 /// A daemon that is killed when the test lets go of it, passed or failed.
-pub struct Daemon(Child);
+pub struct Daemon(testkit::Guard);
 
 impl Daemon {
     pub fn start(role: &str, config: &Path, log: &Path) -> Daemon {
-        Daemon(spawn(role, config, log))
+        Daemon(testkit::Guard::new(spawn(role, config, log)))
     }
 
     /// Start it with at most `fds` open file descriptors (`ulimit -n`).
@@ -50,75 +51,37 @@ impl Daemon {
             .stderr(log_file(log))
             .spawn()
             .expect("spawn daemon");
-        Daemon(child)
+        Daemon(testkit::Guard::new(child))
     }
 
     /// User and system CPU the process has spent, in seconds.
     pub fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).expect("stat");
-        // `pid (comm) S ...`: utime and stime are the 12th and 13th fields
-        // after the state.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .expect("a stat line")
-            .1
-            .split_whitespace()
-            .collect();
-        let ticks: u64 =
-            fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-        // SAFETY: sysconf reads a constant of the system.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-        ticks as f64 / hz
+        testkit::procfs::cpu_secs(self.pid()).expect("the daemon's /proc/PID/stat")
     }
 
-    /// Send `signal` (`STOP`, `CONT`, `TERM`...).
-    pub fn signal(&self, signal: &str) {
-        let sent = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.0.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(sent.success(), "kill -{signal}");
+    /// Send `signal` (`libc::SIGSTOP`, `SIGCONT`...).
+    pub fn signal(&self, signal: libc::c_int) {
+        self.0.signal(signal).expect("kill(2)");
     }
 
-    /// Whether every thread of the process is stopped (SIGSTOP took hold:
-    /// a signal is delivered to each thread in its own time).
+    /// Whether every thread of the process is stopped (SIGSTOP took hold).
     pub fn stopped(&self) -> bool {
-        let tasks = format!("/proc/{}/task", self.0.id());
-        let Ok(threads) = std::fs::read_dir(tasks) else {
-            return false;
-        };
-        threads.filter_map(|t| t.ok()).all(|t| {
-            // `pid (comm) S ...`: the state follows the last parenthesis.
-            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-            })
-        })
+        testkit::procfs::all_threads_stopped(self.pid())
     }
 
     pub fn pid(&self) -> u32 {
-        self.0.id()
+        self.0.pid().expect("the daemon runs")
     }
 
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         self.0.kill().expect("SIGKILL");
-        self.0.wait().expect("reap");
     }
 
-    /// SIGTERM (a clean stop), and reap.
-    pub fn stop(mut self) {
-        self.signal("TERM");
-        self.0.wait().expect("reap");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+    /// SIGTERM (a clean stop), and wait for it.
+    pub fn stop(&mut self) {
+        self.0
+            .stop(Duration::from_secs(15))
+            .expect("a clean stop after SIGTERM");
     }
 }

@@ -37,19 +37,7 @@ fn exits(o: &Output, code: i32, what: &str) {
     );
 }
 
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
+use testkit::{free_tcp, free_udp};
 
 /// A twin's data directory, made by `twin init`; its primary is a free
 /// port nobody answers on.

@@ -19,8 +19,8 @@
 //! [--rounds N] [--policy wait|fail|fallback] [--seed S]`
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::Path;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,75 +33,8 @@ use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::{Client, ClientError, Durability};
 
 use drills::content::bytes;
+use drills::daemons::{free_tcp, free_udp, Proc};
 use drills::{Args, Context, DrillError, Result, Rng};
-
-/// A daemon process, SIGKILLed if the drill ends first.
-struct Daemon {
-    child: Option<Child>,
-    bin: PathBuf,
-    config: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Daemon {
-    fn start(bin: &Path, config: &Path, stderr: &Path) -> Result<Daemon> {
-        let mut d = Daemon {
-            child: None,
-            bin: bin.to_owned(),
-            config: config.to_owned(),
-            stderr: stderr.to_owned(),
-        };
-        d.restart()?;
-        Ok(d)
-    }
-
-    fn restart(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.stderr)
-            .ctx(|| format!("open {}", self.stderr.display()))?;
-        let child = Command::new(&self.bin)
-            .args(["serve", "--config"])
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .ctx(|| format!("start {}", self.bin.display()))?;
-        self.child = Some(child);
-        Ok(())
-    }
-
-    fn sigkill(&mut self) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            c.kill().ctx(|| "SIGKILL".into())?;
-            c.wait().ctx(|| "reap".into())?;
-        }
-        Ok(())
-    }
-
-    /// SIGTERM, a clean shutdown, and wait for it.
-    fn stop(&mut self) -> Result<()> {
-        if let Some(mut c) = self.child.take() {
-            Command::new("kill")
-                .arg(c.id().to_string())
-                .status()
-                .ctx(|| "run kill".into())?;
-            c.wait().ctx(|| "reap".into())?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// A UDP relay between the twin and the primary that can cut the link.
 async fn relay(upstream: SocketAddr, cut: Arc<AtomicBool>) -> Result<SocketAddr> {
@@ -131,18 +64,6 @@ async fn relay(upstream: SocketAddr, cut: Arc<AtomicBool>) -> Result<SocketAddr>
         }
     });
     Ok(addr)
-}
-
-fn free_udp() -> Result<SocketAddr> {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .ctx(|| "a free UDP port".into())
-}
-
-fn free_tcp() -> Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .ctx(|| "a free TCP port".into())
 }
 
 /// Frame `n`'s blob: small, every 60th 1 MiB (a streamed entry).
@@ -393,8 +314,8 @@ async fn drill(args: &Args) -> Result<bool> {
     std::fs::write(&tcfg, t.render()).ctx(|| "write twin.toml".into())?;
     let (plog, tlog) = (pdir.join(daemon::LOG_DIR), tdir.join(daemon::LOG_DIR));
 
-    let mut primary = Daemon::start(&pbin, &pcfg, &work.join("primary.stderr"))?;
-    let mut twin = Daemon::start(&tbin, &tcfg, &work.join("twin.stderr"))?;
+    let mut primary = Proc::serve(&pbin, &pcfg, &work.join("primary.stderr"))?;
+    let mut twin = Proc::serve(&tbin, &tcfg, &work.join("twin.stderr"))?;
     let admin = Arc::new(
         daemon::load_identity(&pdir.join(daemon::ADMIN_DIR)).ctx(|| "admin identity".into())?,
     );

@@ -60,9 +60,7 @@ pub fn exits(o: &Output, code: i32, what: &str) {
     );
 }
 
-#[path = "../../../tests/support/ports.rs"]
-mod ports;
-pub use ports::{free_tcp, free_udp};
+pub use testkit::{free_tcp, free_udp};
 
 /// A primary's data directory, made by `primary init`.
 pub struct Primary {

@@ -1,0 +1,15 @@
+//! What the tests, benches and drills share to run daemons: free loopback
+//! ports, child processes that are killed when their owner lets go of
+//! them, what a process spends, and waits on state instead of sleeps.
+//!
+//! A harness, not a product: its functions panic with a message where a
+//! test would, except where a drill needs the error to report it.
+
+pub mod child;
+pub mod ports;
+pub mod procfs;
+pub mod wait;
+
+pub use child::Guard;
+pub use ports::{free_tcp, free_udp};
+pub use wait::until;
