@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::format::{
-    self, FrameHeader, SegmentHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN,
-    INDEX_HEADER_LEN, LOCK_FILE, RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
+    self, FrameHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, LOCK_FILE,
+    RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
 };
 use super::group_commit::SyncState;
 use super::guard::FreezeGate;
-use super::segment::{Next, SegmentReader};
-use super::storage::{OpenMode, StdStorage, Storage, StorageFile};
+use super::segment::{read_header, Next, SegmentReader};
+use super::storage::{write_atomic, OpenMode, StdStorage, Storage, StorageFile};
 use super::truncate::TruncateIntent;
 use super::write::Writer;
 use super::{
@@ -79,24 +79,6 @@ fn read_small(fs: &dyn Storage, path: &Path) -> std::io::Result<Option<Vec<u8>>>
     Ok(Some(b))
 }
 
-/// Publish a small file by rename: temp file, fsync, rename, fsync the dir.
-pub(super) fn write_atomic(
-    fs: &dyn Storage,
-    dir: &Path,
-    name: &str,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    if fs.exists(&tmp)? {
-        fs.remove(&tmp)?;
-    }
-    let f = fs.open(&tmp, OpenMode::CreateNew)?;
-    f.write_all_at(bytes, 0)?;
-    f.sync_all()?;
-    fs.rename(&tmp, &dir.join(name))?;
-    fs.sync_dir(dir)
-}
-
 /// The first sequence a restart intent names, when the file is whole.
 pub(super) fn decode_restart(b: &[u8]) -> Option<u64> {
     format::decode_sealed(&RESTART_MAGIC, b, 8).map(|body| format::u64_at(body, 0))
@@ -110,13 +92,6 @@ fn segment_firsts(fs: &dyn Storage, dir: &Path) -> Result<Vec<u64>> {
         .collect();
     firsts.sort_unstable();
     Ok(firsts)
-}
-
-pub(super) fn read_header(file: &dyn StorageFile) -> std::result::Result<SegmentHeader, String> {
-    let mut b = [0u8; SEGMENT_HEADER_LEN];
-    file.read_exact_at(&mut b, 0)
-        .map_err(|e| format!("segment header: {e}"))?;
-    SegmentHeader::decode(&b).map_err(|e| format!("segment header: {e:?}"))
 }
 
 fn read_u64(file: &dyn StorageFile, at: u64) -> std::io::Result<u64> {

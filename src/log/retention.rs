@@ -8,20 +8,9 @@ use super::format::{
     self, FRAME_HEADER_LEN, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN, RESTART_FILE,
     RESTART_MAGIC, SEGMENT_HEADER_LEN,
 };
-use super::open::write_atomic;
-use super::storage::OpenMode;
-use super::write::Writer;
+use super::storage::{write_atomic, OpenMode};
+use super::write::{ReleasedAt, Writer};
 use super::{lock, read_lock, write_lock, Error, HistoryId, Log, OpenFiles, Result, Seg};
-
-/// The open segment as `release` left it.
-#[derive(Debug)]
-pub(super) struct ReleasedAt {
-    log_len: u64,
-    idx_len: u64,
-    header: Vec<u8>,
-    /// The last frame's offset and header bytes, when it has one.
-    last_frame: Option<(u64, Vec<u8>)>,
-}
 
 impl Log {
     pub(super) fn check_open_for_retention(&self, w: &Writer) -> Result<()> {

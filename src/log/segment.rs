@@ -5,7 +5,9 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::format::{FrameHeader, HeaderError, FRAME_HEADER_LEN};
+use super::format::{
+    FrameHeader, HeaderError, SegmentHeader, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
 use super::storage::StorageFile;
 use super::{Error, Result};
 
@@ -189,4 +191,11 @@ impl SegmentReader {
     pub fn skip(&mut self, n: u64) {
         self.pos += n;
     }
+}
+
+pub(super) fn read_header(file: &dyn StorageFile) -> std::result::Result<SegmentHeader, String> {
+    let mut b = [0u8; SEGMENT_HEADER_LEN];
+    file.read_exact_at(&mut b, 0)
+        .map_err(|e| format!("segment header: {e}"))?;
+    SegmentHeader::decode(&b).map_err(|e| format!("segment header: {e:?}"))
 }

@@ -294,3 +294,21 @@ impl Storage for StdStorage {
         path.try_exists()
     }
 }
+
+/// Publish a small file by rename: temp file, fsync, rename, fsync the dir.
+pub(super) fn write_atomic(
+    fs: &dyn Storage,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    if fs.exists(&tmp)? {
+        fs.remove(&tmp)?;
+    }
+    let f = fs.open(&tmp, OpenMode::CreateNew)?;
+    f.write_all_at(bytes, 0)?;
+    f.sync_all()?;
+    fs.rename(&tmp, &dir.join(name))?;
+    fs.sync_dir(dir)
+}

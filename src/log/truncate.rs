@@ -9,8 +9,8 @@ use super::format::{
     TRUNCATE_END_OFFSET, TRUNCATE_FILE, TRUNCATE_HEAD_OFFSET, TRUNCATE_MAGIC,
     TRUNCATE_SEGMENT_OFFSET,
 };
-use super::open::{read_header, write_atomic};
-use super::storage::OpenMode;
+use super::segment::read_header;
+use super::storage::{write_atomic, OpenMode};
 use super::write::Writer;
 use super::{lock, read_lock, write_lock, Error, Log, OpenFiles, Result};
 

@@ -48,7 +48,7 @@ pub(super) struct Writer {
     /// an older generation leaves publication to whoever changed it.
     pub generation: u64,
     /// What `release` left, for `reacquire` to compare.
-    pub released_at: Option<super::retention::ReleasedAt>,
+    pub released_at: Option<ReleasedAt>,
     scratch: Vec<u8>,
 }
 
@@ -509,4 +509,14 @@ impl Log {
 /// ENOSPC or EDQUOT: the file system has no room, which passes.
 fn is_out_of_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// The open segment as `release` left it.
+#[derive(Debug)]
+pub(super) struct ReleasedAt {
+    pub(super) log_len: u64,
+    pub(super) idx_len: u64,
+    pub(super) header: Vec<u8>,
+    /// The last frame's offset and header bytes, when it has one.
+    pub(super) last_frame: Option<(u64, Vec<u8>)>,
 }
