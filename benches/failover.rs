@@ -387,16 +387,10 @@ fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
         .filter(|s| s.role == "twin")
 }
 
-/// Poll every 2 ms until `f` answers; panic after 60 s naming `what`.
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within 60 s");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// Until `f` answers, checked every 2 ms (a timing is taken at its end);
+/// panics after 60 s naming `what`.
+async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    testkit::poll(what, Duration::from_secs(60), Duration::from_millis(2), f).await
 }
 
 /// A client of the primary at `addr`, dialled until it answers. A first

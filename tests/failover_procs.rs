@@ -39,16 +39,9 @@ use testkit::{free_tcp, free_udp};
 
 const KIND: u16 = 0x8000;
 
-/// Poll every 20 ms until `f` answers; fail after 20 s naming `what`.
-async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Until `f` answers; fails naming `what` after 20 s.
+async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    testkit::until(what, Duration::from_secs(20), f).await
 }
 
 fn pstatus(metrics: SocketAddr) -> Option<Status> {

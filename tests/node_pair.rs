@@ -490,11 +490,7 @@ async fn a_client_caps_every_length_a_server_announces() {
 
 /// Until `cond` holds, checked every few milliseconds; fails after 10 s.
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let by = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(std::time::Instant::now() < by, "still not {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    testkit::until(what, Duration::from_secs(10), || cond().then_some(())).await
 }
 
 /// A twin connection spoken by hand: connected, its control stream open.

@@ -12,14 +12,8 @@ use twinlog::repl::Refusal;
 
 use testkit::{free_tcp, free_udp};
 
-async fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..200 {
-        if let Some(v) = f() {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached in 5 s");
+async fn wait_for<T>(f: impl FnMut() -> Option<T>) -> T {
+    testkit::until("the condition", Duration::from_secs(20), f).await
 }
 
 /// The admin client of a primary that was just started, once it answers.

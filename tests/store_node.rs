@@ -327,11 +327,7 @@ async fn repositories_and_documents_are_listed_and_deleted_on_both_boxes() {
 
 /// Wait until `cond` holds, polling state; fail with `what` after 20 s.
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    testkit::until(what, Duration::from_secs(20), || cond().then_some(())).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,4 +12,4 @@ pub mod wait;
 
 pub use child::Guard;
 pub use ports::{free_tcp, free_udp};
-pub use wait::until;
+pub use wait::{poll, until, until_blocking};
