@@ -363,7 +363,7 @@ property!(
 fn control_seeds() -> Vec<Vec<u8>> {
     use twinlog::node::api::{Durability, PushRecord, RefMove, Request, Response, Status};
     use twinlog::node::restore_serve::{RestoreFrame, RestoreReq, RestoreResp};
-    use twinlog::node::snapshot::{SnapshotReq, SnapshotResp};
+    use twinlog::node::snapshot_transfer::{SnapshotReq, SnapshotResp};
     use twinlog::store::install::SnapshotBase;
     let mv = RefMove {
         name: "refs/heads/main".into(),
@@ -516,7 +516,7 @@ fn as_postcard<T: Serialize + DeserializeOwned + PartialEq + Debug>(
 fn check_control(bytes: Vec<u8>) -> Result<(), TestCaseError> {
     use twinlog::node::api::{HistoryListing, RefsListing, Request, Response};
     use twinlog::node::restore_serve::{RestoreFrame, RestoreReq, RestoreResp};
-    use twinlog::node::snapshot::{SnapshotReq, SnapshotResp};
+    use twinlog::node::snapshot_transfer::{SnapshotReq, SnapshotResp};
     as_message::<TwinMsg>(&bytes)?;
     as_message::<PrimaryMsg>(&bytes)?;
     as_message::<Request>(&bytes)?;

@@ -11,7 +11,8 @@ use twinlog::log::{Kind, Log};
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::epoch::Epochs;
 use twinlog::node::{
-    ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
+    ApiError, Client, ClientError, Durability, Primary, PrimaryOptions, Twin, TwinOptions,
+    TwinPolicy,
 };
 use twinlog::repl::{Refusal, Timers};
 
@@ -61,11 +62,11 @@ fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch:
     let primary = Primary::new(
         log,
         pins,
-        PrimaryConfig {
+        PrimaryOptions {
             policy,
             timers: fast(),
             epoch,
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
     );
     let (stop, stopped) = watch::channel(false);
@@ -111,7 +112,7 @@ fn start_twin_on(
 ) -> (Arc<Twin>, watch::Sender<bool>) {
     let pins = Arc::new(Pins::new().pin(ids.primary.fingerprint(), Role::Primary));
     let endpoint = net::client(&ids.twin, pins).expect("endpoint");
-    let cfg = TwinConfig {
+    let cfg = TwinOptions {
         timers: fast(),
         backoff_base: Duration::from_millis(20),
         backoff_cap: Duration::from_millis(200),

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use twinlog::net::{self, Pins, Role};
 use twinlog::node::api::{ClientRole, Piped, PipedAnswer, PIPED_BODY_MAX};
-use twinlog::node::{ApiError, Client, Durability, PrimaryConfig, Request, Response, WriteRefusal};
+use twinlog::node::{
+    ApiError, Client, Durability, PrimaryOptions, Request, Response, WriteRefusal,
+};
 
 #[path = "support/in_process.rs"]
 mod in_process;
@@ -19,9 +21,9 @@ const APP: u16 = 0x8000;
 fn start(dir: &std::path::Path) -> Running {
     start_exactly(
         dir,
-        PrimaryConfig {
+        PrimaryOptions {
             body_piece_deadline: Duration::from_millis(400),
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
     )
 }
@@ -354,9 +356,9 @@ async fn callers_that_give_up_midway_leave_the_pipeline_whole() {
 async fn writes_cut_off_half_way_leave_the_pipeline_whole() {
     use twinlog::node::{ClientError, ClientOptions, TwinPolicy};
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = PrimaryConfig {
+    let cfg = PrimaryOptions {
         policy: TwinPolicy::Fail(Duration::from_millis(600)),
-        ..PrimaryConfig::default()
+        ..PrimaryOptions::default()
     };
     let r = start_with_absent_twin(dir.path(), cfg);
     let client = Arc::new(

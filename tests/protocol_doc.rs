@@ -397,7 +397,7 @@ fn documented_client_indices_are_the_encoder_s() {
 
 #[test]
 fn snapshot_messages_have_their_documented_indices() {
-    use twinlog::node::snapshot::{SnapshotReq, SnapshotResp};
+    use twinlog::node::snapshot_transfer::{SnapshotReq, SnapshotResp};
     use twinlog::store::install::SnapshotBase;
     let reqs = [
         ("Manifest", SnapshotReq::Manifest),
@@ -436,7 +436,7 @@ fn snapshot_messages_have_their_documented_indices() {
 #[test]
 fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones() {
     use twinlog::node::restore_serve::{RestoreReq, RestoreResp};
-    use twinlog::node::snapshot::SnapshotReq;
+    use twinlog::node::snapshot_transfer::SnapshotReq;
     let reqs = [
         ("Hello", RestoreReq::Hello),
         ("Frames", RestoreReq::Frames { from: 1, offset: 0 }),

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use twinlog::log::Log;
 use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::api::ClientRole;
-use twinlog::node::store::StoreHost;
-use twinlog::node::{ApiError, Client, ClientError, Durability, Primary, PrimaryConfig};
+use twinlog::node::store_host::StoreHost;
+use twinlog::node::{ApiError, Client, ClientError, Durability, Primary, PrimaryOptions};
 use twinlog::store::StoreOptions;
 
 fn forbidden<T: std::fmt::Debug>(r: Result<T, ClientError>) -> bool {
@@ -42,7 +42,7 @@ async fn every_verb_is_tried_with_each_role_and_refusals_write_nothing() {
     .expect("store");
     let endpoint = net::server(([127, 0, 0, 1], 0).into(), &pid, pins.clone()).expect("server");
     let addr = endpoint.local_addr().expect("addr");
-    let primary = Primary::with_store(log.clone(), pins, PrimaryConfig::default(), Some(store));
+    let primary = Primary::with_store(log.clone(), pins, PrimaryOptions::default(), Some(store));
     primary.set_client_roles(roles);
     let (_stop, stopped) = watch::channel(false);
     tokio::spawn(primary.clone().serve(endpoint, stopped));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use twinlog::net::{self, Pins, Role};
 use twinlog::node::api::ApiError;
-use twinlog::node::{Client, Durability, PrimaryConfig, Request, Response};
+use twinlog::node::{Client, Durability, PrimaryOptions, Request, Response};
 
 #[path = "support/in_process.rs"]
 mod in_process;
@@ -16,23 +16,23 @@ use in_process::{start_exactly, Running};
 const PIECE_DEADLINE: Duration = Duration::from_millis(400);
 
 fn start(dir: &std::path::Path) -> Running {
-    start_with(dir, PrimaryConfig::default().memory_budget)
+    start_with(dir, PrimaryOptions::default().memory_budget)
 }
 
 fn start_with(dir: &std::path::Path, memory_budget: u64) -> Running {
     start_limited(
         dir,
-        PrimaryConfig {
+        PrimaryOptions {
             memory_budget,
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
     )
 }
 
-fn start_limited(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
+fn start_limited(dir: &std::path::Path, cfg: PrimaryOptions) -> Running {
     start_exactly(
         dir,
-        PrimaryConfig {
+        PrimaryOptions {
             body_piece_deadline: PIECE_DEADLINE,
             ..cfg
         },
@@ -122,9 +122,9 @@ async fn a_stalled_body_under_the_staging_bound_holds_no_writer_at_all() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start_exactly(
         dir.path(),
-        PrimaryConfig {
+        PrimaryOptions {
             body_piece_deadline: Duration::from_secs(30),
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
     );
     let client = r.connect().await;
@@ -227,9 +227,9 @@ async fn client_connections_past_the_cap_are_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = start_limited(
         dir.path(),
-        PrimaryConfig {
+        PrimaryOptions {
             max_clients: 2,
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
     );
     let connect = || Client::connect(&r.client, r.server.fingerprint(), r.addr);

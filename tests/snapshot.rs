@@ -20,10 +20,10 @@ use twinlog::net::{self, Identity, Pins, Role};
 use twinlog::node::api::RefMove;
 use twinlog::node::epoch::Epochs;
 use twinlog::node::retention::Retention;
-use twinlog::node::snapshot::{self, SnapshotSource};
-use twinlog::node::store::{Applier, StoreHost};
+use twinlog::node::snapshot_transfer::{self as snapshot, SnapshotSource};
+use twinlog::node::store_host::{Applier, StoreHost};
 use twinlog::node::twin::TwinSnapshots;
-use twinlog::node::{Client, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy};
+use twinlog::node::{Client, Durability, Primary, PrimaryOptions, Twin, TwinOptions, TwinPolicy};
 use twinlog::objects::ObjType;
 use twinlog::repl::Timers;
 use twinlog::store::install::{self, InstallPaths, InstallStep, SnapshotBase};
@@ -337,11 +337,11 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
     let primary = Primary::with_store(
         plog.clone(),
         pins,
-        PrimaryConfig {
+        PrimaryOptions {
             policy: TwinPolicy::Wait,
             timers: fast(),
             epoch: 0,
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
         Some(pstore.clone()),
     );
@@ -365,7 +365,7 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
         tlog.clone(),
         Arc::new(Epochs::in_memory(0)),
         addr,
-        TwinConfig {
+        TwinOptions {
             timers: fast(),
             backoff_base: Duration::from_millis(20),
             backoff_cap: Duration::from_millis(200),
@@ -551,7 +551,7 @@ fn a_snapshot_staged_before_an_erase_is_dropped_when_the_erase_applies() {
         log.clone(),
         Arc::new(Epochs::in_memory(0)),
         "127.0.0.1:9".parse().expect("addr"),
-        TwinConfig::default(),
+        TwinOptions::default(),
     );
     let paths = InstallPaths::new(dir.path());
     install::stage_base(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use twinlog::log::{Kind, Log};
-use twinlog::node::store::StoreHost;
+use twinlog::node::store_host::StoreHost;
 use twinlog::objects::ObjType;
 use twinlog::pushlog::RefUpdate;
 use twinlog::store::frames::{self, lfs_oid, PackBuilder};

@@ -19,10 +19,11 @@ use twinlog::node::api::RefMove;
 use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreOptions};
 use twinlog::node::restore_serve::{self, RestoreSource};
-use twinlog::node::snapshot::SnapshotSource;
-use twinlog::node::store::{Applier, StoreHost};
+use twinlog::node::snapshot_transfer::SnapshotSource;
+use twinlog::node::store_host::{Applier, StoreHost};
 use twinlog::node::{
-    ApiError, Client, ClientError, Durability, Primary, PrimaryConfig, Twin, TwinConfig, TwinPolicy,
+    ApiError, Client, ClientError, Durability, Primary, PrimaryOptions, Twin, TwinOptions,
+    TwinPolicy,
 };
 use twinlog::objects::ObjType;
 use twinlog::repl::Timers;
@@ -69,11 +70,11 @@ async fn start_on(dir: &Path, log: Arc<Log>) -> Pair {
     let primary = Primary::with_store(
         log,
         pins,
-        PrimaryConfig {
+        PrimaryOptions {
             policy: TwinPolicy::Wait,
             timers: fast(),
             epoch: 0,
-            ..PrimaryConfig::default()
+            ..PrimaryOptions::default()
         },
         Some(primary_store.clone()),
     );
@@ -89,7 +90,7 @@ async fn start_on(dir: &Path, log: Arc<Log>) -> Pair {
         tlog,
         Arc::new(Epochs::in_memory(0)),
         addr,
-        TwinConfig {
+        TwinOptions {
             timers: fast(),
             backoff_base: Duration::from_millis(20),
             backoff_cap: Duration::from_millis(200),

@@ -14,8 +14,8 @@ use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
 use twinlog::node::epoch::Epochs;
 use twinlog::node::restore::{self, RestoreOptions};
 use twinlog::node::restore_serve::{self, RestoreSource};
-use twinlog::node::snapshot::SnapshotSource;
-use twinlog::node::store::StoreHost;
+use twinlog::node::snapshot_transfer::SnapshotSource;
+use twinlog::node::store_host::StoreHost;
 use twinlog::store::install;
 use twinlog::store::StoreOptions;
 

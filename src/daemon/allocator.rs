@@ -18,7 +18,7 @@ const ARENAS: i32 = 2;
 /// lists of the arenas, well under a millisecond for a daemon's heap.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Cap glibc's malloc arenas at [`ARENAS`], unless `MALLOC_ARENA_MAX` is
+/// Cap glibc's malloc arenas at `ARENAS`, unless `MALLOC_ARENA_MAX` is
 /// set in the environment (the operator's word wins), and start the thread
 /// that trims them. Call it first thing in `main`, before any other thread
 /// is started.

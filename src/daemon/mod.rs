@@ -31,9 +31,7 @@ use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
 use crate::node::api::ClientRole;
 use crate::node::epoch::Epochs;
-use crate::node::{
-    ClientError, Primary, PrimaryConfig as NodePrimaryConfig, Twin, TwinConfig as NodeTwinConfig,
-};
+use crate::node::{ClientError, Primary, PrimaryOptions, Twin, TwinOptions};
 pub use config::TwinRetentionSection;
 pub use config::{Address, ConfigError, PrimaryConfig, TwinConfig};
 

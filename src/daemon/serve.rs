@@ -51,10 +51,10 @@ pub(crate) fn open_log(data_dir: &Path, segment_bytes: u64) -> Result<Arc<Log>, 
 /// The snapshots a box offers (to its twin, or to a box it restores), kept
 /// in its data directory.
 pub(super) fn snapshot_source(
-    store: &Arc<crate::node::store::StoreHost>,
+    store: &Arc<crate::node::store_host::StoreHost>,
     data_dir: &Path,
-) -> Arc<crate::node::snapshot::SnapshotSource> {
-    crate::node::snapshot::SnapshotSource::new(
+) -> Arc<crate::node::snapshot_transfer::SnapshotSource> {
+    crate::node::snapshot_transfer::SnapshotSource::new(
         store.clone(),
         &data_dir.join(SNAPSHOTS_DIR),
         Some(data_dir.join(crate::store::install::BASE_FILE)),
@@ -65,11 +65,11 @@ pub(super) fn snapshot_source(
 pub(super) async fn open_store(
     log: &Arc<Log>,
     data_dir: &Path,
-) -> Result<Arc<crate::node::store::StoreHost>, DaemonError> {
+) -> Result<Arc<crate::node::store_host::StoreHost>, DaemonError> {
     let log = log.clone();
     let dir = data_dir.join(STORE_DIR);
     Ok(tokio::task::spawn_blocking(move || {
-        crate::node::store::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
+        crate::node::store_host::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
     })
     .await
     .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)

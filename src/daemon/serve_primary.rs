@@ -40,7 +40,7 @@ pub async fn serve_primary(
     let node = Primary::build(
         log.clone(),
         pins,
-        NodePrimaryConfig {
+        PrimaryOptions {
             policy: cfg.durability.twin_policy(),
             timers: cfg.timers.timers(),
             epoch: epochs.current(),

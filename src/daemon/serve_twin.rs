@@ -30,9 +30,9 @@ pub async fn serve_twin(
         log.clone(),
         epochs.clone(),
         primary,
-        NodeTwinConfig {
+        TwinOptions {
             timers: cfg.timers.timers(),
-            ..NodeTwinConfig::default()
+            ..TwinOptions::default()
         },
     );
     node.set_fingerprint(&identity.fingerprint());
@@ -97,7 +97,7 @@ pub async fn serve_twin(
     // per sync (thousands a second) cost the twin a sixth of its CPU in
     // thread switches and segment opens, for frames that are mostly not
     // the store's: after a wake, the next waits out `APPLY_PAUSE`.
-    let applier = crate::node::store::Applier::start(store)?;
+    let applier = crate::node::store_host::Applier::start(store)?;
     let waker = applier.waker();
     let mut durable = node.durable();
     let follow = tokio::spawn(async move {

@@ -215,7 +215,7 @@ impl Log {
     }
 
     /// Make a group commit durable and visible: every frame committed with
-    /// [`Pending::commit_unsynced`] (or staged) since the last sync is
+    /// [`Pending::commit_unsynced`](super::Pending::commit_unsynced) (or staged) since the last sync is
     /// fdatasynced once, indexed with one write, and published; readers see
     /// it and the head moves only now. Answers the head. Nothing pending:
     /// no I/O. A segment roll inside a group is a sync too: the frames

@@ -4,7 +4,7 @@
 //! with an index of 8 bytes per frame. `docs/FORMAT.md` is the byte-level
 //! description; this module is its implementation:
 //!
-//! - [`format`]: headers, names, offsets;
+//! - [`format`](mod@format): headers, names, offsets;
 //! - `open`: recovery, which cuts a torn tail in the last segment only;
 //! - `write`: append, staging, rolls and publication;
 //! - `group_commit`: one fdatasync for every frame staged before it;

@@ -14,14 +14,14 @@ pub mod rejoin;
 pub mod restore;
 pub mod restore_serve;
 pub mod retention;
-pub mod snapshot;
-pub mod store;
+pub mod snapshot_transfer;
 pub mod store_client;
+pub mod store_host;
 pub mod twin;
 pub mod twin_retention;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
 pub use client::{Appended, Client, ClientError, ClientOptions, Tailing};
-pub use primary::{Primary, PrimaryConfig, TwinPolicy};
+pub use primary::{Primary, PrimaryOptions, TwinPolicy};
 pub use refusal::{ReadRefusal, WriteRefusal};
-pub use twin::{Twin, TwinConfig, TwinStatus};
+pub use twin::{Twin, TwinOptions, TwinStatus};

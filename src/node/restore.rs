@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::epoch::Epochs;
 use super::restore_serve::{RestoreFrame, RestoreReq, RestoreResp, RESTORE_PIECE};
-use super::snapshot::{self, Fetched, SnapshotError};
+use super::snapshot_transfer::{self as snapshot, Fetched, SnapshotError};
 use crate::log::{self, HistoryId, Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::store::install::{self, InstallPaths};

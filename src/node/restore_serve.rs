@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use super::epoch::Epochs;
-use super::snapshot::{SnapshotReq, SnapshotSource};
+use super::snapshot_transfer::{SnapshotReq, SnapshotSource};
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::store::install;

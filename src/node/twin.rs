@@ -11,8 +11,8 @@ use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
 use super::epoch::Epochs;
-use super::snapshot;
-use super::store::StoreHost;
+use super::snapshot_transfer as snapshot;
+use super::store_host::StoreHost;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
 use crate::repl::apply::{self, Applier, Write};
@@ -71,15 +71,15 @@ pub struct TwinSnapshots {
 
 /// How the twin runs.
 #[derive(Clone, Copy, Debug)]
-pub struct TwinConfig {
+pub struct TwinOptions {
     pub timers: Timers,
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
 }
 
-impl Default for TwinConfig {
+impl Default for TwinOptions {
     fn default() -> Self {
-        TwinConfig {
+        TwinOptions {
             timers: Timers::default(),
             backoff_base: Duration::from_millis(100),
             backoff_cap: Duration::from_secs(5),
@@ -92,7 +92,7 @@ pub struct Twin {
     log: Arc<Log>,
     epochs: Arc<Epochs>,
     primary: SocketAddr,
-    cfg: TwinConfig,
+    cfg: TwinOptions,
     status: Mutex<TwinStatus>,
     durable: watch::Sender<u64>,
     snapshots: Mutex<Option<Arc<TwinSnapshots>>>,
@@ -130,7 +130,7 @@ impl Twin {
         log: Arc<Log>,
         epochs: Arc<Epochs>,
         primary: SocketAddr,
-        cfg: TwinConfig,
+        cfg: TwinOptions,
     ) -> Arc<Twin> {
         log.set_follower(true);
         let head = log.head_seq();

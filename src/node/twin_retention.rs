@@ -22,8 +22,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
-use super::snapshot::SnapshotSource;
-use super::store::StoreHost;
+use super::snapshot_transfer::SnapshotSource;
+use super::store_host::StoreHost;
 use crate::log::{format, Log};
 
 /// How long after its last request a restore still pins the frames it

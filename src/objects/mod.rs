@@ -3,7 +3,7 @@
 //!
 //! Three layers, one object ([`ObjectReadStack`]):
 //!
-//! - a durable **tail** in redb ([`tail`]), written by every append and the
+//! - a durable **tail** in redb (`tail`), written by every append and the
 //!   only layer that is always complete;
 //! - an Arrow **projection** of the tail, sorted by oid, in one of two
 //!   layouts ([`FourTables`], [`OneTableFourColumns`]), rebuilt from a scan

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use twinlog::log::Log;
 use twinlog::net::{self, Identity, Pins, Role};
-use twinlog::node::{Client, Primary, PrimaryConfig, TwinPolicy};
+use twinlog::node::{Client, Primary, PrimaryOptions, TwinPolicy};
 
 pub struct Running {
     pub primary: Arc<Primary>,
@@ -30,8 +30,8 @@ impl Running {
 }
 
 /// A primary on `dir` with no twin, under `cfg` (its policy `wait`).
-pub fn start_exactly(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
-    let cfg = PrimaryConfig {
+pub fn start_exactly(dir: &std::path::Path, cfg: PrimaryOptions) -> Running {
+    let cfg = PrimaryOptions {
         policy: TwinPolicy::Wait,
         ..cfg
     };
@@ -40,11 +40,11 @@ pub fn start_exactly(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
 
 /// A primary on `dir` with a twin pinned that never comes, under `cfg`:
 /// its `twin` appends wait as its policy says.
-pub fn start_with_absent_twin(dir: &std::path::Path, cfg: PrimaryConfig) -> Running {
+pub fn start_with_absent_twin(dir: &std::path::Path, cfg: PrimaryOptions) -> Running {
     start_pinned(dir, cfg, Some(Identity::mint().expect("mint")))
 }
 
-fn start_pinned(dir: &std::path::Path, cfg: PrimaryConfig, twin: Option<Identity>) -> Running {
+fn start_pinned(dir: &std::path::Path, cfg: PrimaryOptions, twin: Option<Identity>) -> Running {
     let (server, client) = (
         Identity::mint().expect("mint"),
         Identity::mint().expect("mint"),

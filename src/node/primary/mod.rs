@@ -20,8 +20,8 @@ use super::api::{ApiError, ClientRole, Durability, Request, Response, Status};
 use super::epoch::Epochs;
 use super::refusal::{ReadRefusal, WriteRefusal};
 use super::retention::Retention;
-use super::snapshot::{self, SnapshotSource};
-use super::store::StoreHost;
+use super::snapshot_transfer::{self as snapshot, SnapshotSource};
+use super::store_host::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::repl::apply;
@@ -52,7 +52,7 @@ pub use crate::repl::ack::TwinPolicy;
 
 /// How the primary runs.
 #[derive(Clone, Copy, Debug)]
-pub struct PrimaryConfig {
+pub struct PrimaryOptions {
     pub policy: TwinPolicy,
     pub timers: Timers,
     /// This primary's epoch (raised by each promotion).
@@ -74,9 +74,9 @@ pub struct PrimaryConfig {
     pub staging_space: u64,
 }
 
-impl Default for PrimaryConfig {
+impl Default for PrimaryOptions {
     fn default() -> Self {
-        PrimaryConfig {
+        PrimaryOptions {
             policy: TwinPolicy::Wait,
             timers: Timers::default(),
             epoch: 0,
@@ -107,7 +107,7 @@ pub struct Primary {
     clients: std::sync::atomic::AtomicUsize,
     log: Arc<Log>,
     pins: Arc<Pins>,
-    cfg: PrimaryConfig,
+    cfg: PrimaryOptions,
     /// The head the twin sessions ship through, and the bytes appended
     /// through it: frames are announced here once staged, before they are
     /// durable, so that shipping overlaps the local sync.
@@ -207,7 +207,7 @@ fn lock(m: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
 }
 
 impl Primary {
-    pub fn new(log: Arc<Log>, pins: Arc<Pins>, cfg: PrimaryConfig) -> Arc<Primary> {
+    pub fn new(log: Arc<Log>, pins: Arc<Pins>, cfg: PrimaryOptions) -> Arc<Primary> {
         Self::with_store(log, pins, cfg, None)
     }
 
@@ -216,7 +216,7 @@ impl Primary {
     pub fn with_store(
         log: Arc<Log>,
         pins: Arc<Pins>,
-        cfg: PrimaryConfig,
+        cfg: PrimaryOptions,
         store: Option<Arc<StoreHost>>,
     ) -> Arc<Primary> {
         let epochs = Arc::new(Epochs::in_memory(cfg.epoch));
@@ -228,7 +228,7 @@ impl Primary {
     pub fn build(
         log: Arc<Log>,
         pins: Arc<Pins>,
-        cfg: PrimaryConfig,
+        cfg: PrimaryOptions,
         store: Option<Arc<StoreHost>>,
         epochs: Arc<Epochs>,
     ) -> Arc<Primary> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::Primary;
 use crate::node::api::ApiError;
 use crate::node::retention::{self, Retention};
-use crate::node::snapshot::SnapshotSource;
+use crate::node::snapshot_transfer::SnapshotSource;
 use crate::node::WriteRefusal;
 
 impl Primary {

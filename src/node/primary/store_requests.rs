@@ -8,7 +8,7 @@ use quinn::{RecvStream, SendStream};
 use super::{Primary, PIECE};
 use crate::net::{self, NetError};
 use crate::node::api::{ApiError, Durability, RefMove, Request, Response};
-use crate::node::store::StoreHost;
+use crate::node::store_host::StoreHost;
 
 impl Primary {
     pub(super) fn store(&self) -> Result<Arc<StoreHost>, ApiError> {
@@ -57,7 +57,7 @@ impl Primary {
             )));
         }
         let done = Arc::new(std::sync::Mutex::new(
-            crate::node::store::EraseDone::default(),
+            crate::node::store_host::EraseDone::default(),
         ));
         let done2 = done.clone();
         let answer = self

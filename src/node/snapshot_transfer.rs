@@ -15,7 +15,7 @@ use quinn::{Connection, RecvStream, SendStream};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-use super::store::StoreHost;
+use super::store_host::StoreHost;
 use crate::net::{self, NetError};
 use crate::store::install::{self, InstallPaths, SnapshotBase};
 use crate::store::snapshot::{self as store_snapshot, Manifest, MANIFEST_NAME};
