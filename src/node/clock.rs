@@ -17,6 +17,15 @@ pub fn now() -> Now {
     }
 }
 
+/// When a core's loop wakes next: the core's deadline (`poll_timeout`), or
+/// a second from now when it has none, to look again.
+pub fn wake_at(deadline: Option<std::time::Instant>) -> tokio::time::Instant {
+    deadline.map_or_else(
+        || tokio::time::Instant::now() + std::time::Duration::from_secs(1),
+        tokio::time::Instant::from_std,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

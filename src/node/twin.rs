@@ -619,10 +619,7 @@ impl Twin {
                 s.received_bytes = received_before + conn.stats().udp_rx.bytes;
                 s.frame_bytes_received = frames_before + frame_bytes;
             });
-            let deadline = core.poll_timeout().map_or_else(
-                || tokio::time::Instant::now() + Duration::from_secs(1),
-                tokio::time::Instant::from_std,
-            );
+            let deadline = crate::node::clock::wake_at(core.poll_timeout());
             tokio::select! {
                 msg = msgs.recv() => match msg {
                     Some(Ok(m)) => core.handle_message(m, crate::node::clock::now()),

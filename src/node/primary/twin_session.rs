@@ -163,10 +163,7 @@ impl Primary {
                 s.lag_bytes = st.lag_bytes;
                 s.lag_ms = st.lag.as_millis() as u64;
             }
-            let deadline = core.poll_timeout().map_or_else(
-                || tokio::time::Instant::now() + Duration::from_secs(1),
-                tokio::time::Instant::from_std,
-            );
+            let deadline = crate::node::clock::wake_at(core.poll_timeout());
             tokio::select! {
                 msg = msgs.recv() => match msg {
                     Some(Ok(m)) => core.handle_message(m, crate::node::clock::now()),
