@@ -23,6 +23,19 @@ pub fn publish(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     sync_parent(path)
 }
 
+/// Replace `path` with `bytes` by rename, without an fsync: for a hint
+/// that is checked before it is used, where a crash may leave the old
+/// file or the new one (or neither, after a power cut) and either is
+/// safe. Costs a write and a rename instead of two device flushes.
+pub fn publish_hint(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temp_beside(path);
+    if let Err(e) = std::fs::write(&tmp, bytes) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path)
+}
+
 /// fsync the directory holding `path`.
 pub fn sync_parent(path: &Path) -> std::io::Result<()> {
     match path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -48,6 +61,10 @@ mod tests {
         publish(&path, b"one").expect("publish");
         publish(&path, b"two").expect("publish again");
         assert_eq!(std::fs::read(&path).expect("read"), b"two");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(left.len(), 1, "no temporary file is left");
+        publish_hint(&path, b"three").expect("a hint");
+        assert_eq!(std::fs::read(&path).expect("read"), b"three");
         let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
         assert_eq!(left.len(), 1, "no temporary file is left");
     }

@@ -491,6 +491,53 @@ fn a_restore_killed_ten_times_inside_a_large_entry_resumes_each_time() {
     assert!(!pdir.join(restore::RESTORING_FILE).exists());
 }
 
+/// The record of an entry a killed run was writing is a hint, published
+/// without fsyncs: after a power cut it may name bytes that are gone (the
+/// segment lost, or its crc not the bytes'). The next run fetches the
+/// entry whole instead of failing or keeping bytes that do not check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_record_whose_bytes_are_gone_fetches_the_entry_whole() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let twin = root.path().join("twin");
+    {
+        let log = Log::open(twin.join("log")).expect("log");
+        log.set_follower(true);
+        log.append_at(1, 0x8000, b"small", b"one").expect("append");
+        let big = 6u64 << 20;
+        let mut p = log.begin(Some(2), 0x8001, b"big", big).expect("begin");
+        for i in 0..big >> 20 {
+            p.write(&big_piece(i)).expect("write");
+        }
+        p.commit().expect("commit");
+        log.append_at(3, 0x8000, b"small", b"three")
+            .expect("append");
+    }
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let (addr, twin_id, _stop) = serve_restores(&twin, &box_id).await;
+    for (case, segment) in [
+        ("segment gone", root.path().join("no-such-segment")),
+        ("bytes differ", twin.join("log").join("HISTORY")),
+    ] {
+        let data = root.path().join(format!("box-{}", case.replace(' ', "-")));
+        std::fs::create_dir_all(&data).expect("mkdir");
+        let record = serde_json::json!({
+            "seq": 2, "kind": 0x8001, "meta": b"big", "blob_len": 6u64 << 20,
+            "payload_crc": 0, "segment": segment, "blob_at": 0,
+            "written": 8, "crc_written": 0x1234_5678u32,
+        });
+        std::fs::write(data.join(restore::PARTIAL_FILE), record.to_string()).expect("record");
+        let report = restore_into(&data, addr, &twin_id, &box_id)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_eq!(report.head, 3, "{case}");
+        assert_eq!(report.salvaged_bytes, 0, "{case}: nothing salvaged");
+        let log = Log::open(data.join("log")).expect("log");
+        log.read_pieces::<twinlog::log::Error>(2, 1 << 20, |_, _, _| Ok(()))
+            .expect("the whole entry checks");
+        assert!(!data.join(restore::PARTIAL_FILE).exists(), "{case}");
+    }
+}
+
 /// A twin whose restart base does not read refuses a restore by name
 /// instead of serving a head crc it cannot vouch for, and the box is left
 /// as fresh as it was.

@@ -120,6 +120,11 @@ fn write_json(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
     crate::publish::publish(path, &bytes)
 }
 
+fn write_hint(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
+    crate::publish::publish_hint(path, &bytes)
+}
+
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     let b = std::fs::read(path).ok()?;
     serde_json::from_slice(&b).ok()
@@ -139,25 +144,40 @@ fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
         std::fs::remove_file(data.join(PARTIAL_FILE))?;
         return Ok(side);
     }
-    let seg = std::fs::File::open(&p.segment)?;
     let out_path = data.join(SALVAGE_FILE);
     let tmp = out_path.with_extension("tmp");
     let out = std::fs::File::create(&tmp)?;
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; RESTORE_PIECE];
-    let mut pos = 0;
-    while pos < p.written {
-        let n = (buf.len() as u64).min(p.written - pos) as usize;
-        seg.read_exact_at(&mut buf[..n], p.blob_at + pos)?;
-        crc.update(&buf[..n]);
-        out.write_all_at(&buf[..n], pos)?;
-        pos += n as u64;
-    }
-    if crc.finalize() != p.crc_written {
+    // The record is a hint (published without fsyncs): after a power cut
+    // the segment it names may be gone or shorter, and its bytes may not
+    // be the ones it counted. Any of those fetches the entry whole.
+    let copied = (|| -> std::io::Result<()> {
+        let seg = std::fs::File::open(&p.segment)?;
+        let mut pos = 0;
+        while pos < p.written {
+            let n = (buf.len() as u64).min(p.written - pos) as usize;
+            seg.read_exact_at(&mut buf[..n], p.blob_at + pos)?;
+            crc.update(&buf[..n]);
+            out.write_all_at(&buf[..n], pos)?;
+            pos += n as u64;
+        }
+        Ok(())
+    })();
+    let checks = match &copied {
+        Ok(()) => crc.finalize() == p.crc_written,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
+        Err(_) => {
+            let _ = std::fs::remove_file(&tmp);
+            return copied.map(|()| None);
+        }
+    };
+    if !checks {
         tracing::warn!(
             seq = p.seq,
             written = p.written,
-            "the unfinished entry's bytes do not check: fetching it whole"
+            "the unfinished entry's bytes are not all there or do not check: fetching it whole"
         );
         let _ = std::fs::remove_file(&tmp);
         std::fs::remove_file(data.join(PARTIAL_FILE))?;
@@ -454,11 +474,16 @@ fn pull(
             let tracked = h.blob_len >= TRACKED_ENTRY;
             let mut crc = crc32fast::Hasher::new();
             let (segment, blob_at) = p.blob_at();
+            // Where the entry got to, for a run after a kill to salvage.
+            // A hint, not a promise: salvage checks the bytes it names
+            // against `crc_written`, so it is published without fsyncs,
+            // which at one record a piece would cost two device flushes a
+            // MiB.
             let record = |written: u64, crc: &crc32fast::Hasher| -> std::io::Result<()> {
                 if !tracked {
                     return Ok(());
                 }
-                write_json(
+                write_hint(
                     &data.join(PARTIAL_FILE),
                     &PartialEntry {
                         seq,
