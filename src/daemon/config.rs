@@ -348,42 +348,39 @@ fn default_memory_budget_mib() -> u64 {
     LimitsSection::default().memory_budget_mib
 }
 
+/// `name = value` is refused unless `range` holds it, saying the range.
+fn within<T: PartialOrd + std::fmt::Display>(
+    name: &str,
+    value: T,
+    range: &std::ops::RangeInclusive<T>,
+) -> Result<(), String> {
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} = {value}: it must be from {} to {}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
 impl TryFrom<RawLimits> for LimitsSection {
     type Error = String;
 
     fn try_from(r: RawLimits) -> Result<LimitsSection, String> {
-        if !BODY_PIECE_TIMEOUT_MS.contains(&r.body_piece_timeout_ms) {
-            return Err(format!(
-                "body_piece_timeout_ms = {}: it must be from {} to {}",
-                r.body_piece_timeout_ms,
-                BODY_PIECE_TIMEOUT_MS.start(),
-                BODY_PIECE_TIMEOUT_MS.end()
-            ));
-        }
-        if !MEMORY_BUDGET_MIB.contains(&r.memory_budget_mib) {
-            return Err(format!(
-                "memory_budget_mib = {}: it must be from {} to {}",
-                r.memory_budget_mib,
-                MEMORY_BUDGET_MIB.start(),
-                MEMORY_BUDGET_MIB.end()
-            ));
-        }
-        if !MAX_CLIENT_CONNECTIONS.contains(&r.max_client_connections) {
-            return Err(format!(
-                "max_client_connections = {}: it must be from {} to {}",
-                r.max_client_connections,
-                MAX_CLIENT_CONNECTIONS.start(),
-                MAX_CLIENT_CONNECTIONS.end()
-            ));
-        }
-        if !STAGING_MIB.contains(&r.staging_mib) {
-            return Err(format!(
-                "staging_mib = {}: it must be from {} to {}",
-                r.staging_mib,
-                STAGING_MIB.start(),
-                STAGING_MIB.end()
-            ));
-        }
+        within(
+            "body_piece_timeout_ms",
+            r.body_piece_timeout_ms,
+            &BODY_PIECE_TIMEOUT_MS,
+        )?;
+        within("memory_budget_mib", r.memory_budget_mib, &MEMORY_BUDGET_MIB)?;
+        within(
+            "max_client_connections",
+            r.max_client_connections,
+            &MAX_CLIENT_CONNECTIONS,
+        )?;
+        within("staging_mib", r.staging_mib, &STAGING_MIB)?;
         if r.staged_body_max_mib > r.staging_mib {
             return Err(format!(
                 "staged_body_max_mib = {} is more than staging_mib = {}: no body that large could be staged",
@@ -413,20 +410,8 @@ impl TryFrom<RawTimers> for TimersSection {
 
     fn try_from(r: RawTimers) -> Result<TimersSection, String> {
         let (hb, idle) = (r.heartbeat_ms, r.idle_timeout_ms);
-        if !HEARTBEAT_MS.contains(&hb) {
-            return Err(format!(
-                "heartbeat_ms = {hb}: it must be from {} to {}",
-                HEARTBEAT_MS.start(),
-                HEARTBEAT_MS.end()
-            ));
-        }
-        if !IDLE_TIMEOUT_MS.contains(&idle) {
-            return Err(format!(
-                "idle_timeout_ms = {idle}: it must be from {} to {}",
-                IDLE_TIMEOUT_MS.start(),
-                IDLE_TIMEOUT_MS.end()
-            ));
-        }
+        within("heartbeat_ms", hb, &HEARTBEAT_MS)?;
+        within("idle_timeout_ms", idle, &IDLE_TIMEOUT_MS)?;
         if idle < 2 * hb {
             return Err(format!(
                 "idle_timeout_ms = {idle} must be at least twice heartbeat_ms = {hb}, or one late heartbeat drops the connection"

@@ -9,12 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    load_identity, open_log, resolve, write_config, write_identity, Address, DaemonError, IoAt,
-    PrimaryConfig, TwinConfig, ADMIN_DIR, KEY_FILE, LOG_DIR, PRIMARY_CONFIG, STORE_DIR,
-    TWIN_CONFIG,
+    admin_identity, load_identity, open_log, resolve, write_config, Address, DaemonError, IoAt,
+    PrimaryConfig, TwinConfig, LOG_DIR, PRIMARY_CONFIG, STORE_DIR, TWIN_CONFIG,
 };
 use crate::log::{Log, OpenOptions as LogOptions};
-use crate::net::{self, Fingerprint, Identity, Pins, Role};
+use crate::net::{self, Fingerprint, Pins, Role};
 use crate::node::epoch::Epochs;
 use crate::node::rejoin::{self, RejoinAt, Rejoined, StoreFate};
 
@@ -65,14 +64,7 @@ pub fn promote(
     let new = epochs
         .update(|s| s.promote(head))
         .at("recording the new epoch in", &cfg.data_dir)?;
-    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
-    let admin = if admin_dir.join(KEY_FILE).exists() {
-        load_identity(&admin_dir)?
-    } else {
-        let admin = Identity::mint()?;
-        write_identity(&admin_dir, &admin)?;
-        admin
-    };
+    let admin = admin_identity(&cfg.data_dir)?;
     let identity = load_identity(&cfg.data_dir)?;
     let primary = PrimaryConfig {
         data_dir: cfg.data_dir.clone(),
@@ -378,14 +370,7 @@ pub fn promote_in_place(
     let epoch = epochs
         .update(|s| s.promote(head))
         .at("recording the new epoch in", &cfg.data_dir)?;
-    let admin_dir = cfg.data_dir.join(ADMIN_DIR);
-    let admin = if admin_dir.join(KEY_FILE).exists() {
-        load_identity(&admin_dir)?
-    } else {
-        let admin = Identity::mint()?;
-        write_identity(&admin_dir, &admin)?;
-        admin
-    };
+    let admin = admin_identity(&cfg.data_dir)?;
     let mut primary = PrimaryConfig {
         data_dir: cfg.data_dir.clone(),
         listen: cfg.listen_as_primary.clone(),

@@ -33,6 +33,19 @@ pub fn write_identity(dir: &Path, identity: &Identity) -> Result<(), DaemonError
     Ok(())
 }
 
+/// The admin identity of the primary at `data_dir`, minted and written on
+/// first use (a promoted twin has none until then).
+pub fn admin_identity(data_dir: &Path) -> Result<Identity, DaemonError> {
+    let admin_dir = data_dir.join(ADMIN_DIR);
+    if admin_dir.join(KEY_FILE).exists() {
+        load_identity(&admin_dir)
+    } else {
+        let admin = Identity::mint()?;
+        write_identity(&admin_dir, &admin)?;
+        Ok(admin)
+    }
+}
+
 /// Load `dir`'s identity; a key that group or others can read is refused,
 /// as ssh refuses one.
 pub fn load_identity(dir: &Path) -> Result<Identity, DaemonError> {
