@@ -78,6 +78,23 @@ async fn serving(cfg: &PrimaryConfig) -> twinlog::node::Client {
     daemon::load::admin_client(cfg).await.expect("admin client")
 }
 
+/// `blob(tag, seq)` appended for each of `seqs`, each answered at its seq
+/// with the durability asked.
+async fn append_each(
+    client: &twinlog::node::Client,
+    tag: u8,
+    seqs: std::ops::RangeInclusive<u64>,
+    durability: Durability,
+) {
+    for seq in seqs {
+        let answered = client
+            .append(0x8000, b"", &blob(tag, seq), durability)
+            .await
+            .unwrap_or_else(|e| panic!("append {seq}: {e}"));
+        assert_eq!(answered, (seq, durability));
+    }
+}
+
 fn blob(tag: u8, seq: u64) -> Vec<u8> {
     let mut b = vec![tag; 200];
     b[..8].copy_from_slice(&seq.to_le_bytes());
@@ -144,23 +161,11 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     // The twin may have dialled before A listened and wait out that attempt:
     // the `twin` appends start once it streams, not within their deadline.
     status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
-    for seq in 1..=30 {
-        let (got, d) = client
-            .append(0x8000, b"", &blob(b'a', seq), Durability::Twin)
-            .await
-            .expect("append");
-        assert_eq!((got, d), (seq, Durability::Twin));
-    }
+    append_each(&client, b'a', 1..=30, Durability::Twin).await;
     // The twin goes; A takes 12 more frames, acknowledged `local` only:
     // they are the divergent tail.
     b.stop().await;
-    for seq in 31..=42 {
-        let (got, _) = client
-            .append(0x8000, b"", &blob(b'a', seq), Durability::Local)
-            .await
-            .expect("append");
-        assert_eq!(got, seq);
-    }
+    append_each(&client, b'a', 31..=42, Durability::Local).await;
     drop(client);
     a.stop().await;
 
@@ -171,13 +176,7 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     let b_cfg = PrimaryConfig::load(&promoted.config).expect("load");
     let b = primary(&b_cfg);
     let b_client = serving(&b_cfg).await;
-    for seq in 31..=40 {
-        let (got, d) = b_client
-            .append(0x8000, b"", &blob(b'b', seq), Durability::Local)
-            .await
-            .expect("append on the promoted box");
-        assert_eq!((got, d), (seq, Durability::Local));
-    }
+    append_each(&b_client, b'b', 31..=40, Durability::Local).await;
 
     // A restarted as a primary takes writes until it hears of epoch 1;
     // fenced, it acknowledges nothing, durably, and still serves reads.
@@ -458,13 +457,7 @@ async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
     let b = twin(&b_tcfg);
     let client = serving(&a_cfg).await;
     status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
-    for seq in 1..=10 {
-        let (got, d) = client
-            .append(0x8000, b"", &blob(b'a', seq), Durability::Twin)
-            .await
-            .expect("append");
-        assert_eq!((got, d), (seq, Durability::Twin));
-    }
+    append_each(&client, b'a', 1..=10, Durability::Twin).await;
     drop(client);
     b.stop().await;
     a.stop().await;

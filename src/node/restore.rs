@@ -115,14 +115,8 @@ struct PartialEntry {
     crc_written: u32,
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    crate::publish::publish(path, &bytes)
-}
-
-fn write_hint(path: &Path, v: &impl Serialize) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(v).map_err(std::io::Error::other)?;
-    crate::publish::publish_hint(path, &bytes)
+fn json(v: &impl Serialize) -> std::io::Result<Vec<u8>> {
+    serde_json::to_vec(v).map_err(std::io::Error::other)
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
@@ -184,7 +178,7 @@ fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
         return Ok(None);
     }
     std::fs::rename(&tmp, &out_path)?;
-    write_json(&data.join(SALVAGE_META), &p)?;
+    crate::publish::publish(&data.join(SALVAGE_META), &json(&p)?)?;
     std::fs::remove_file(data.join(PARTIAL_FILE))?;
     tracing::info!(
         seq = p.seq,
@@ -483,9 +477,9 @@ fn pull(
                 if !tracked {
                     return Ok(());
                 }
-                write_hint(
+                crate::publish::publish_hint(
                     &data.join(PARTIAL_FILE),
-                    &PartialEntry {
+                    &json(&PartialEntry {
                         seq,
                         kind: h.kind,
                         meta: h.meta.clone(),
@@ -495,7 +489,7 @@ fn pull(
                         blob_at,
                         written,
                         crc_written: crc.clone().finalize(),
-                    },
+                    })?,
                 )
             };
             // The salvaged bytes first, from the side file.
