@@ -185,8 +185,11 @@ fn child_main(role: &str) {
                 let listen: SocketAddr = listen.parse().map_err(|e| format!("{e}"))?;
                 let metrics: SocketAddr = metrics.parse().map_err(|e| format!("{e}"))?;
                 let fp: Fingerprint = twin_fp.parse().map_err(|e| format!("{e:?}"))?;
-                let p = daemon::failover::promote(Path::new(config), listen, metrics, Some(fp))
-                    .map_err(|e| e.to_string())?;
+                // The primary was killed a moment ago, on purpose: promote
+                // at once.
+                let p =
+                    daemon::failover::promote(Path::new(config), listen, metrics, Some(fp), true)
+                        .map_err(|e| e.to_string())?;
                 println!("{} {} {}", p.epoch, p.head, p.fingerprint);
                 Ok(())
             }

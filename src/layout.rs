@@ -11,13 +11,15 @@
 //!   epochs this box served or heard of (`EPOCH` in older directories);
 //! - `store/`: the store the log feeds;
 //! - `TWIN_SLOT` on a primary: the twin's position its retention holds;
-//! - `RESTART_FLOOR` on a primary: the lowest head it restarted at since
-//!   a twin last said hello (frames past it on the twin may be lost here);
 //! - `snapshots/` on a primary: the snapshot a twin below the floor gets;
 //! - `snapshot.staging/`, `SNAPSHOT_INSTALL` and `SNAPSHOT_BASE`: a
 //!   snapshot being received, the install's intent, and the position the
 //!   log restarted after;
 //! - `divergent/`: tails a rejoin saved before it cut them;
+//! - `HEARD_PRIMARY` on a twin: when it last heard its primary, which
+//!   `twin promote` reads;
+//! - `PREDECESSOR` on a promoted box: the primary it replaced, which it
+//!   calls until it is heard;
 //! - `RESTORING`, `RESTORE_PARTIAL`, `restore.partial` and
 //!   `restore.partial.json` while a restore fills the directory.
 
@@ -36,7 +38,8 @@ pub const EPOCHS_FILE: &str = "EPOCHS";
 pub const LEGACY_EPOCH_FILE: &str = "EPOCH";
 /// The twin's position the primary's retention holds, across restarts.
 pub const TWIN_SLOT: &str = "TWIN_SLOT";
-/// The lowest head a primary restarted at since a twin last said hello.
+/// A file older builds kept on a primary (the head it restarted at); the
+/// epoch history says it now, and a primary removes it when it starts.
 pub const RESTART_FLOOR: &str = "RESTART_FLOOR";
 /// Snapshots a primary offers to a twin below its floor.
 pub const SNAPSHOTS_DIR: &str = "snapshots";
@@ -48,6 +51,10 @@ pub const INTENT_FILE: &str = "SNAPSHOT_INSTALL";
 pub const BASE_FILE: &str = "SNAPSHOT_BASE";
 /// The directory of saved tails.
 pub const DIVERGENT_DIR: &str = "divergent";
+/// When a twin last heard its primary (ms since the Unix epoch, text).
+pub const HEARD_PRIMARY_FILE: &str = "HEARD_PRIMARY";
+/// The primary a promoted box replaced and whether it heard of it (JSON).
+pub const PREDECESSOR_FILE: &str = "PREDECESSOR";
 /// Marks a data directory a restore is filling.
 pub const RESTORING_FILE: &str = "RESTORING";
 /// Where the entry being written is, and how much of it, updated as it

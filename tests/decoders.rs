@@ -376,7 +376,6 @@ fn control_seeds() -> Vec<Vec<u8>> {
             history: [3; 16],
             head: Position { seq: 9, crc: 77 },
             first: 1,
-            epoch: 2,
             epochs: twinlog::repl::EpochHistory::single(2),
         }),
         msg::encode(&TwinMsg::Ack { durable: 1 << 40 }),
@@ -391,7 +390,6 @@ fn control_seeds() -> Vec<Vec<u8>> {
             from: 5,
             head: 9,
             first: 1,
-            epoch: 2,
             epochs: twinlog::repl::EpochHistory::single(2),
         }),
         msg::encode(&PrimaryMsg::Handover {
@@ -1019,6 +1017,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
         },
         listen_as_primary: "0.0.0.0:7400".parse().expect("addr"),
         restore_expiry: Default::default(),
+        promote_quiet_ms: twinlog::daemon::config::default_promote_quiet_ms(),
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

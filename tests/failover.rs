@@ -16,6 +16,9 @@ use twinlog::node::{ClientError, Durability, Status, TwinStatus};
 
 use testkit::{free_tcp, free_udp};
 
+/// The first epoch of term 1: what the first promotion takes.
+const T1: u64 = 1 << twinlog::repl::epochs::LIFE_BITS;
+
 /// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
 /// given up after 20 s).
 async fn status_until<T: serde::de::DeserializeOwned + std::fmt::Debug>(
@@ -170,25 +173,37 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     a.stop().await;
 
     // B is promoted with A as its twin to be, and works at once.
-    let promoted = daemon::failover::promote(&b_twin_cfg, free_udp(), free_tcp(), Some(a_fp))
+    let promoted = daemon::failover::promote(&b_twin_cfg, free_udp(), free_tcp(), Some(a_fp), true)
         .expect("promote");
-    assert_eq!((promoted.epoch, promoted.head), (1, 30));
+    assert_eq!((promoted.epoch, promoted.head), (T1, 30));
     let b_cfg = PrimaryConfig::load(&promoted.config).expect("load");
     let b = primary(&b_cfg);
     let b_client = serving(&b_cfg).await;
     append_each(&b_client, b'b', 31..=40, Durability::Local).await;
 
-    // A restarted as a primary takes writes until it hears of epoch 1;
-    // fenced, it acknowledges nothing, durably, and still serves reads.
+    // A restarts as a primary, in a new life of its old term. B calls it
+    // as a twin of its new term until it is heard: A fences itself,
+    // durably, acknowledges nothing from then on, and still serves reads.
     let a = primary(&a_cfg);
+    let s: Status = status_until(&a_cfg.metrics, |s: &Status| s.fenced.is_some()).await;
+    let f = s.fenced.expect("fenced");
+    assert_eq!(
+        (f.epoch, f.held),
+        (T1, false),
+        "fenced by B's proven epoch: {f:?}"
+    );
+    assert_eq!(s.epoch, 2, "A's second served life of term 0");
+    let bs: Status = status_until(&b_cfg.metrics, |s: &Status| {
+        s.predecessor.as_ref().is_some_and(|p| p.told)
+    })
+    .await;
+    assert!(bs.fenced.is_none(), "B serves on: {bs:?}");
     let a_client = serving(&a_cfg).await;
-    let s = a_client.fence(1).await.expect("fence");
-    assert_eq!(s.fenced.as_ref().map(|f| f.epoch), Some(1));
     for d in [Durability::Local, Durability::Twin] {
         match a_client.append(0x8000, b"", b"late", d).await {
             Err(ClientError::Api(ApiError::Fenced {
-                epoch: 0,
-                newer: 1,
+                epoch: 2,
+                newer: T1,
                 seq: None,
                 ..
             })) => {}
@@ -225,7 +240,7 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     .await
     .expect("rejoin");
     let r = &report.rejoined;
-    assert_eq!((r.old_head, r.fork, r.epoch), (42, 30, 1));
+    assert_eq!((r.old_head, r.fork, r.epoch), (42, 30, T1));
     let (saved, _) = r.saved.as_ref().expect("a saved tail");
     assert_eq!((saved.first, saved.last, saved.frames), (31, 42, 12));
     let text = report.to_string();
@@ -272,7 +287,7 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
         .expect("twin append on the new primary");
     assert_eq!((seq, d), (41, Durability::Twin));
     let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.head == 41).await;
-    assert_eq!(st.epoch, 1);
+    assert_eq!(st.epoch, T1);
     // The rejoined twin's store applies the new primary's frames past the
     // fork, not stopped at the mark the cut frames had left.
     let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| {
@@ -393,7 +408,7 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
         .switchover(Duration::from_secs(5))
         .await
         .expect("switchover");
-    assert_eq!(epoch, 1);
+    assert_eq!(epoch, T1);
     assert_eq!(np.addr, b_tcfg.listen_as_primary.to_string());
     drop(admin_client);
     let Served::Promoted { primary_config } = b.ended().await else {

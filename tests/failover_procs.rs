@@ -34,7 +34,7 @@ use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
 
 #[path = "support/children.rs"]
 mod children;
-use children::Daemon;
+use children::{fast, Daemon};
 use testkit::{free_tcp, free_udp};
 
 const KIND: u16 = 0x8000;
@@ -43,6 +43,9 @@ const KIND: u16 = 0x8000;
 async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     testkit::until(what, Duration::from_secs(20), f).await
 }
+
+/// The first epoch of term 1: what the first promotion takes.
+const T1: u64 = 1 << twinlog::repl::epochs::LIFE_BITS;
 
 fn pstatus(metrics: SocketAddr) -> Option<Status> {
     daemon::fetch_status::<Status>(metrics).ok().map(|(_, s)| s)
@@ -248,24 +251,6 @@ impl Writers {
     }
 }
 
-fn fast(cfg: &Path, twin: bool) {
-    let timers = daemon::config::TimersSection {
-        heartbeat_ms: 50,
-        idle_timeout_ms: 600,
-    };
-    if twin {
-        let mut t = TwinConfig::load(cfg).expect("load");
-        t.timers = timers;
-        t.segment_bytes = 1 << 20;
-        std::fs::write(cfg, t.render()).expect("write");
-    } else {
-        let mut p = PrimaryConfig::load(cfg).expect("load");
-        p.timers = timers;
-        p.segment_bytes = 1 << 20;
-        std::fs::write(cfg, p.render()).expect("write");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     let started = Instant::now();
@@ -341,10 +326,10 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
 
     // B promoted, with A as its twin to be, and served.
     let (b_listen, b_metrics) = (free_udp(), free_tcp());
-    let promoted = daemon::failover::promote(&b_twin_cfg, b_listen, b_metrics, Some(a_fp))
+    let promoted = daemon::failover::promote(&b_twin_cfg, b_listen, b_metrics, Some(a_fp), true)
         .expect("twin promote");
     let fork = promoted.head;
-    assert_eq!(promoted.epoch, 1);
+    assert_eq!(promoted.epoch, T1);
     assert!(
         fork < a_head,
         "A holds frames past B's head ({a_head} > {fork})"
@@ -362,15 +347,17 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     );
     w2.more(20, Durability::Local, "local appends on B").await;
 
-    // A restarted as a primary: fenced, it acknowledges nothing.
+    // A restarted as a primary: B calls it until it is heard, and A,
+    // fenced by B's epoch, acknowledges nothing.
     let mut a = Daemon::start("primary", &a_cfg, &logs.join("a.log"));
-    until("A serves", || pstatus(a_metrics)).await;
+    until("B's epoch fenced A", || {
+        pstatus(a_metrics).filter(|s| s.fenced.as_ref().is_some_and(|f| f.epoch == T1))
+    })
+    .await;
     {
         let c = Client::connect(&a_admin, a_fp, a_listen)
             .await
             .expect("client");
-        let s = c.fence(promoted.epoch).await.expect("fence");
-        assert_eq!(s.fenced.map(|f| f.epoch), Some(1));
         for d in [Durability::Local, Durability::Twin] {
             match c.append(KIND, b"late", b"late", d).await {
                 Err(ClientError::Api(ApiError::Fenced { seq: None, .. })) => {}
@@ -396,7 +383,7 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     .await
     .expect("primary rejoin");
     let r = &report.rejoined;
-    assert_eq!((r.old_head, r.fork, r.epoch), (a_head, fork, 1));
+    assert_eq!((r.old_head, r.fork, r.epoch), (a_head, fork, T1));
     assert!(!r.needs_snapshot);
     let (saved, _) = r.saved.as_ref().expect("a saved tail");
     assert_eq!((saved.first, saved.last), (fork + 1, a_head));
@@ -491,14 +478,14 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     drop(b_client);
     assert_eq!(
         (epoch, np.addr.as_str()),
-        (2, a_listen.to_string().as_str())
+        (2 * T1, a_listen.to_string().as_str())
     );
-    until("A serves as the primary of epoch 2", || {
-        pstatus(a_metrics).filter(|s| s.role == "primary" && s.epoch == 2)
+    until("A serves as the primary of epoch 2.0", || {
+        pstatus(a_metrics).filter(|s| s.role == "primary" && s.epoch == 2 * T1)
     })
     .await;
     until("B follows A", || {
-        tstatus(b_metrics).filter(|s| s.connected && s.epoch == 2)
+        tstatus(b_metrics).filter(|s| s.connected && s.epoch == 2 * T1)
     })
     .await;
     // The deposed B follows at once: it once waited out QUIC's 10 s idle

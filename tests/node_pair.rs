@@ -49,7 +49,25 @@ fn start_primary(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy) -> Runnin
     start_primary_at(ids, dir, policy, 0)
 }
 
+/// A primary started again over `dir`, as the daemon starts one: a new
+/// life of its epoch from `head + 1`.
+fn start_primary_life(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, head: u64) -> Running {
+    let epochs = twinlog::node::epoch::Epochs::in_memory(0);
+    epochs.begin_life(head).expect("a new life");
+    start_primary_with(ids, dir, policy, Arc::new(epochs))
+}
+
 fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch: u64) -> Running {
+    let epochs = Arc::new(twinlog::node::epoch::Epochs::in_memory(epoch));
+    start_primary_with(ids, dir, policy, epochs)
+}
+
+fn start_primary_with(
+    ids: &Ids,
+    dir: &std::path::Path,
+    policy: TwinPolicy,
+    epochs: Arc<twinlog::node::epoch::Epochs>,
+) -> Running {
     let log = Arc::new(Log::open(dir).expect("primary log"));
     let pins = Arc::new(
         Pins::new()
@@ -59,15 +77,17 @@ fn start_primary_at(ids: &Ids, dir: &std::path::Path, policy: TwinPolicy, epoch:
     let endpoint =
         net::server(([127, 0, 0, 1], 0).into(), &ids.primary, pins.clone()).expect("endpoint");
     let addr = endpoint.local_addr().expect("addr");
-    let primary = Primary::new(
+    let primary = Primary::build(
         log,
         pins,
         PrimaryOptions {
             policy,
             timers: fast(),
-            epoch,
+            epoch: epochs.current(),
             ..PrimaryOptions::default()
         },
+        None,
+        epochs,
     );
     let (stop, stopped) = watch::channel(false);
     let serving = primary.clone().serve(endpoint, stopped);
@@ -526,7 +546,6 @@ async fn hello(
         history: p.primary.log().history().0,
         head: Position { seq, crc },
         first: 1,
-        epoch: 0,
         epochs: Default::default(),
     };
     net::write_msg(send, &hello).await.expect("hello");
@@ -912,8 +931,9 @@ async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
         tlog.append_at(seq, 2, b"", b"lost").expect("append_at");
     }
 
-    // The primary restarted at 3 and appends a frame 4 of its own.
-    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    // The primary restarted at 3, in a new life, and appends a frame 4
+    // of its own.
+    let p = start_primary_life(&ids, pdir.path(), TwinPolicy::Wait, 3);
     let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
         .await
         .expect("client");
@@ -939,41 +959,5 @@ async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
         .expect("append");
     assert_eq!((seq, d), (5, Durability::Twin));
     assert!(twin.status().connected);
-    let _ = p.stop.send(true);
-}
-
-/// The restart head is kept in a file from the primary's start until a
-/// twin streams from it: a restart before then keeps the lower one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_restart_floor_is_kept_until_a_twin_streams() {
-    let ids = ids();
-    let pdir = tempfile::tempdir().expect("tempdir");
-    let tdir = tempfile::tempdir().expect("tempdir");
-    let floor = tempfile::tempdir().expect("tempdir");
-    let floor = floor.path().join("RESTART_FLOOR");
-    let read_floor = || {
-        std::fs::read(&floor)
-            .ok()
-            .map(|b| u64::from_le_bytes(b[..8].try_into().expect("8 bytes")))
-    };
-    {
-        let log = Log::open(pdir.path()).expect("log");
-        for i in 1..=3u8 {
-            log.append_raw(2, b"", &[i]).expect("append");
-        }
-    }
-    // An earlier start at head 2 left its floor; this one starts at 3.
-    std::fs::write(&floor, {
-        let mut b = 2u64.to_le_bytes().to_vec();
-        b.extend_from_slice(&crc32fast::hash(&2u64.to_le_bytes()).to_le_bytes());
-        b
-    })
-    .expect("write");
-    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
-    p.primary.set_restart_floor(floor.clone()).expect("floor");
-    assert_eq!(read_floor(), Some(2), "the lower floor is kept");
-    let (twin, _stop) = start_twin(&ids, tdir.path(), p.addr);
-    until("the twin streams", || twin.status().connected).await;
-    until("the floor is gone", || read_floor().is_none()).await;
     let _ = p.stop.send(true);
 }

@@ -61,8 +61,8 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
         assert_eq!(d, Durability::Twin);
     }
 
-    let running =
-        daemon::failover::promote(&tcfg, free_udp(), free_tcp(), None).expect_err("a running twin");
+    let running = daemon::failover::promote(&tcfg, free_udp(), free_tcp(), None, true)
+        .expect_err("a running twin");
     assert!(
         matches!(
             &running,
@@ -78,8 +78,12 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     twin.await.expect("join").expect("twin stopped");
     let check = daemon::check_log(&tc.data_dir.join(daemon::LOG_DIR)).expect("check-log");
     assert_eq!((check.first, check.last, check.frames), (1, 20, 20));
-    let promoted = daemon::failover::promote(&tcfg, free_udp(), free_tcp(), None).expect("promote");
-    assert_eq!((promoted.epoch, promoted.head), (1, 20));
+    let promoted =
+        daemon::failover::promote(&tcfg, free_udp(), free_tcp(), None, true).expect("promote");
+    assert_eq!(
+        (promoted.epoch, promoted.head),
+        (1 << twinlog::repl::epochs::LIFE_BITS, 20)
+    );
 
     // The promoted box's twin daemon, started by mistake: refused by epoch.
     let (stop_t, stopped) = watch::channel(false);

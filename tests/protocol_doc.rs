@@ -42,7 +42,6 @@ fn documented_indices_are_the_encoder_s() {
                 history: [0; 16],
                 head: Position::default(),
                 first: 1,
-                epoch: 0,
                 epochs: Default::default(),
             },
         ),
@@ -54,10 +53,11 @@ fn documented_indices_are_the_encoder_s() {
         (
             "Promoted",
             TwinMsg::Promoted {
-                epoch: 1,
+                epochs: Default::default(),
                 listen: "x".into(),
             },
         ),
+        ("HandoverRefused", TwinMsg::HandoverRefused("x".into())),
     ];
     for (name, m) in twin {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
@@ -71,7 +71,6 @@ fn documented_indices_are_the_encoder_s() {
                 from: 1,
                 head: 1,
                 first: 1,
-                epoch: 0,
                 epochs: Default::default(),
             },
         ),
@@ -161,6 +160,7 @@ fn documented_indices_are_the_encoder_s() {
                 after: 1,
                 twin_head: 2,
                 crc: None,
+                epochs: Default::default(),
             },
         ),
     ];

@@ -7,8 +7,9 @@ use std::time::Duration;
 use twinlog::log::format::{payload_crc, FrameHeader};
 use twinlog::repl::wire::frame_prefix;
 use twinlog::repl::{
-    HeadFrame, Now, Position, PrimaryAction, PrimaryCore, PrimaryMsg, PrimaryState, PrimaryView,
-    Refusal, Timers, TwinAction, TwinCore, TwinMsg, TwinState, TwinView, PROTOCOL_VERSION,
+    EpochHistory, HeadFrame, Now, Position, PrimaryAction, PrimaryCore, PrimaryMsg, PrimaryState,
+    PrimaryView, Refusal, Timers, TwinAction, TwinCore, TwinMsg, TwinState, TwinView,
+    PROTOCOL_VERSION,
 };
 
 const H: [u8; 16] = [7; 16];
@@ -21,20 +22,22 @@ fn primary(head: u64, first: u64) -> PrimaryCore {
             head,
             first,
             epochs: Default::default(),
-            restart_head: head,
         },
         Now::system(),
     )
 }
 
 fn hello(history: [u8; 16], seq: u64, crc: u32) -> TwinMsg {
+    hello_in(history, seq, crc, Default::default())
+}
+
+fn hello_in(history: [u8; 16], seq: u64, crc: u32, epochs: EpochHistory) -> TwinMsg {
     TwinMsg::Hello {
         version: PROTOCOL_VERSION,
         history,
         head: Position { seq, crc },
         first: 1,
-        epoch: 0,
-        epochs: Default::default(),
+        epochs,
     }
 }
 
@@ -100,7 +103,6 @@ fn the_primary_refuses_each_kind_of_twin_by_name() {
             history: H,
             head: Position::default(),
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         |_| None,
@@ -146,7 +148,6 @@ fn a_twin_below_the_floor_enters_its_named_state() {
             history: H,
             head: Position { seq: 20, crc: 1 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -235,7 +236,6 @@ fn silence_ends_a_connection_and_heartbeats_carry_head_and_clock() {
             head: 3,
             first: 1,
             epochs: Default::default(),
-            restart_head: 3,
         },
         now,
     );
@@ -266,7 +266,6 @@ fn a_twin_that_hears_nothing_says_it_is_alive_five_times_a_heartbeat() {
             history: H,
             head: Position { seq: 4, crc: 1 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -277,7 +276,6 @@ fn a_twin_that_hears_nothing_says_it_is_alive_five_times_a_heartbeat() {
         from: 5,
         head: 9,
         first: 1,
-        epoch: 0,
         epochs: Default::default(),
     };
     t.handle_message(welcome, now);
@@ -323,7 +321,6 @@ fn twin_streaming(head: u64) -> TwinCore {
             history: H,
             head: Position { seq: head, crc: 1 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -335,7 +332,6 @@ fn twin_streaming(head: u64) -> TwinCore {
             from: head + 1,
             head: head + 10,
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -417,7 +413,6 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         from: 4,
         head: 9,
         first: 1,
-        epoch: 0,
         epochs: Default::default(),
     };
     let mut t = TwinCore::new(
@@ -426,7 +421,6 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             history: H,
             head: Position { seq: 3, crc: 1 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -443,7 +437,6 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
         from: 1,
         head: 9,
         first: 1,
-        epoch: 0,
         epochs: Default::default(),
     };
     let mut t = TwinCore::new(
@@ -452,7 +445,6 @@ fn a_twin_with_frames_refuses_another_history_and_a_fresh_one_adopts_it() {
             history: H,
             head: Position::default(),
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -505,6 +497,10 @@ fn a_twin_head_erased_on_the_primary_since_is_welcomed() {
     assert!(matches!(refused(&mut c), Refusal::Protocol(_)));
 }
 
+const LIFE: u64 = 1;
+
+/// A primary that restarted at `restart_head` in its second life, with
+/// `head` frames now; the twin's history is its first life's.
 fn restarted_primary(head: u64, restart_head: u64) -> PrimaryCore {
     PrimaryCore::new(
         Timers::default(),
@@ -512,46 +508,52 @@ fn restarted_primary(head: u64, restart_head: u64) -> PrimaryCore {
             history: H,
             head,
             first: 1,
-            epochs: Default::default(),
-            restart_head,
+            epochs: second_life(restart_head),
         },
         Now::system(),
     )
 }
 
-/// Frames are shipped before the primary's sync: a twin past the head the
-/// primary restarted at, holding frames it lacks or holds otherwise, is
-/// told to cut them after that head, with the primary's frame there to
-/// check; further ahead than one unsynced group, or at or below that head,
-/// nothing is cut.
+fn second_life(restart_head: u64) -> EpochHistory {
+    let mut h = EpochHistory::default();
+    h.begin(LIFE, restart_head).expect("a life");
+    h
+}
+
+/// Frames are shipped before the primary's sync: a twin holding frames
+/// of the primary's earlier life past where its new life began is told
+/// to cut them after that point, with the primary's frame there to check,
+/// whatever the bytes of the frames at those sequences. Further ahead than
+/// one unsynced group, nothing is cut.
 #[test]
 fn a_twin_past_the_restart_head_is_told_to_cut_what_the_primary_lost() {
     let now = Now::system();
     let frame = |seq: u64| Some(HeadFrame::crc(seq as u32 * 7));
+    let lost = |after, twin_head, crc| Refusal::LostOnPrimary {
+        after,
+        twin_head,
+        crc,
+        epochs: second_life(10),
+    };
     // Ahead of the primary, which restarted at its head.
     let mut c = restarted_primary(10, 10);
     c.handle_hello(hello(H, 14, 1), frame, now);
-    assert_eq!(
-        refused(&mut c),
-        Refusal::LostOnPrimary {
-            after: 10,
-            twin_head: 14,
-            crc: Some(70)
-        }
-    );
+    assert_eq!(refused(&mut c), lost(10, 14, Some(70)));
     // The primary took frames of its own since: another frame at the
-    // twin's head, past the restart head.
+    // twin's head.
     let mut c = restarted_primary(20, 10);
     c.handle_hello(hello(H, 14, 1), frame, now);
-    assert!(matches!(
-        refused(&mut c),
-        Refusal::LostOnPrimary { after: 10, .. }
-    ));
-    // The same frame there: the twin streamed from this primary since.
+    assert_eq!(refused(&mut c), lost(10, 14, Some(70)));
+    // The same bytes at the twin's head (a retried write, an empty blob):
+    // still another frame, written in another life.
     let mut c = restarted_primary(20, 10);
     c.handle_hello(hello(H, 14, 14 * 7), frame, now);
+    assert_eq!(refused(&mut c), lost(10, 14, Some(70)));
+    // A twin of this life streams on.
+    let mut c = restarted_primary(20, 10);
+    c.handle_hello(hello_in(H, 14, 14 * 7, second_life(10)), frame, now);
     assert_eq!(c.state(), PrimaryState::Streaming);
-    // At or below the restart head, a difference is a divergence.
+    // At or below where the life began, a difference is a divergence.
     let mut c = restarted_primary(20, 10);
     c.handle_hello(hello(H, 10, 1), frame, now);
     assert!(matches!(refused(&mut c), Refusal::Diverged { seq: 10, .. }));
@@ -560,11 +562,11 @@ fn a_twin_past_the_restart_head_is_told_to_cut_what_the_primary_lost() {
     let mut c = restarted_primary(10, 10);
     c.handle_hello(hello(H, far, 1), frame, now);
     assert!(matches!(refused(&mut c), Refusal::TwinAhead { .. }));
-    // The frame at the restart head is gone here: nothing proves a
-    // shared past.
+    // The frame where the life began is gone here: the epochs still
+    // prove what was lost.
     let mut c = restarted_primary(10, 10);
     c.handle_hello(hello(H, 12, 1), |_| None, now);
-    assert!(matches!(refused(&mut c), Refusal::TwinAhead { .. }));
+    assert_eq!(refused(&mut c), lost(10, 12, None));
 }
 
 #[test]
@@ -576,7 +578,6 @@ fn a_twin_told_its_frames_were_lost_on_the_primary_cuts_them_then_closes() {
             history: H,
             head: Position { seq: 14, crc: 1 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         now,
@@ -585,6 +586,7 @@ fn a_twin_told_its_frames_were_lost_on_the_primary_cuts_them_then_closes() {
         after: 10,
         twin_head: 14,
         crc: Some(70),
+        epochs: second_life(10),
     };
     t.handle_message(PrimaryMsg::Refuse(why.clone()), now);
     assert_eq!(

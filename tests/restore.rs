@@ -155,6 +155,15 @@ async fn serve_restores(
     twin: &Path,
     restorer: &Identity,
 ) -> (SocketAddr, Identity, watch::Sender<bool>) {
+    serve_restores_with(twin, restorer, Epochs::in_memory(3)).await
+}
+
+/// `serve_restores` from a twin whose epochs are `epochs`.
+async fn serve_restores_with(
+    twin: &Path,
+    restorer: &Identity,
+    epochs: Epochs,
+) -> (SocketAddr, Identity, watch::Sender<bool>) {
     let log = Arc::new(Log::open(twin.join("log")).expect("log"));
     let host =
         StoreHost::open(log.clone(), &twin.join("store"), StoreOptions::default()).expect("host");
@@ -169,7 +178,7 @@ async fn serve_restores(
             &twin.join("snapshots"),
             Some(twin.join(install::BASE_FILE)),
         ),
-        epochs: Arc::new(Epochs::in_memory(3)),
+        epochs: Arc::new(epochs),
         base: twin.join(install::BASE_FILE),
     });
     let (stop, stopped) = watch::channel(false);
@@ -237,6 +246,93 @@ async fn a_fresh_box_restores_through_the_twin_s_snapshot_and_no_erased_byte_ret
     // The box now has history: a second restore into it is refused.
     let again = restore::restore(opts(), Arc::new(|_| {})).await;
     assert!(matches!(again, Err(RestoreError::NotFresh(_))), "{again:?}");
+}
+
+/// A restore killed near its end, resumed after its twin cut frames its
+/// primary lost and took others at those sequences, the last with the same
+/// bytes: the epochs tell the box's earlier frames from the twin's new
+/// ones, the box cuts and fetches them again, and ends with the twin's
+/// log frame for frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_restore_cuts_the_frames_its_twin_replaced_whatever_their_bytes() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let twin = root.path().join("twin");
+    let blobs: [&[u8]; 6] = [b"one", b"two", b"three", b"a", b"b", b"c"];
+    {
+        let log = Log::open(twin.join("log")).expect("log");
+        for b in blobs {
+            log.append_raw(0x8000, b"", b).expect("append");
+        }
+    }
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let data = root.path().join("box");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    {
+        let (addr, twin_id, stop) = serve_restores_with(&twin, &box_id, Epochs::in_memory(0)).await;
+        let report = restore_into(&data, addr, &twin_id, &box_id)
+            .await
+            .expect("restore");
+        assert_eq!(report.head, 6);
+        let _ = stop.send(true);
+    }
+    // As a run killed before it finished leaves the box.
+    std::fs::write(
+        data.join(restore::RESTORING_FILE),
+        b"killed
+",
+    )
+    .expect("mark");
+    // The twin cut 4..=6 (its primary lost them) and took the primary's
+    // next life's frames there: d, e, then c again.
+    {
+        let log = testkit::wait::until(
+            "the restore server lets go of the twin's log",
+            Duration::from_secs(10),
+            || Log::open(twin.join("log")).ok(),
+        )
+        .await;
+        log.set_follower(true);
+        log.truncate_after(3).expect("cut");
+        for (seq, b) in [(4, &b"d"[..]), (5, b"e"), (6, b"c"), (7, b"f")] {
+            log.append_at(seq, 0x8000, b"", b).expect("append_at");
+        }
+    }
+    let next_life = Epochs::in_memory(0);
+    next_life.begin_life(3).expect("a life");
+    let (addr, twin_id, stop) = serve_restores_with(&twin, &box_id, next_life).await;
+    let report = restore_into(&data, addr, &twin_id, &box_id)
+        .await
+        .expect("resumed restore");
+    assert!(report.resumed);
+    assert_eq!(report.cut_after, Some(3), "{report:?}");
+    assert_eq!(report.head, 7);
+    let _ = stop.send(true);
+    let theirs = testkit::wait::until(
+        "the restore server lets go of the twin's log",
+        Duration::from_secs(10),
+        || Log::open(twin.join("log")).ok(),
+    )
+    .await;
+    let ours = Log::open(data.join("log")).expect("log");
+    for seq in 1..=7 {
+        let (a, b) = (
+            ours.read(seq).expect("ours"),
+            theirs.read(seq).expect("theirs"),
+        );
+        assert_eq!(
+            (a.blob, a.payload_crc),
+            (b.blob, b.payload_crc),
+            "frame {seq}"
+        );
+    }
+    assert_eq!(
+        Epochs::load(&data, 7)
+            .expect("epochs")
+            .history()
+            .epoch_of(4),
+        Some(1),
+        "the box keeps the twin's epochs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

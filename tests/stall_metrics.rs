@@ -78,7 +78,6 @@ fn the_primary_core_times_each_publication_to_the_ack_covering_it() {
             head: 4,
             first: 1,
             epochs: Default::default(),
-            restart_head: 4,
         },
         t0,
     );
@@ -88,7 +87,6 @@ fn the_primary_core_times_each_publication_to_the_ack_covering_it() {
             history: h,
             head: Position { seq: 4, crc: 9 },
             first: 1,
-            epoch: 0,
             epochs: Default::default(),
         },
         |_| Some(HeadFrame::crc(9)),

@@ -268,30 +268,37 @@ enum Cmd {
         #[arg(long, default_value_t = 5000, value_name = "MS")]
         wait: u64,
     },
-    /// Tell a running primary that a newer epoch exists: it fences itself.
+    /// Hold a running primary: it acknowledges no write from now on.
     ///
-    /// From then on, durably, it acknowledges no write (reads go on). Run
-    /// it against the old primary after promoting its twin.
+    /// Durably, across restarts (reads go on), until `primary rejoin` or
+    /// `primary unfence`. The hold fences this box only: it names no epoch
+    /// to anyone else. A promoted twin fences its old primary by itself
+    /// when it reaches it; this is for before, or when it cannot.
     Fence {
         #[command(flatten)]
         config: ConfigArg,
         #[command(flatten)]
         timeout: TimeoutArg,
-        /// The newer epoch (the promoted box's, from its status)
+        /// The epoch of the box that replaces it, as a note in its status
+        /// (TERM.LIFE, or the number)
         #[arg(long, value_name = "EPOCH")]
-        epoch: u64,
+        epoch: Option<twinlog::repl::epochs::EpochName>,
     },
-    /// Lift this stopped primary's fence: make it a primary of a new epoch.
+    /// Lift this stopped primary's hold or fence.
     ///
-    /// DANGER: this makes a split brain on purpose. The box that fenced it
-    /// goes on serving its own epoch; both then take writes neither twin
-    /// holds, and one side's are lost when they meet again. Only when the
-    /// newer primary is gone for good and this log is the one to keep.
+    /// A hold (`primary fence`, or a switchover whose outcome was unknown,
+    /// once you know the twin did not take over) is lifted as it is. A
+    /// fence by a newer epoch is lifted by making this box the primary of
+    /// a new term, which needs --i-accept-split-brain. DANGER: that makes
+    /// a split brain on purpose. The box that fenced it goes on serving
+    /// its own epoch; both then take writes neither twin holds, and one
+    /// side's are lost when they meet again. Only when the newer primary
+    /// is gone for good and this log is the one to keep.
     Unfence {
         #[command(flatten)]
         config: ConfigArg,
         /// Say that you accept the risk above
-        #[arg(long, required = true)]
+        #[arg(long)]
         i_accept_split_brain: bool,
     },
     /// The frames a rejoin cut from this box's log, saved beforehand.
@@ -654,28 +661,41 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
         } => {
             let client = admin(&config, &timeout).await?;
             let s = client
-                .fence(epoch)
+                .fence(epoch.map_or(0, |e| e.0))
                 .await
-                .map_err(DaemonError::request(format!("fence at epoch {epoch}")))?;
+                .map_err(DaemonError::request("fence"))?;
             match s.fenced {
+                Some(f) if f.held => println!(
+                    "held ({}): this primary (epoch {}) acknowledges no write from now on; `primary rejoin` or `primary unfence` ends it",
+                    f.by,
+                    twinlog::repl::epochs::EpochName(s.epoch)
+                ),
                 Some(f) => println!(
-                    "fenced: epoch {} exists ({}); this primary (epoch {}) acknowledges no write from now on",
-                    f.epoch, f.by, s.epoch
+                    "fenced already: epoch {} exists ({}); this primary (epoch {}) acknowledges no write",
+                    twinlog::repl::epochs::EpochName(f.epoch),
+                    f.by,
+                    twinlog::repl::epochs::EpochName(s.epoch)
                 ),
-                None => println!(
-                    "not fenced: epoch {epoch} is not newer than this primary's {}",
-                    s.epoch
-                ),
+                None => println!("not fenced: the primary did not record the hold"),
             }
         }
-        Cmd::Unfence { config, .. } => {
-            let (epoch, head) = daemon::failover::unfence(config.path()?)?;
-            println!(
-                "fence lifted: this box is the primary of epoch {epoch} from frame {}",
-                head + 1
-            );
-            println!("any other primary of an older epoch is fenced when it hears of this one");
-        }
+        Cmd::Unfence {
+            config,
+            i_accept_split_brain,
+        } => match daemon::failover::unfence(config.path()?, i_accept_split_brain)? {
+            daemon::failover::Unfenced::Released { epoch } => println!(
+                "hold lifted: this box serves epoch {} again",
+                twinlog::repl::epochs::EpochName(epoch)
+            ),
+            daemon::failover::Unfenced::NewTerm { epoch, head } => {
+                println!(
+                    "fence lifted: this box is the primary of epoch {} from frame {}",
+                    twinlog::repl::epochs::EpochName(epoch),
+                    head + 1
+                );
+                println!("any other primary of an older epoch is fenced when it hears of this one");
+            }
+        },
         Cmd::Divergent { data, seq } => {
             let stdout = std::io::stdout();
             let text = daemon::failover::divergent(&data, seq, stdout.lock())?;

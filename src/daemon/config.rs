@@ -525,6 +525,26 @@ pub struct TwinConfig {
     /// not named here does not expire.
     #[serde(default)]
     pub restore_expiry: std::collections::BTreeMap<String, String>,
+    /// `twin promote` refuses (unless forced) while this twin heard its
+    /// primary within this many milliseconds.
+    #[serde(
+        default = "default_promote_quiet_ms",
+        deserialize_with = "de_promote_quiet_ms"
+    )]
+    pub promote_quiet_ms: u64,
+}
+
+/// The bounds of `promote_quiet_ms`: up to a day.
+pub const PROMOTE_QUIET_MS: std::ops::RangeInclusive<u64> = 0..=86_400_000;
+
+pub fn default_promote_quiet_ms() -> u64 {
+    10_000
+}
+
+fn de_promote_quiet_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    within("promote_quiet_ms", v, &PROMOTE_QUIET_MS).map_err(serde::de::Error::custom)?;
+    Ok(v)
 }
 
 pub(crate) fn default_listen_as_primary() -> Address {
@@ -667,6 +687,10 @@ segment_bytes = {segment}
 # Where this box serves clients once a switchover (`primary switchover`)
 # makes it the primary.
 listen_as_primary = "{listen_as_primary}"
+# `twin promote` refuses, unless forced, while this twin heard its primary
+# within this many milliseconds: the primary may be alive and cut off from
+# this box only.
+promote_quiet_ms = {promote_quiet_ms}
 # Where boxes being restored from this twin connect (commented out: none),
 # and the fingerprints allowed to (`twin pin-restore`).
 {restore_listen}
@@ -707,6 +731,7 @@ max_age_secs = {twin_max_age}
             metrics = self.metrics,
             segment = self.segment_bytes,
             listen_as_primary = self.listen_as_primary,
+            promote_quiet_ms = self.promote_quiet_ms,
             expiry = self
                 .restore_expiry
                 .iter()
@@ -765,6 +790,7 @@ mod tests {
             },
             listen_as_primary: "0.0.0.0:7500".parse().expect("addr"),
             restore_expiry: Default::default(),
+            promote_quiet_ms: default_promote_quiet_ms(),
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }
@@ -886,6 +912,7 @@ mod tests {
             },
             listen_as_primary: default_listen_as_primary(),
             restore_expiry: Default::default(),
+            promote_quiet_ms: default_promote_quiet_ms(),
         };
         let text = t.render();
         assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);

@@ -15,7 +15,9 @@ use super::{
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Pins, Role};
 use crate::node::epoch::Epochs;
+use crate::node::predecessor;
 use crate::node::rejoin::{self, RejoinAt, Rejoined, StoreFate};
+use crate::repl::epochs::EpochName;
 
 /// What `twin promote` did.
 #[derive(Debug)]
@@ -26,16 +28,19 @@ pub struct Promoted {
     pub fingerprint: Fingerprint,
 }
 
-/// Make a stopped twin a primary under a new epoch: the epoch is raised
-/// durably first, then `primary.toml` is written beside `twin.toml` (with an
-/// admin client, as `primary init` makes). From then on the old primary is
-/// refused by any twin that knows the new epoch, this box's own twin daemon
-/// included, and it refuses such twins in turn.
+/// Make a stopped twin a primary of the next term, unless it heard its
+/// primary within `promote_quiet_ms` and `force` is not given
+/// ([`crate::repl::promote::may_promote`]). The epoch is raised durably
+/// first, then `PREDECESSOR` names the primary it replaces (the new
+/// primary calls it until it is heard, which fences it), then
+/// `primary.toml` is written beside `twin.toml` (with an admin client, as
+/// `primary init` makes).
 pub fn promote(
     twin_config: &Path,
     listen: impl Into<Address>,
     metrics: impl Into<Address>,
     twin: Option<Fingerprint>,
+    force: bool,
 ) -> Result<Promoted, DaemonError> {
     let (listen, metrics) = (listen.into(), metrics.into());
     let cfg = TwinConfig::load(twin_config)?;
@@ -60,10 +65,34 @@ pub fn promote(
         }
         Err(e) => return Err(e.into()),
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    crate::repl::promote::may_promote(
+        predecessor::heard_primary(&cfg.data_dir),
+        now_ms,
+        Duration::from_millis(cfg.promote_quiet_ms),
+        force,
+    )
+    .map_err(|e| DaemonError::Failed(e.to_string()))?;
     let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
     let new = epochs
         .update(|s| s.promote(head))
         .at("recording the new epoch in", &cfg.data_dir)?;
+    match cfg.primary_fingerprint {
+        Some(fp) => predecessor::PredecessorFile {
+            addr: cfg.primary.to_string(),
+            fingerprint: fp.to_string(),
+            epoch: new,
+            told: false,
+            told_ms: 0,
+        }
+        .save(&cfg.data_dir)
+        .at("recording the primary it replaces in", &cfg.data_dir)?,
+        None => tracing::warn!(
+            "no primary fingerprint in the twin's configuration: the old primary is not called, fence it by hand"
+        ),
+    }
     let admin = admin_identity(&cfg.data_dir)?;
     let identity = load_identity(&cfg.data_dir)?;
     let primary = PrimaryConfig {
@@ -81,7 +110,7 @@ pub fn promote(
         limits: Default::default(),
     };
     write_config(&primary_config, &primary.render())?;
-    tracing::warn!(epoch = new, head, "twin promoted to primary");
+    tracing::warn!(epoch = %EpochName(new), head, "twin promoted to primary");
     Ok(Promoted {
         config: primary_config,
         epoch: new,
@@ -251,6 +280,7 @@ fn become_twin(
         retention: Default::default(),
         listen_as_primary: cfg.listen.clone(),
         restore_expiry: Default::default(),
+        promote_quiet_ms: super::config::default_promote_quiet_ms(),
     });
     twin.data_dir = cfg.data_dir.clone();
     twin.listen_as_primary = cfg.listen.clone();
@@ -260,6 +290,7 @@ fn become_twin(
         twin.metrics = m;
     }
     write_config(&twin_path, &twin.render())?;
+    predecessor::forget(&cfg.data_dir).at("forgetting the predecessor in", &cfg.data_dir)?;
     let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
     if primary_config.exists() {
         std::fs::rename(primary_config, &deposed).at("moving aside", primary_config)?;
@@ -268,31 +299,59 @@ fn become_twin(
     Ok((twin_path, deposed))
 }
 
-/// Lift a stopped primary's fence by making it the primary of a new epoch
-/// above every one it heard of. This is how a split brain is made on
-/// purpose: the box that fenced it goes on serving its own epoch, and two
-/// primaries then take writes that neither twin holds. Use it only when the
-/// newer primary is gone for good and this box's log is the one to keep.
-pub fn unfence(primary_config: &Path) -> Result<(u64, u64), DaemonError> {
+/// What `primary unfence` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unfenced {
+    /// A hold (an operator's fence, a switchover whose outcome was not
+    /// known) was lifted: the box serves its own epoch again.
+    Released { epoch: u64 },
+    /// A fence by a newer epoch was lifted by making this box the primary
+    /// of a term above it, from `head + 1`.
+    NewTerm { epoch: u64, head: u64 },
+}
+
+/// Lift a stopped primary's fence. A hold is lifted as it is. A fence by a
+/// newer epoch is lifted by making this box the primary of a new term
+/// above every one it heard of: this is how a split brain is made on
+/// purpose, since the box that fenced it goes on serving its own epoch,
+/// and two primaries then take writes that neither twin holds. Use it only
+/// when the newer primary is gone for good and this box's log is the one
+/// to keep.
+pub fn unfence(primary_config: &Path, accept_split_brain: bool) -> Result<Unfenced, DaemonError> {
     let cfg = PrimaryConfig::load(primary_config)?;
     let log = open_stopped(&cfg.data_dir, cfg.segment_bytes, "lifting its fence")?;
     let head = log.head_seq();
     let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
-    if !epochs.fenced() {
+    let st = epochs.state();
+    if !st.fenced() {
         return Err(DaemonError::Failed(format!(
             "this primary is not fenced: it serves epoch {}",
-            epochs.current()
+            EpochName(st.current())
+        )));
+    }
+    if st.seen <= st.current() {
+        epochs.release().at("lifting the hold in", &cfg.data_dir)?;
+        tracing::warn!(epoch = %EpochName(st.current()), "hold lifted by the operator");
+        return Ok(Unfenced::Released {
+            epoch: st.current(),
+        });
+    }
+    if !accept_split_brain {
+        return Err(DaemonError::Failed(format!(
+            "epoch {} exists ({}): lifting this fence makes this box a primary beside it, a split brain. Rejoin it instead (`primary rejoin`), or, if the newer primary is gone for good, say --i-accept-split-brain",
+            EpochName(st.seen),
+            st.fenced_by.unwrap_or_default()
         )));
     }
     let epoch = epochs
         .update(|s| s.promote(head))
         .at("recording the new epoch in", &cfg.data_dir)?;
     tracing::warn!(
-        epoch,
+        epoch = %EpochName(epoch),
         head,
-        "fence lifted by the operator: this box is a primary of a new epoch"
+        "fence lifted by the operator: this box is a primary of a new term"
     );
-    Ok((epoch, head))
+    Ok(Unfenced::NewTerm { epoch, head })
 }
 
 /// The divergent tails a rejoin saved in `data_dir`, and the frames of
@@ -397,6 +456,22 @@ pub fn promote_in_place(
         };
         if !list.contains(&fp) {
             list.push(fp);
+        }
+    }
+    // The old primary hears of this epoch with the handover's answer,
+    // unless that answer is lost: then the call tells it.
+    match cfg.primary_fingerprint {
+        Some(fp) => predecessor::PredecessorFile {
+            addr: cfg.primary.to_string(),
+            fingerprint: fp.to_string(),
+            epoch,
+            told: false,
+            told_ms: 0,
+        }
+        .save(&cfg.data_dir)
+        .at("recording the primary it replaces in", &cfg.data_dir)?,
+        None => {
+            predecessor::forget(&cfg.data_dir).at("forgetting the predecessor in", &cfg.data_dir)?
         }
     }
     let primary_path = cfg.data_dir.join(PRIMARY_CONFIG);

@@ -37,6 +37,28 @@ pub async fn serve_primary(
     let epochs = Arc::new(
         Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
     );
+    // One epoch per life: frames this log lost in a crash may be on the
+    // twin, shipped before they were durable here, and the frames this
+    // life writes at those sequences must never be taken for them.
+    if let Some(epoch) = epochs
+        .begin_life(log.head_seq())
+        .at("recording this life's epoch in", &cfg.data_dir)?
+    {
+        tracing::info!(
+            epoch = %crate::repl::epochs::EpochName(epoch),
+            from = log.head_seq() + 1,
+            "serving a new life of this primary"
+        );
+    }
+    if epochs.fenced() {
+        tracing::warn!(
+            by = epochs.state().fenced_by.unwrap_or_default(),
+            "this primary is fenced: it acknowledges no write"
+        );
+    }
+    // A file an older build kept; the epochs say what it said.
+    let _ = std::fs::remove_file(cfg.data_dir.join(crate::layout::RESTART_FLOOR));
+    let epochs_for_call = epochs.clone();
     let node = Primary::build(
         log.clone(),
         pins,
@@ -59,8 +81,6 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
-    node.set_restart_floor(cfg.data_dir.join(crate::layout::RESTART_FLOOR))
-        .map_err(|e| DaemonError::Failed(format!("keeping the restart floor: {e}")))?;
     let shutdown = stop_on(
         shutdown,
         node.watch_deposed(),
@@ -80,10 +100,14 @@ pub async fn serve_primary(
                 return Err(format!("the log is poisoned: {why}"));
             }
             if let Some(f) = &s.fenced {
-                return Err(format!(
-                    "fenced: epoch {} exists ({}); this primary acknowledges no write",
-                    f.epoch, f.by
-                ));
+                return Err(match f.held {
+                    true => format!("held ({}): this primary acknowledges no write", f.by),
+                    false => format!(
+                        "fenced: epoch {} exists ({}); this primary acknowledges no write",
+                        crate::repl::epochs::EpochName(f.epoch),
+                        f.by
+                    ),
+                });
             }
             if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
                 return Err(format!(
@@ -112,6 +136,20 @@ pub async fn serve_primary(
                 "1 once a newer epoch fenced this primary: it acknowledges no write.",
                 u8::from(s.fenced.is_some()),
             );
+            if let Some(p) = &s.predecessor {
+                gauge(
+                    out,
+                    "twinlog_predecessor_told",
+                    "On a promoted box: 1 once the primary it replaced heard of its epoch.",
+                    u8::from(p.told),
+                );
+                counter(
+                    out,
+                    "twinlog_predecessor_calls_total",
+                    "Calls to the primary this box replaced.",
+                    p.attempts,
+                );
+            }
             gauge(
                 out,
                 "twinlog_twin_configured",
@@ -203,7 +241,18 @@ pub async fn serve_primary(
         log.head_seq()
     ));
     let deposed = node.watch_deposed();
+    let calling = match predecessor_caller(&cfg, &identity, &log, &epochs_for_call) {
+        Ok(Some((caller, file))) => Some(node.call_predecessor(caller, file, shutdown.clone())),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "the primary this box replaced is not called");
+            None
+        }
+    };
     node.clone().serve(endpoint, shutdown).await;
+    if let Some(c) = calling {
+        c.abort();
+    }
     log.sync()?;
     let _ = status_server.await;
     tracing::info!(head = log.head_seq(), "primary stopped");
@@ -218,4 +267,34 @@ pub async fn serve_primary(
         }
         None => Ok(Served::Stopped),
     }
+}
+
+/// The call to the primary this box replaced, when `twin promote` left
+/// one to make.
+fn predecessor_caller(
+    cfg: &PrimaryConfig,
+    identity: &Identity,
+    log: &Arc<crate::log::Log>,
+    epochs: &Arc<Epochs>,
+) -> Result<
+    Option<(
+        crate::node::predecessor::Caller,
+        crate::node::predecessor::PredecessorFile,
+    )>,
+    String,
+> {
+    use crate::node::predecessor::{Caller, PredecessorFile};
+    let Some(file) = PredecessorFile::load(&cfg.data_dir)
+        .map_err(|e| format!("reading {}: {e}", crate::layout::PREDECESSOR_FILE))?
+    else {
+        return Ok(None);
+    };
+    let caller = Caller {
+        dir: cfg.data_dir.clone(),
+        log: log.clone(),
+        epochs: epochs.clone(),
+        endpoint: Caller::endpoint(identity, &file)?,
+        deadline: cfg.timers.timers().idle_timeout,
+    };
+    Ok(Some((caller, file)))
 }

@@ -36,6 +36,7 @@ pub async fn serve_twin(
         },
     );
     node.set_fingerprint(&identity.fingerprint());
+    node.record_heard_in(cfg.data_dir.clone());
     {
         let (cfg, epochs) = (cfg.clone(), epochs.clone());
         node.set_handover(Arc::new(move |head, clients| {

@@ -117,13 +117,41 @@ pub fn fetch_status<T: serde::de::DeserializeOwned>(
 pub fn render_primary_status(s: &crate::node::Status) -> String {
     let mut out = format!(
         "primary, epoch {}, twinlog {}\nhead {}  first {}\n",
-        s.epoch, s.build, s.head, s.first
+        crate::repl::epochs::EpochName(s.epoch),
+        s.build,
+        s.head,
+        s.first
     );
-    if let Some(f) = &s.fenced {
-        out.push_str(&format!(
+    match &s.fenced {
+        Some(f) if f.held => out.push_str(&format!(
+            "HELD ({}): this box acknowledges no write (reads go on). Rejoin it to the new primary (primary rejoin), or lift the hold (primary unfence)\n",
+            f.by
+        )),
+        Some(f) => out.push_str(&format!(
             "FENCED: epoch {} exists ({}): another box is primary, and this one acknowledges no write (reads go on). Rejoin it as the new primary's twin: primary rejoin\n",
-            f.epoch, f.by
-        ));
+            crate::repl::epochs::EpochName(f.epoch),
+            f.by
+        )),
+        None => {}
+    }
+    if let Some(p) = &s.predecessor {
+        out.push_str(&match p.told {
+            true => format!(
+                "predecessor: {} heard of epoch {}: it is fenced\n",
+                p.addr,
+                crate::repl::epochs::EpochName(p.epoch)
+            ),
+            false => format!(
+                "predecessor: {} NOT told of epoch {} yet ({} calls{}): it may still take `local` writes\n",
+                p.addr,
+                crate::repl::epochs::EpochName(p.epoch),
+                p.attempts,
+                p.last_error
+                    .as_deref()
+                    .map(|e| format!("; last: {e}"))
+                    .unwrap_or_default()
+            ),
+        });
     }
     if !s.twin_configured {
         out.push_str("twin: NONE configured: `twin` appends are refused at once (NoTwin); pin one with `primary pin-twin` and restart\n");
@@ -204,7 +232,10 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
 pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     let mut out = format!(
         "twin, epoch {}, twinlog {}\nhead {}  first {}\n",
-        s.epoch, s.build, s.head, s.first
+        crate::repl::epochs::EpochName(s.epoch),
+        s.build,
+        s.head,
+        s.first
     );
     out.push_str(&render_poisoned(&s.log_poisoned));
     out.push_str(&format!(

@@ -441,7 +441,7 @@ pub enum ApiError {
     /// acknowledges no write. Nothing was written, or, when `seq` is set,
     /// that frame was appended here before the fence and is not
     /// acknowledged (it is cut when this box rejoins).
-    #[error("this primary is fenced: epoch {newer} exists ({by}) and this box serves epoch {epoch}, so it acknowledges no write{}. {}", seq.map(|s| format!(" (frame {s} is in this log, unacknowledged)")).unwrap_or_default(), match primary { Some(p) => format!("The primary is now {} (fingerprint {})", p.addr, p.fingerprint), None => "Write to the new primary; rejoin this box as its twin with `primary rejoin`".into() })]
+    #[error("this primary is fenced: {}{}. {}", fenced_why(*.epoch, *.newer, by), seq.map(|s| format!(" (frame {s} is in this log, unacknowledged)")).unwrap_or_default(), match primary { Some(p) => format!("The primary is now {} (fingerprint {})", p.addr, p.fingerprint), None => "Write to the new primary; rejoin this box as its twin with `primary rejoin`".into() })]
     Fenced {
         epoch: u64,
         newer: u64,
@@ -568,6 +568,23 @@ pub struct Status {
     /// Bytes of streamed bodies staged now, waiting to be whole.
     #[serde(default)]
     pub staging_held: u64,
+    /// On a promoted box: the call to the primary it replaced.
+    #[serde(default)]
+    pub predecessor: Option<crate::node::predecessor::PredecessorStatus>,
+}
+
+/// Why a primary is fenced, as its refusals say.
+fn fenced_why(epoch: u64, newer: u64, by: &str) -> String {
+    use crate::repl::epochs::EpochName;
+    if newer > epoch {
+        format!(
+            "epoch {} exists ({by}) and this box serves epoch {}, so it acknowledges no write",
+            EpochName(newer),
+            EpochName(epoch)
+        )
+    } else {
+        format!("it is held ({by}), so it acknowledges no write")
+    }
 }
 
 /// Where the primary is after a switchover.
@@ -582,10 +599,14 @@ pub struct NewPrimary {
 /// What fenced a primary.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fence {
-    /// The newer epoch heard of.
+    /// The newer epoch heard of (the box's own when `held`).
     pub epoch: u64,
-    /// Who told of it.
+    /// Who told of it, or why it is held.
     pub by: String,
+    /// Held with no newer epoch named: an operator's fence, or a
+    /// switchover whose outcome is not known.
+    #[serde(default)]
+    pub held: bool,
 }
 
 #[cfg(test)]

@@ -9,6 +9,27 @@ use tokio::sync::watch;
 
 use crate::repl::epochs::{EpochError, EpochHistory, EpochState};
 
+/// The `EPOCHS` file: the state, and the format it is written in. Files
+/// without a format were written before epochs had terms and lives.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EpochsFile {
+    #[serde(default)]
+    format: u32,
+    #[serde(flatten)]
+    state: EpochState,
+}
+
+/// The format this build writes: epochs as `term << 32 | life`.
+const FORMAT: u32 = 2;
+
+fn file_bytes(state: &EpochState) -> std::io::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(&EpochsFile {
+        format: FORMAT,
+        state: state.clone(),
+    })
+    .map_err(std::io::Error::other)
+}
+
 pub use crate::layout::{EPOCHS_FILE, LEGACY_EPOCH_FILE};
 
 /// A box's epochs, durable when `path` is set. Every change is on disk
@@ -51,8 +72,23 @@ impl Epochs {
     pub fn load(dir: &Path, head: u64) -> std::io::Result<Epochs> {
         let path = dir.join(EPOCHS_FILE);
         let state = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice::<EpochState>(&bytes)
-                .map_err(|e| invalid(&path, format!("not an epoch history: {e}")))?,
+            Ok(bytes) => {
+                let file = serde_json::from_slice::<EpochsFile>(&bytes)
+                    .map_err(|e| invalid(&path, format!("not an epoch history: {e}")))?;
+                match file.format {
+                    0 => file
+                        .state
+                        .from_untermed()
+                        .map_err(|e| invalid(&path, e.to_string()))?,
+                    FORMAT => file.state,
+                    other => {
+                        return Err(invalid(
+                            &path,
+                            format!("format {other} is not this build's ({FORMAT})"),
+                        ))
+                    }
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 legacy(&dir.join(LEGACY_EPOCH_FILE), head)?
             }
@@ -117,8 +153,7 @@ impl Epochs {
             f(&mut next).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         if next != *st {
             if let Some(path) = &self.path {
-                let text = serde_json::to_vec_pretty(&next).map_err(std::io::Error::other)?;
-                crate::publish::publish(path, &text)?;
+                crate::publish::publish(path, &file_bytes(&next)?)?;
             }
             *st = next;
             self.fenced.send_replace(st.fenced());
@@ -143,6 +178,37 @@ impl Epochs {
     }
 }
 
+impl Epochs {
+    /// This box starts serving as a primary: a new life of its term, from
+    /// the head its log came back at, on disk before anything is served
+    /// or shipped. Answers the new epoch (see [`EpochState::restart`]).
+    pub fn begin_life(&self, head: u64) -> std::io::Result<Option<u64>> {
+        self.update(|s| s.restart(head))
+    }
+
+    /// Fence this box without naming an epoch (an operator's fence, a
+    /// switchover's handover on its way), on disk before it returns.
+    /// Answers whether it was not fenced before. Should the hold not reach
+    /// the disk, it is kept in memory all the same and the error answered.
+    pub fn hold(&self, why: &str) -> std::io::Result<bool> {
+        match self.update(|s| Ok(s.hold(why))) {
+            Ok(held) => Ok(held),
+            Err(e) => {
+                let mut st = self.lock();
+                st.hold(why);
+                self.fenced.send_replace(st.fenced());
+                Err(e)
+            }
+        }
+    }
+
+    /// Lift a hold (the twin refused the handover). Answers whether one
+    /// was lifted.
+    pub fn release(&self) -> std::io::Result<bool> {
+        self.update(|s| Ok(s.release()))
+    }
+}
+
 fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
     let n: u64 = match std::fs::read_to_string(path) {
         Ok(text) => text
@@ -154,10 +220,13 @@ fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
     };
     let mut st = EpochState::new(0);
     if n > 0 {
+        let epoch = n
+            .checked_mul(1 << crate::repl::epochs::LIFE_BITS)
+            .ok_or_else(|| invalid(path, format!("epoch {n} is out of range")))?;
         st.history
-            .begin(n, head)
+            .begin(epoch, head)
             .map_err(|e| invalid(path, e.to_string()))?;
-        st.seen = n;
+        st.seen = epoch;
     }
     Ok(st)
 }
@@ -166,22 +235,52 @@ fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
 mod tests {
     use super::*;
 
+    const T1: u64 = 1 << crate::repl::epochs::LIFE_BITS;
+
     #[test]
     fn epochs_are_kept_and_a_fence_survives_a_reload() {
         let dir = tempfile::tempdir().expect("tempdir");
         let e = Epochs::load(dir.path(), 0).expect("load");
         assert_eq!(e.current(), 0);
         assert!(!e.fenced());
-        assert!(e.hear(3, "twin").expect("hear"));
+        assert!(e.hear(3 * T1, "twin").expect("hear"));
         let again = Epochs::load(dir.path(), 0).expect("reload");
         assert!(again.fenced());
         assert_eq!(again.state().fenced_by.as_deref(), Some("twin"));
         again.update(|s| s.promote(10)).expect("promote");
         let promoted = Epochs::load(dir.path(), 0).expect("reload");
-        assert_eq!(promoted.current(), 4);
+        assert_eq!(promoted.current(), 4 * T1);
         assert!(!promoted.fenced());
+        assert_eq!(
+            promoted.begin_life(12).expect("life"),
+            Some(4 * T1),
+            "its first serve"
+        );
+        assert_eq!(promoted.begin_life(12).expect("life"), Some(4 * T1 + 1));
+        assert!(promoted.hold("an operator").expect("hold"));
+        let held = Epochs::load(dir.path(), 0).expect("reload");
+        assert!(held.fenced(), "a hold survives a restart");
+        assert_eq!(held.begin_life(12).expect("a life"), Some(4 * T1 + 2));
+        assert!(held.fenced(), "still held");
+        assert!(held.release().expect("release"));
+        assert!(!Epochs::load(dir.path(), 0).expect("reload").fenced());
         std::fs::write(dir.path().join(EPOCHS_FILE), "x").expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
+    }
+
+    #[test]
+    fn a_file_written_before_terms_reads_each_epoch_as_a_term() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = r#"{"history":[{"epoch":0,"first":1},{"epoch":2,"first":9}],"seen":3,"fenced_by":"twin"}"#;
+        std::fs::write(dir.path().join(EPOCHS_FILE), old).expect("write");
+        let e = Epochs::load(dir.path(), 0).expect("load");
+        assert_eq!(e.current(), 2 * T1);
+        assert_eq!(e.newest(), 3 * T1);
+        assert!(e.fenced());
+        let future = r#"{"format":9,"history":[{"epoch":0,"first":1}],"seen":0,"fenced_by":null}"#;
+        std::fs::write(dir.path().join(EPOCHS_FILE), future).expect("write");
+        let err = Epochs::load(dir.path(), 0).expect_err("refused");
+        assert!(err.to_string().contains("format 9"), "{err}");
     }
 
     #[test]
@@ -189,9 +288,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "2\n").expect("write");
         let e = Epochs::load(dir.path(), 40).expect("load");
-        assert_eq!(e.current(), 2);
+        assert_eq!(e.current(), 2 * T1);
         assert_eq!(e.history().epoch_of(40), Some(0));
-        assert_eq!(e.history().epoch_of(41), Some(2));
+        assert_eq!(e.history().epoch_of(41), Some(2 * T1));
         std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "two").expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
     }

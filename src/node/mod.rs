@@ -8,6 +8,7 @@ pub mod clock;
 pub mod divergent;
 pub mod epoch;
 mod pipe;
+pub mod predecessor;
 pub mod primary;
 pub mod refusal;
 pub mod rejoin;

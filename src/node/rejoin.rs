@@ -1,14 +1,11 @@
-//! Rejoin: a deposed primary becomes the new primary's twin by
-//! truncate-to-fork, without copying the log again.
+//! Rejoin, carried out: a deposed primary becomes the new primary's twin
+//! by truncate-to-fork, without copying the log again.
 //!
-//! The box says hello to the new primary as a twin would. The primary's
-//! core compares the two epoch histories ([`crate::repl::fork_point`]) and
-//! answers where the logs forked, with its frame there; this checks that
-//! frame, fences the box durably (it is no primary from now on), saves the
-//! frames past the fork ([`super::divergent`]), rewinds the store when
-//! none of them was the store's (or has it rebuilt from the log when some
-//! were), and cuts the log after the fork. The twin daemon then follows
-//! from there, as any twin does. Every step can be run again: a rejoin
+//! The rules are [`crate::repl::rejoin`]'s: the hello, what the answer
+//! means, and the plan (fence, save, store, cut, in that order). This
+//! does the I/O: it asks the new primary, gathers what the box holds past
+//! the fork, and carries each step out durably before the next. The twin
+//! daemon then follows from the fork, as any twin does. A rejoin
 //! interrupted by a crash is finished by running it again.
 
 use std::net::SocketAddr;
@@ -20,7 +17,8 @@ use super::divergent::{self, SavedTail};
 use super::epoch::Epochs;
 use crate::log::Log;
 use crate::net::{self, NetError};
-use crate::repl::{PrimaryMsg, Refusal, TwinMsg, PROTOCOL_VERSION};
+use crate::repl::rejoin::{LogFacts, LogHead, Rejoin, RejoinRefusal, Step, StoreStep};
+use crate::repl::{PrimaryMsg, TwinMsg};
 use crate::store::install::{self, InstallPaths};
 
 /// What a rejoin did.
@@ -62,22 +60,11 @@ pub enum StoreFate {
 pub enum RejoinError {
     #[error("reaching the new primary at {addr}: {source}")]
     Connect { addr: SocketAddr, source: NetError },
-    #[error("the box at {addr} refused this one: {why}")]
-    Refused { addr: SocketAddr, why: Refusal },
-    #[error("the box at {addr} serves epoch {theirs}, not newer than this box's {ours}: it is not the primary that superseded this one")]
-    NotNewer {
+    #[error("{addr}: {why}")]
+    Refused {
         addr: SocketAddr,
-        theirs: u64,
-        ours: u64,
+        why: RejoinRefusal,
     },
-    #[error("frame {seq} differs between the two logs (crc {ours:08x} here, {theirs:08x} on the new primary): they share no checked past, so nothing is cut. Restore this box from the new primary's twin instead")]
-    ForkFrameDiffers { seq: u64, ours: u32, theirs: u32 },
-    #[error("the logs forked after frame {fork}, below this log's retention floor {first}: nothing is cut. Restore this box instead")]
-    ForkBelowFloor { fork: u64, first: u64 },
-    #[error("store frames past the fork were applied, and this log does not reach back to frame 1 to rebuild the store from ({first}): nothing is cut. Restore this box instead")]
-    StoreNotRebuildable { first: u64 },
-    #[error("the new primary answered {0}")]
-    Protocol(String),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -94,53 +81,26 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RejoinError {
     move |source| RejoinError::Io { what, source }
 }
 
-/// What the new primary said to this box's Hello.
-enum Answer {
-    /// Nothing to cut: the log is a prefix of the primary's.
-    Welcome { epoch: u64 },
-    /// The primary no longer holds this log's head: a snapshot follows.
-    BelowFloor,
-    /// The logs forked after `at`.
-    Forked {
-        at: u64,
-        crc: Option<u32>,
-        epoch: u64,
-    },
-}
-
-/// Say hello as a twin and hear where the logs part. The connection is
-/// closed again: the twin daemon makes its own.
-async fn ask(
+/// Say hello as a twin and hear the one answer. The connection is closed
+/// again: the twin daemon makes its own. Also how a promoted box tells
+/// its predecessor.
+pub(crate) async fn ask(
     endpoint: &quinn::Endpoint,
     addr: SocketAddr,
     hello: TwinMsg,
     deadline: Duration,
-) -> Result<Answer, RejoinError> {
+) -> Result<Option<PrimaryMsg>, NetError> {
     let talk = async {
         let conn = net::connect(endpoint, addr).await?;
         let (mut send, mut recv) = conn.open_bi().await?;
         net::write_msg(&mut send, &hello).await?;
         let answer = net::read_msg::<PrimaryMsg>(&mut recv).await?;
-        conn.close(0u32.into(), b"rejoin asked");
+        conn.close(0u32.into(), b"hello answered");
         Ok::<_, NetError>(answer)
     };
-    let answer = tokio::time::timeout(deadline, talk)
+    tokio::time::timeout(deadline, talk)
         .await
-        .map_err(|_| RejoinError::Connect {
-            addr,
-            source: NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)),
-        })?
-        .map_err(|source| RejoinError::Connect { addr, source })?;
-    match answer {
-        Some(PrimaryMsg::Welcome { epoch, .. }) => Ok(Answer::Welcome { epoch }),
-        Some(PrimaryMsg::BelowFloor { .. }) => Ok(Answer::BelowFloor),
-        Some(PrimaryMsg::Refuse(Refusal::Forked { at, crc, epoch, .. })) => {
-            Ok(Answer::Forked { at, crc, epoch })
-        }
-        Some(PrimaryMsg::Refuse(why)) => Err(RejoinError::Refused { addr, why }),
-        Some(other) => Err(RejoinError::Protocol(format!("{other:?} to a Hello"))),
-        None => Err(RejoinError::Protocol("nothing to a Hello".into())),
-    }
+        .map_err(|_| NetError::Io(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
 }
 
 /// Where a rejoin runs.
@@ -162,125 +122,129 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
     let log = at.log.clone();
     let old_head = log.head_seq();
     let paths = InstallPaths::new(at.data_dir);
-    let head_crc = install::head_crc(&log, &paths.base())?;
-    let state = at.epochs.state();
-    let hello = TwinMsg::Hello {
-        version: PROTOCOL_VERSION,
-        history: log.history().0,
-        head: crate::repl::Position {
-            seq: old_head,
-            crc: head_crc,
+    let machine = Rejoin::new(
+        at.epochs.state(),
+        LogHead {
+            history: log.history().0,
+            head: old_head,
+            head_crc: install::head_crc(&log, &paths.base())?,
+            first: log.first_seq(),
         },
-        first: log.first_seq(),
-        // The newest epoch this box knows of is its own: a box it fenced
-        // itself for would refuse this Hello as stale only if older.
-        epoch: state.current(),
-        epochs: state.history.clone(),
-    };
-    let (fork, fork_crc, epoch, needs_snapshot) =
-        match ask(at.endpoint, at.primary, hello, at.deadline).await? {
-            Answer::Welcome { epoch } => (old_head, None, epoch, false),
-            Answer::BelowFloor => (old_head, None, state.newest(), true),
-            Answer::Forked { at, crc, epoch } => (at, crc, epoch, false),
-        };
-    if epoch <= state.current() {
-        return Err(RejoinError::NotNewer {
+    );
+    let answer = ask(at.endpoint, at.primary, machine.hello(), at.deadline)
+        .await
+        .map_err(|source| RejoinError::Connect {
             addr: at.primary,
-            theirs: epoch,
-            ours: state.current(),
-        });
+            source,
+        })?;
+    let refused = |why| RejoinError::Refused {
+        addr: at.primary,
+        why,
+    };
+    let heard = machine.answer(answer).map_err(refused)?;
+    let fork = heard.fork;
+    // What the store applied past the fork, for the plan.
+    let store_dir = at.store_dir.clone().filter(|d| d.join("APPLIED").exists());
+    let store_applied = match &store_dir {
+        Some(dir) => crate::store::Store::applied_mark(dir, log.history())?,
+        None => 0,
+    };
+    let mut store_frames_past_fork = false;
+    if store_applied > fork && fork < old_head {
+        log.scan_kinds::<crate::log::Error>(fork + 1, store_applied.min(old_head), |_, kind| {
+            store_frames_past_fork |= crate::store::is_store_kind(kind);
+            Ok(())
+        })?;
     }
-    // From here on this box is no primary, even if the rejoin stops.
-    at.epochs
-        .hear(epoch, &format!("the rejoin to {}", at.primary))
-        .map_err(io("recording the fence"))?;
-    let mut saved = None;
-    let mut cut_bytes = 0;
-    let mut store = StoreFate::Kept;
-    if fork < old_head {
-        let first = log.first_seq();
-        if fork + 1 < first {
-            return Err(RejoinError::ForkBelowFloor { fork, first });
-        }
-        if let Some(theirs) = fork_crc {
+    let fork_frame = match fork {
+        0 => None,
+        _ if fork >= old_head || fork < log.first_seq() => None,
+        _ => {
             let here = log.locate_blob(fork)?;
-            if !here.is_erased() && here.payload_crc != theirs {
-                return Err(RejoinError::ForkFrameDiffers {
-                    seq: fork,
-                    ours: here.payload_crc,
-                    theirs,
-                });
-            }
+            Some((here.payload_crc, here.is_erased()))
         }
-        // The store may have applied frames past the fork. Frames of its
-        // own among them changed its files: it is rebuilt from the log,
-        // which needs the log from frame 1. Otherwise only its applied
-        // mark moves back.
-        let store_dir = at.store_dir.clone().filter(|d| d.join("APPLIED").exists());
-        let applied = match &store_dir {
-            Some(dir) => crate::store::Store::applied_mark(dir, log.history())?,
-            None => 0,
-        };
-        let mut store_frames_applied = false;
-        if applied > fork {
-            log.scan_kinds::<crate::log::Error>(fork + 1, applied.min(old_head), |_, kind| {
-                store_frames_applied |= crate::store::is_store_kind(kind);
-                Ok(())
-            })?;
-        }
-        if store_frames_applied && first > 1 {
-            return Err(RejoinError::StoreNotRebuildable { first });
-        }
-        let (manifest, path) = {
-            let (log, data_dir) = (log.clone(), at.data_dir.to_owned());
-            let (old_epoch, primary) = (state.current(), at.primary.to_string());
-            tokio::task::spawn_blocking(move || {
-                let tail = divergent::Tail {
-                    log: &log,
-                    fork,
-                    epoch: old_epoch,
-                    new_epoch: epoch,
-                    primary,
-                };
-                divergent::save(&data_dir, &tail)
-            })
-            .await
-            .map_err(|e| RejoinError::Protocol(format!("saving the divergent frames: {e}")))?
-            .map_err(io("saving the divergent frames"))?
-        };
-        tracing::warn!(
-            fork,
-            first = manifest.first,
-            last = manifest.last,
-            frames = manifest.frames,
-            path = %path.display(),
-            "saved the frames the new primary never held, before cutting them"
-        );
-        saved = Some((manifest, path));
-        if let Some(dir) = &store_dir {
-            if store_frames_applied {
-                let moved_to = at
-                    .data_dir
-                    .join(divergent::DIVERGENT_DIR)
-                    .join(format!("store-e{epoch}-{}", fork + 1));
-                std::fs::rename(dir, &moved_to).map_err(io("moving the store aside"))?;
-                crate::publish::sync_parent(dir).map_err(io("moving the store aside"))?;
-                store = StoreFate::Rebuilt { moved_to };
-            } else if applied > fork {
-                crate::store::Store::rewind_to(dir, log.history(), fork)?;
-                store = StoreFate::Rewound { from: applied };
-            }
-        }
-        let cut = log.truncate_after(fork)?;
-        cut_bytes = cut.bytes;
-    }
-    Ok(Rejoined {
+    };
+    let facts = LogFacts {
+        head: old_head,
+        first: log.first_seq(),
+        fork_frame,
+        store_applied,
+        store_frames_past_fork,
+    };
+    let (plan, stop) = match machine.plan(heard, facts) {
+        Ok(plan) => (plan, None),
+        Err((plan, why)) => (plan, Some(why)),
+    };
+    let mut done = Rejoined {
         old_head,
         fork,
-        epoch,
-        saved,
-        cut_bytes,
-        store,
-        needs_snapshot,
-    })
+        epoch: heard.epoch,
+        saved: None,
+        cut_bytes: 0,
+        store: StoreFate::Kept,
+        needs_snapshot: heard.needs_snapshot,
+    };
+    for step in plan.steps {
+        match step {
+            Step::Fence { epoch } => {
+                // From here on this box is no primary, even if the rejoin
+                // stops.
+                at.epochs
+                    .hear(epoch, &format!("the rejoin to {}", at.primary))
+                    .map_err(io("recording the fence"))?;
+            }
+            Step::Save { after, .. } => {
+                let (log, data_dir) = (log.clone(), at.data_dir.to_owned());
+                let (old_epoch, primary) = (at.epochs.current(), at.primary.to_string());
+                let (manifest, path) = tokio::task::spawn_blocking(move || {
+                    let tail = divergent::Tail {
+                        log: &log,
+                        fork: after,
+                        epoch: old_epoch,
+                        new_epoch: heard.epoch,
+                        primary,
+                    };
+                    divergent::save(&data_dir, &tail)
+                })
+                .await
+                .map_err(|e| io("saving the divergent frames")(std::io::Error::other(e)))?
+                .map_err(io("saving the divergent frames"))?;
+                tracing::warn!(
+                    fork = after,
+                    first = manifest.first,
+                    last = manifest.last,
+                    frames = manifest.frames,
+                    path = %path.display(),
+                    "saved the frames the new primary never held, before cutting them"
+                );
+                done.saved = Some((manifest, path));
+            }
+            Step::Store(StoreStep::Keep) => {}
+            Step::Store(StoreStep::Rewind { from }) => {
+                if let Some(dir) = &store_dir {
+                    crate::store::Store::rewind_to(dir, log.history(), fork)?;
+                    done.store = StoreFate::Rewound { from };
+                }
+            }
+            Step::Store(StoreStep::SetAside) => {
+                if let Some(dir) = &store_dir {
+                    let moved_to = at.data_dir.join(divergent::DIVERGENT_DIR).join(format!(
+                        "store-e{}-{}",
+                        heard.epoch,
+                        fork + 1
+                    ));
+                    std::fs::rename(dir, &moved_to).map_err(io("moving the store aside"))?;
+                    crate::publish::sync_parent(dir).map_err(io("moving the store aside"))?;
+                    done.store = StoreFate::Rebuilt { moved_to };
+                }
+            }
+            Step::Cut { after } => {
+                done.cut_bytes = log.truncate_after(after)?.bytes;
+            }
+        }
+    }
+    match stop {
+        Some(why) => Err(refused(why)),
+        None => Ok(done),
+    }
 }

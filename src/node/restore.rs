@@ -98,6 +98,10 @@ pub struct RestoreReport {
     /// From the start of the run to its first new byte written.
     pub first_new_byte_ms: Option<f64>,
     pub secs: f64,
+    /// An earlier run's frames past this sequence were cut: the twin had
+    /// since cut them too (frames its primary lost) and holds others
+    /// there, written in another epoch.
+    pub cut_after: Option<u64>,
 }
 
 /// The entry being written, as the partial file says.
@@ -217,6 +221,37 @@ struct Welcome {
     epochs: crate::repl::EpochHistory,
 }
 
+/// The frames this box holds must be the twin's by the epochs that wrote
+/// them, never by a crc: since an earlier run fetched them, the twin may
+/// have cut frames its primary lost and taken others at those sequences.
+/// The box keeps the twin's epoch history as it fetches (`EPOCHS`, on disk
+/// before any frame fetched under it); frames past where that history and
+/// the twin's now part are cut (this box never served them, so nothing
+/// of them was acknowledged here). Answers where it cut.
+fn reconcile(log: &Log, epochs: &Epochs, w: &Welcome) -> Result<Option<u64>, RestoreError> {
+    let ours = epochs.history();
+    let head = log.head_seq();
+    let fork = crate::repl::fork_point(&w.epochs, u64::MAX, &ours, head);
+    let cut = if fork < head {
+        tracing::warn!(
+            fork,
+            head,
+            "the twin holds other frames than this box's earlier run fetched past {fork}: they are cut and fetched again"
+        );
+        log.truncate_after(fork)?;
+        Some(fork)
+    } else {
+        None
+    };
+    if ours != w.epochs {
+        epochs.update(|s| {
+            s.follow(w.epochs.clone());
+            Ok(())
+        })?;
+    }
+    Ok(cut)
+}
+
 async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
     match ask(conn, &RestoreReq::Hello).await?.0 {
         RestoreResp::Welcome {
@@ -292,6 +327,8 @@ pub async fn restore(
         }
         log.adopt_history(history)?;
     }
+    let epochs = Epochs::load(&data, log.head_seq())?;
+    let mut cut_after = reconcile(&log, &epochs, &w)?;
     if log.head_seq() > w.head {
         return Err(RestoreError::Diverged(format!(
             "this box holds up to {}, the twin only {}",
@@ -301,6 +338,7 @@ pub async fn restore(
     }
     let mut report = RestoreReport {
         resumed,
+        cut_after,
         ..RestoreReport::default()
     };
     let mut prog = Progress {
@@ -337,7 +375,15 @@ pub async fn restore(
     report.started_at_byte = partial.as_ref().map_or(0, |p| p.written);
     report.salvaged_bytes = report.started_at_byte;
     loop {
-        let target = hello(&conn).await?.head;
+        let w = hello(&conn).await?;
+        if let Some(cut) = reconcile(&log, &epochs, &w)? {
+            cut_after = Some(cut_after.map_or(cut, |c| c.min(cut)));
+            report.cut_after = cut_after;
+            partial = None;
+            drop_partial(&data);
+            prog.head = log.head_seq();
+        }
+        let target = w.head;
         if log.head_seq() >= target {
             break;
         }
@@ -389,12 +435,10 @@ pub async fn restore(
     .await
     .map_err(|e| RestoreError::Protocol(e.to_string()))??;
     // The restored log is the source's: so are its epochs.
-    Epochs::load(&data, log.head_seq())
-        .and_then(|e| {
-            e.update(|s| {
-                s.follow(w.epochs.clone());
-                Ok(())
-            })
+    epochs
+        .update(|s| {
+            s.follow(w.epochs.clone());
+            Ok(())
         })
         .map_err(|e| RestoreError::Protocol(format!("epochs: {e}")))?;
     log.set_follower(false);

@@ -111,6 +111,9 @@ pub struct Twin {
     /// Turns true once a switchover made this box a primary: the twin
     /// stops following.
     promoted: watch::Sender<bool>,
+    /// Where this twin records when it last heard its primary, and when
+    /// it last did.
+    heard: Mutex<(Option<std::path::PathBuf>, Option<tokio::time::Instant>)>,
 }
 
 /// Make this box a primary at a switchover: given the head it holds and
@@ -148,6 +151,7 @@ impl Twin {
             retainer: Mutex::new(None),
             handover: Mutex::new(None),
             promoted: watch::channel(false).0,
+            heard: Mutex::new((None, None)),
         })
     }
 
@@ -394,6 +398,34 @@ impl Twin {
         endpoint.close(0u32.into(), b"shutdown");
     }
 
+    /// Record in `dir` when this twin last hears its primary
+    /// (`HEARD_PRIMARY`, which `twin promote` checks).
+    pub fn record_heard_in(&self, dir: std::path::PathBuf) {
+        self.heard.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(dir);
+    }
+
+    /// The primary was heard: recorded, at most once a second.
+    fn heard_primary(&self) {
+        let now = tokio::time::Instant::now();
+        let dir = {
+            let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+            if h.1
+                .is_some_and(|at| now < at + super::predecessor::HEARD_EVERY)
+            {
+                return;
+            }
+            h.1 = Some(now);
+            h.0.clone()
+        };
+        if let Some(dir) = dir {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = super::predecessor::record_heard(&dir) {
+                    tracing::warn!(error = %e, "recording when the primary was last heard");
+                }
+            });
+        }
+    }
+
     /// The primary lost this log's frames past `after` in a crash, before
     /// they were durable there, so they were never acknowledged: check the
     /// frame at `after` against the primary's `crc`, save the frames past
@@ -469,7 +501,6 @@ impl Twin {
             history: self.log.history().0,
             head: Position { seq: head, crc },
             first: self.log.first_seq(),
-            epoch: self.epochs.newest(),
             epochs: self.epochs.history(),
         })
     }
@@ -584,8 +615,8 @@ impl Twin {
                         };
                         match done {
                             Ok((epoch, listen)) => {
-                                tracing::warn!(epoch, head, %listen, "switchover: this box is the primary now");
-                                core.promoted(epoch, listen);
+                                tracing::warn!(epoch = %crate::repl::epochs::EpochName(epoch), head, %listen, "switchover: this box is the primary now");
+                                core.promoted(self.epochs.history(), listen);
                                 while let Some(m) = core.poll_transmit() {
                                     let _ = net::write_msg(&mut ctl_send, &m).await;
                                 }
@@ -593,6 +624,12 @@ impl Twin {
                                 closed = Some(format!("promoted to epoch {epoch} at a switchover"));
                             }
                             Err(e) => {
+                                // Nothing changed here: the old primary
+                                // may take writes again.
+                                core.handover_refused(format!("the twin's promotion failed: {e}"));
+                                while let Some(m) = core.poll_transmit() {
+                                    let _ = net::write_msg(&mut ctl_send, &m).await;
+                                }
                                 closed = Some(format!("the switchover's promotion failed: {e}"))
                             }
                         }
@@ -622,7 +659,10 @@ impl Twin {
             let deadline = crate::node::clock::wake_at(core.poll_timeout());
             tokio::select! {
                 msg = msgs.recv() => match msg {
-                    Some(Ok(m)) => core.handle_message(m, crate::node::clock::now()),
+                    Some(Ok(m)) => {
+                        self.heard_primary();
+                        core.handle_message(m, crate::node::clock::now())
+                    }
                     Some(Err(e)) => break Err(e),
                     None => break Ok("the primary closed the control stream".into()),
                 },

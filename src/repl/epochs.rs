@@ -1,15 +1,80 @@
-//! Epochs: which primary wrote which frames, and where two logs part.
+//! Epochs: which primary life wrote which frames, and where two logs part.
 //!
-//! Every promotion starts a new epoch. A box keeps, for each epoch its log
-//! holds frames of, the first sequence written under it, as Kafka's
-//! leader-epoch checkpoint and PostgreSQL's timeline history do. One
-//! primary serves an epoch, so two logs that give a sequence the same
-//! epoch hold the same frame there; the first sequence where their
+//! Every life of a primary begins a new epoch, recorded before it serves:
+//! a promotion, and a restart of the same box too, as Raft starts a term
+//! and Kafka a leader epoch. A primary ships frames before its own sync,
+//! so after a power cut its twin may hold frames the primary lost; the
+//! primary's next life writes other frames at those sequences, and the
+//! epochs, not a crc of the bytes, tell the two apart.
+//!
+//! An epoch number is a term in its high 32 bits and a life in its low 32
+//! ([`EpochName`] prints `term.life`). A promotion takes the next term
+//! above every epoch heard of; a restart of a term's primary takes the
+//! next life of that term. Only one box is promoted to a term (a
+//! promotion goes above every epoch the box heard of, and a box learns of
+//! a term before it can follow its primary), so only that box writes
+//! under the term's lives, and a promotion outranks every restart of the
+//! box it replaced.
+//!
+//! A box keeps, for each epoch its log holds frames of, the first
+//! sequence written under it, as Kafka's leader-epoch checkpoint and
+//! PostgreSQL's timeline history do. Two logs that give a sequence the
+//! same epoch hold the same frame there; the first sequence where their
 //! histories disagree is where they forked. The rules that follow from it
-//! live here: the fork point, what a promotion records, and when a primary
-//! is fenced.
+//! live here: the fork point, which frames past it a twin may cut by
+//! itself, what a promotion and a restart record, and when a primary is
+//! fenced.
 
 use serde::{Deserialize, Serialize};
+
+/// Bits of an epoch number that count the lives of one term.
+pub const LIFE_BITS: u32 = 32;
+const LIFE_MASK: u64 = (1 << LIFE_BITS) - 1;
+
+/// The term of an epoch: raised by every promotion.
+pub fn term(epoch: u64) -> u64 {
+    epoch >> LIFE_BITS
+}
+
+/// The life of an epoch within its term: raised by every restart.
+pub fn life(epoch: u64) -> u64 {
+    epoch & LIFE_MASK
+}
+
+/// The first epoch of the term after `newest`'s: what a promotion takes.
+pub fn next_term(newest: u64) -> u64 {
+    (term(newest) + 1) << LIFE_BITS
+}
+
+/// An epoch as people read it: `term.life`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EpochName(pub u64);
+
+impl std::fmt::Display for EpochName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", term(self.0), life(self.0))
+    }
+}
+
+impl std::str::FromStr for EpochName {
+    type Err = String;
+
+    /// `term.life`, or the number itself.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not an epoch (TERM.LIFE, or a number)");
+        match s.split_once('.') {
+            Some((t, l)) => {
+                let t: u64 = t.parse().map_err(|_| bad())?;
+                let l: u64 = l.parse().map_err(|_| bad())?;
+                if t > LIFE_MASK || l > LIFE_MASK {
+                    return Err(bad());
+                }
+                Ok(EpochName(t << LIFE_BITS | l))
+            }
+            None => s.parse().map(EpochName).map_err(|_| bad()),
+        }
+    }
+}
 
 /// The first sequence written under an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,8 +83,12 @@ pub struct EpochStart {
     pub first: u64,
 }
 
-/// The most epochs a history holds: each promotion adds one, and the
-/// handshake carries them all inside one control message.
+/// The most epochs a history holds: each promotion adds one, and each
+/// restart that was followed by a write, and the handshake carries them
+/// all inside one control message. Past it the oldest are dropped: the
+/// sequences they covered are then taken as shared with any other log
+/// (see [`fork_point`]), which is only ever wrong for a fork older than a
+/// thousand lives.
 pub const MAX_EPOCHS: usize = 1024;
 
 /// A log's epochs, oldest first: epochs strictly increase and first
@@ -43,6 +112,8 @@ pub enum EpochError {
     NotIncreasing { earlier: u64, later: u64 },
     #[error("epoch {epoch} starts at {first}, before the epoch ahead of it ({before})")]
     StartsBefore { epoch: u64, first: u64, before: u64 },
+    #[error("epoch {} is the last life of its term: promote a box to a new term", EpochName(*.epoch))]
+    LifeExhausted { epoch: u64 },
 }
 
 impl Default for EpochHistory {
@@ -121,9 +192,10 @@ impl EpochHistory {
             .map(|s| s.epoch)
     }
 
-    /// Start `epoch` with the sequence after `head`: a promotion. Epochs
-    /// recorded as starting past `head` are dropped first: this log holds
-    /// none of their frames, and its own come next.
+    /// Start `epoch` with the sequence after `head`: a promotion or a
+    /// restart. Epochs recorded as starting past `head` are dropped first:
+    /// this log holds none of their frames, and its own come next. A full
+    /// history drops its oldest epochs.
     pub fn begin(&mut self, epoch: u64, head: u64) -> Result<(), EpochError> {
         let first = head + 1;
         let mut starts: Vec<EpochStart> = self
@@ -141,6 +213,15 @@ impl EpochHistory {
             }
         }
         starts.push(EpochStart { epoch, first });
+        if starts.len() > MAX_EPOCHS {
+            let drop = starts.len() - MAX_EPOCHS;
+            tracing::warn!(
+                dropped = drop,
+                through = starts[drop].first,
+                "the epoch history is full: its oldest epochs are dropped"
+            );
+            starts.drain(..drop);
+        }
         *self = EpochHistory::try_from(starts)?;
         Ok(())
     }
@@ -149,7 +230,8 @@ impl EpochHistory {
 /// The last sequence two logs share: the highest `s`, at most either
 /// head, such that both histories give every sequence up to `s` the same
 /// epoch. A frame is the same on both logs up to it (one primary per
-/// epoch); the handshake still checks the frame there by its crc.
+/// epoch). A sequence below where a history starts (its oldest epochs
+/// dropped, [`MAX_EPOCHS`]) is taken as shared.
 pub fn fork_point(a: &EpochHistory, a_head: u64, b: &EpochHistory, b_head: u64) -> u64 {
     let upto = a_head.min(b_head);
     // The epoch of a sequence changes only where an epoch starts, so the
@@ -165,21 +247,77 @@ pub fn fork_point(a: &EpochHistory, a_head: u64, b: &EpochHistory, b_head: u64) 
     boundaries.dedup();
     boundaries
         .into_iter()
-        .find(|&s| a.epoch_of(s) != b.epoch_of(s))
+        .find(|&s| match (a.epoch_of(s), b.epoch_of(s)) {
+            (Some(x), Some(y)) => x != y,
+            _ => false,
+        })
         .map_or(upto, |s| s - 1)
 }
 
-/// A box's epochs as it keeps them: its log's history, and the newest
-/// epoch it has heard of. A primary that heard of an epoch newer than its
-/// own was superseded: it is fenced.
+/// Whether a twin's frames `fork + 1..=twin_head`, past the fork of its
+/// history `twin` from the primary's `primary`, are frames that primary
+/// lost: written under earlier lives of the term whose life the primary
+/// began at `fork + 1`. A primary begins a life at the sequence after the
+/// head its log came back at, so every frame an earlier life of it wrote
+/// past that head was lost there before it was durable, and was never
+/// acknowledged: the twin may save and cut it by itself. Frames of
+/// another term past the fork were written by another box, which may have
+/// acknowledged them `local`: only an operator's rejoin cuts those.
+pub fn lost_on_primary(
+    primary: &EpochHistory,
+    twin: &EpochHistory,
+    fork: u64,
+    twin_head: u64,
+) -> bool {
+    if twin_head <= fork {
+        return false;
+    }
+    let began = match primary.epoch_of(fork + 1) {
+        Some(p)
+            if primary.starts.contains(&EpochStart {
+                epoch: p,
+                first: fork + 1,
+            }) =>
+        {
+            p
+        }
+        _ => return false,
+    };
+    let Some(at_fork) = twin.epoch_of(fork + 1) else {
+        return false;
+    };
+    std::iter::once(at_fork)
+        .chain(
+            twin.starts
+                .iter()
+                .filter(|s| s.first > fork + 1 && s.first <= twin_head)
+                .map(|s| s.epoch),
+        )
+        .all(|e| term(e) == term(began) && e < began)
+}
+
+/// A box's epochs as it keeps them: its log's history, the newest epoch
+/// it has heard of, and a hold. A primary that heard of an epoch newer
+/// than its own was superseded, and one under a hold was told to stop:
+/// either way it is fenced.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct EpochState {
     pub history: EpochHistory,
-    /// The newest epoch heard of, from a twin, a client or the box it
-    /// joins; at least the history's current one.
+    /// The newest epoch heard of, proven by the box that serves it (its
+    /// history, over a link that pins its key); at least the history's
+    /// current one. Never sent on: a box tells others its own epoch only.
     pub seen: u64,
-    /// Who told of `seen`, when it fenced this box.
+    /// Who told of `seen`, or why the hold was set, while fenced.
     pub fenced_by: Option<String>,
+    /// Fenced without a newer epoch: an operator's fence, or a switchover
+    /// whose handover left and whose outcome is not known. Names no epoch,
+    /// so it fences this box and nobody else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+    /// The current epoch was begun by a promotion and no process has
+    /// served it yet: the first to serve takes it as its life.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unserved: bool,
 }
 
 impl EpochState {
@@ -189,6 +327,8 @@ impl EpochState {
             history: EpochHistory::single(epoch),
             seen: epoch,
             fenced_by: None,
+            held: None,
+            unserved: false,
         }
     }
 
@@ -203,54 +343,120 @@ impl EpochState {
     }
 
     /// A primary holding this state may acknowledge nothing: a newer
-    /// epoch exists, so another box is, or was made, the primary.
+    /// epoch exists, so another box is, or was made, the primary; or a
+    /// hold stops it.
     pub fn fenced(&self) -> bool {
-        self.seen > self.current()
+        self.seen > self.current() || self.held.is_some()
     }
 
-    /// `epoch` was heard of from `by`. Answers whether that fences a
-    /// primary that was not fenced before.
+    /// `epoch` was heard of from `by`, which proved it. Answers whether
+    /// that fences a primary that was not fenced before. A hold gives way
+    /// to the proven fence.
     pub fn hear(&mut self, epoch: u64, by: &str) -> bool {
         if epoch <= self.newest() {
             return false;
         }
         let was = self.fenced();
         self.seen = epoch;
-        if !was {
+        if self.held.take().is_some() || !was {
             self.fenced_by = Some(by.to_string());
         }
         !was
     }
 
-    /// The epoch that fences this primary when a switchover's `Handover`
-    /// went unanswered: the twin may have promoted itself, which takes an
-    /// epoch past this box's current one, so `current + 1` fences. Never a
-    /// guess past the newest heard of: once this box follows the new
-    /// primary, its Hello tells the newest epoch it heard of, and one that
-    /// no box serves would fence that primary.
-    pub fn unknown_successor(&self) -> u64 {
-        self.current() + 1
+    /// Fence this primary without naming an epoch, for `why`. Answers
+    /// whether it was not fenced before.
+    pub fn hold(&mut self, why: &str) -> bool {
+        if self.fenced() {
+            return false;
+        }
+        self.held = Some(why.to_string());
+        self.fenced_by = Some(why.to_string());
+        true
     }
 
-    /// Promote: a new epoch above every one heard of, from `head + 1`.
+    /// Lift a hold: the box it was for said it did not take over. A fence
+    /// by a newer epoch stays. Answers whether a hold was lifted.
+    pub fn release(&mut self) -> bool {
+        if self.held.take().is_none() {
+            return false;
+        }
+        if !self.fenced() {
+            self.fenced_by = None;
+        }
+        true
+    }
+
+    /// A primary starts serving (a start, a restart): a new life of its
+    /// term, from `head + 1`, fenced or not (a fenced primary still
+    /// streams its log to its twin, and frames it lost in the crash may be
+    /// there). The first process to serve a promotion takes the epoch the
+    /// promotion began. Answers the epoch it serves; `None` when the next
+    /// life would reach the epoch that fenced it, which is then kept.
+    pub fn restart(&mut self, head: u64) -> Result<Option<u64>, EpochError> {
+        let current = self.current();
+        if std::mem::take(&mut self.unserved) {
+            return Ok(Some(current));
+        }
+        if life(current) == LIFE_MASK {
+            return Err(EpochError::LifeExhausted { epoch: current });
+        }
+        let next = current + 1;
+        if self.seen > current && next >= self.seen {
+            return Ok(None);
+        }
+        self.history.begin(next, head)?;
+        self.seen = self.seen.max(next);
+        Ok(Some(next))
+    }
+
+    /// Promote: the next term above every epoch heard of, from `head + 1`.
     /// Answers the new epoch.
     pub fn promote(&mut self, head: u64) -> Result<u64, EpochError> {
-        let next = self.newest() + 1;
+        let next = next_term(self.newest());
         self.history.begin(next, head)?;
         self.seen = next;
         self.fenced_by = None;
+        self.held = None;
+        self.unserved = true;
         Ok(next)
     }
 
     /// Follow a primary whose history is `primary`: this log is a prefix
     /// of that primary's (the handshake checked it), so its history is the
-    /// primary's.
+    /// primary's. A twin holds nothing back.
     pub fn follow(&mut self, primary: EpochHistory) {
         self.seen = self.seen.max(primary.current());
         self.history = primary;
+        self.held = None;
         if !self.fenced() {
             self.fenced_by = None;
         }
+    }
+
+    /// The same state from a file written before epochs had terms: every
+    /// epoch then was a promotion, so each becomes a term.
+    pub fn from_untermed(mut self) -> Result<Self, EpochError> {
+        let starts: Vec<EpochStart> = self
+            .history
+            .starts
+            .iter()
+            .map(|s| {
+                Ok(EpochStart {
+                    epoch: s
+                        .epoch
+                        .checked_mul(1 << LIFE_BITS)
+                        .ok_or(EpochError::LifeExhausted { epoch: s.epoch })?,
+                    first: s.first,
+                })
+            })
+            .collect::<Result<_, EpochError>>()?;
+        self.history = EpochHistory::try_from(starts)?;
+        self.seen = self
+            .seen
+            .checked_mul(1 << LIFE_BITS)
+            .ok_or(EpochError::LifeExhausted { epoch: self.seen })?;
+        Ok(self)
     }
 }
 
@@ -322,49 +528,158 @@ mod tests {
         assert!(postcard::from_bytes::<EpochHistory>(&bytes).is_err());
     }
 
+    const T1: u64 = 1 << LIFE_BITS;
+
     #[test]
     fn a_newer_epoch_fences_a_primary_until_it_follows_or_is_promoted() {
-        let mut st = EpochState::new(1);
+        let mut st = EpochState::new(T1);
         assert!(!st.fenced());
-        assert!(st.hear(2, "twin"));
+        assert!(st.hear(2 * T1, "twin"));
         assert!(st.fenced());
-        assert!(!st.hear(2, "client"), "already fenced");
+        assert!(!st.hear(2 * T1, "client"), "already fenced");
         assert_eq!(st.fenced_by.as_deref(), Some("twin"));
-        st.follow(h(&[(0, 1), (1, 5), (2, 40)]));
+        st.follow(h(&[(0, 1), (T1, 5), (2 * T1, 40)]));
         assert!(!st.fenced(), "a twin of the new primary");
         let e = st.promote(50).expect("promote");
-        assert_eq!(e, 3);
+        assert_eq!(e, 3 * T1);
         assert_eq!(
             st.history.starts().last(),
             Some(&EpochStart {
-                epoch: 3,
+                epoch: 3 * T1,
                 first: 51
             })
         );
-        // Promotion goes above every epoch heard of.
-        let mut heard = EpochState::new(1);
-        heard.hear(7, "client");
-        assert_eq!(heard.promote(3).expect("promote"), 8);
+        assert_eq!(st.restart(50), Ok(Some(3 * T1)), "the first serve takes it");
+        assert_eq!(st.restart(50), Ok(Some(3 * T1 + 1)), "the next, a life");
+        // Promotion goes to the term above every epoch heard of.
+        let mut heard = EpochState::new(T1);
+        heard.hear(7 * T1 + 3, "client");
+        assert_eq!(heard.promote(3).expect("promote"), 8 * T1);
         assert!(!heard.fenced());
     }
 
     #[test]
-    fn an_unanswered_handover_fences_with_no_epoch_past_the_newest_heard_of() {
-        let mut old = EpochState::new(0);
-        // A client told of the twin's promotion before the switchover gave
-        // up waiting for its answer.
-        assert!(old.hear(1, "a client"));
-        old.hear(old.unknown_successor(), "a switchover");
-        assert_eq!(old.newest(), 1, "no phantom epoch 2");
-        // Rejoined, it follows the new primary and its Hello tells epoch 1:
-        // no newer than the primary's, which it would otherwise fence.
-        old.follow(h(&[(0, 1), (1, 4)]));
-        assert_eq!(old.newest(), 1);
-        assert!(!old.fenced());
-        // Unanswered with nothing heard of, it still fences.
-        let mut alone = EpochState::new(3);
-        assert!(alone.hear(alone.unknown_successor(), "a switchover"));
-        assert!(alone.fenced());
+    fn each_restart_begins_a_life_that_every_promotion_outranks() {
+        let mut st = EpochState::new(T1);
+        assert_eq!(st.restart(10), Ok(Some(T1 + 1)));
+        // A restart with nothing written since replaces the empty life.
+        assert_eq!(st.restart(10), Ok(Some(T1 + 2)));
+        assert_eq!(st.history, h(&[(T1, 1), (T1 + 2, 11)]));
+        assert_eq!(st.restart(12), Ok(Some(T1 + 3)));
+        assert_eq!(st.history, h(&[(T1, 1), (T1 + 2, 11), (T1 + 3, 13)]));
+        assert_eq!(EpochName(st.current()).to_string(), "1.3");
+        // The twin promoted meanwhile outranks every later restart.
+        assert!(next_term(T1 + 3) > T1 + 1000);
+        // A fenced primary begins a life too, and stays fenced.
+        st.hear(2 * T1, "the new primary");
+        assert_eq!(st.restart(20), Ok(Some(T1 + 4)));
+        assert!(st.fenced());
+        st.hold("an operator");
+        assert_eq!(st.restart(21), Ok(Some(T1 + 5)));
+        assert!(st.fenced());
+        // Never up to the epoch that fenced it.
+        let mut odd = EpochState::new(T1);
+        odd.hear(T1 + 1, "a later life of this term");
+        assert_eq!(odd.restart(3), Ok(None));
+        assert!(odd.fenced());
+        let mut last = EpochState::new(T1 | LIFE_MASK);
+        assert!(matches!(
+            last.restart(1),
+            Err(EpochError::LifeExhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn a_hold_fences_this_box_alone_and_gives_way_to_a_proven_fence() {
+        let mut st = EpochState::new(T1);
+        assert!(st.hold("a switchover under way"));
+        assert!(st.fenced());
+        assert_eq!(st.newest(), T1, "a hold names no epoch");
+        assert!(!st.hold("again"), "already fenced");
+        assert!(st.release());
+        assert!(!st.fenced());
+        assert_eq!(st.fenced_by, None);
+        st.hold("an operator");
+        assert!(!st.hear(2 * T1, "the new primary"), "fenced already");
+        assert_eq!(st.held, None, "the proven fence replaces the hold");
+        assert_eq!(st.fenced_by.as_deref(), Some("the new primary"));
+        assert!(!st.release(), "a proven fence is not lifted");
+        assert!(st.fenced());
+        // Following a primary lifts a hold: a twin holds nothing back.
+        let mut twin = EpochState::new(T1);
+        twin.hold("an operator");
+        twin.follow(h(&[(T1, 1)]));
+        assert!(!twin.fenced());
+    }
+
+    #[test]
+    fn epoch_names_read_back() {
+        for e in [0, 1, T1, T1 + 7, 12 * T1 + 3] {
+            let name = EpochName(e).to_string();
+            assert_eq!(name.parse::<EpochName>(), Ok(EpochName(e)), "{name}");
+        }
+        assert_eq!("5".parse::<EpochName>(), Ok(EpochName(5)));
+        assert!("1.x".parse::<EpochName>().is_err());
+        assert!("4294967296.0".parse::<EpochName>().is_err());
+    }
+
+    #[test]
+    fn a_file_from_before_terms_becomes_one_term_per_promotion() {
+        let old = EpochState {
+            history: h(&[(0, 1), (1, 40), (3, 90)]),
+            seen: 4,
+            fenced_by: Some("twin".into()),
+            held: None,
+            unserved: false,
+        };
+        let st = old.from_untermed().expect("convert");
+        assert_eq!(st.history, h(&[(0, 1), (T1, 40), (3 * T1, 90)]));
+        assert_eq!(st.seen, 4 * T1);
+    }
+
+    #[test]
+    fn frames_past_a_restart_are_lost_on_the_primary_but_not_past_a_promotion() {
+        // The primary restarted at 3 (life 1.1 from 4); the twin holds
+        // frames 4..=6 of life 1.0, shipped before the crash.
+        let primary = h(&[(0, 1), (T1, 2), (T1 + 1, 4)]);
+        let twin = h(&[(0, 1), (T1, 2)]);
+        let fork = fork_point(&primary, u64::MAX, &twin, 6);
+        assert_eq!(fork, 3);
+        assert!(lost_on_primary(&primary, &twin, fork, 6));
+        // Two crashes: lives 1.0 and 1.1 both lost past 3.
+        let twice = h(&[(0, 1), (T1, 2), (T1 + 2, 4)]);
+        let twin2 = h(&[(0, 1), (T1, 2), (T1 + 1, 5)]);
+        assert!(lost_on_primary(&twice, &twin2, 3, 8));
+        // A promotion's fork is another box's frames: not the twin's to cut.
+        let promoted = h(&[(0, 1), (T1, 2), (2 * T1, 4)]);
+        assert!(!lost_on_primary(&promoted, &twin, 3, 6));
+        // A twin of a newer life than the primary's is not lost there.
+        let newer = h(&[(0, 1), (T1, 2), (T1 + 5, 4)]);
+        assert!(!lost_on_primary(&primary, &newer, 3, 6));
+        // Nothing past the fork, or a fork that is no life's start.
+        assert!(!lost_on_primary(&primary, &twin, 3, 3));
+        assert!(!lost_on_primary(&primary, &twin, 2, 6));
+    }
+
+    #[test]
+    fn a_full_history_drops_its_oldest_and_those_sequences_count_as_shared() {
+        let mut full = EpochHistory::single(0);
+        for i in 1..=MAX_EPOCHS as u64 + 5 {
+            full.begin(i, i * 10).expect("begin");
+        }
+        assert_eq!(full.starts().len(), MAX_EPOCHS);
+        let oldest = full.starts()[0].first;
+        assert!(oldest > 1);
+        // A twin that kept the whole past agrees on the dropped part.
+        let mut whole = EpochHistory::single(0);
+        for i in 1..=MAX_EPOCHS as u64 + 5 {
+            whole.starts.push(EpochStart {
+                epoch: i,
+                first: i * 10 + 1,
+            });
+        }
+        let head = (MAX_EPOCHS as u64 + 5) * 10 + 3;
+        assert_eq!(fork_point(&full, head, &whole, head), head);
     }
 
     /// Logs as the epochs that wrote each frame: a history of each, and a

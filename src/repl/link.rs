@@ -62,24 +62,22 @@ pub(crate) fn position(log: &Log, seq: u64) -> Position {
 
 /// The view a box's log gives a twin core: `epoch` is the newest epoch the
 /// box knows of, `epochs` its log's history.
-pub(crate) fn twin_view(log: &Log, epoch: u64, epochs: EpochHistory) -> TwinView {
+pub(crate) fn twin_view(log: &Log, epochs: EpochHistory) -> TwinView {
     TwinView {
         history: log.history().0,
         head: position(log, log.head_seq()),
         first: log.first_seq(),
-        epoch,
         epochs,
     }
 }
 
 /// The view a box's log gives a primary core.
-pub(crate) fn primary_view(log: &Log, epochs: EpochHistory, restart_head: u64) -> PrimaryView {
+pub(crate) fn primary_view(log: &Log, epochs: EpochHistory) -> PrimaryView {
     PrimaryView {
         history: log.history().0,
         head: log.head_seq(),
         first: log.first_seq(),
         epochs,
-        restart_head,
     }
 }
 

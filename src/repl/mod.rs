@@ -17,6 +17,8 @@
 //! - [`apply`]: the frame stream read from a primary's log and applied to
 //!   a twin's, shared by the daemons and the simulations;
 //! - [`primary`]: the shipping side; [`twin`]: the receiving side;
+//! - [`promote`], [`rejoin`], [`switchover`]: the failover rules, as
+//!   the daemons and the simulated cluster carry them out;
 //! - [`Backoff`]: capped reconnect delays.
 
 pub mod ack;
@@ -31,6 +33,9 @@ pub mod msg;
 #[cfg(any(test, feature = "testing"))]
 pub mod pair;
 pub mod primary;
+pub mod promote;
+pub mod rejoin;
+pub mod switchover;
 pub mod twin;
 pub mod wire;
 

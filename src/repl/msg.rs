@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::epochs::EpochHistory;
+use super::epochs::{EpochHistory, EpochName};
 
 /// The protocol version both sides put in their first message.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The largest encoded control message either side accepts; a longer
 /// length prefix is refused before anything is allocated.
@@ -64,10 +64,9 @@ pub enum TwinMsg {
         head: Position,
         /// The twin's oldest retained sequence.
         first: u64,
-        /// The newest epoch this box knows of.
-        epoch: u64,
         /// The epochs of the twin's log: where it forked from the
-        /// primary's, if it did.
+        /// primary's, if it did. The newest is the epoch it follows, its
+        /// own: a box never passes on an epoch it only heard of.
         epochs: EpochHistory,
     },
     /// Every frame through `durable` is durable on the twin.
@@ -78,10 +77,17 @@ pub enum TwinMsg {
     /// changes, so the primary knows the twin applied what it holds (an
     /// erase is carried out there only then) or stopped.
     Store(StoreHealth),
-    /// Answer to `Handover`: this box is now the primary of `epoch`, and
-    /// serves clients at `listen` (as configured: an unspecified address
-    /// means the one this connection comes from).
-    Promoted { epoch: u64, listen: String },
+    /// Answer to `Handover`: this box is now the primary of the newest
+    /// epoch of `epochs` (its log's history, which proves it), and serves
+    /// clients at `listen` (as configured: an unspecified address means
+    /// the one this connection comes from).
+    Promoted {
+        epochs: EpochHistory,
+        listen: String,
+    },
+    /// Answer to `Handover` when this box does not take over: nothing
+    /// changed here, and the primary may take writes again.
+    HandoverRefused(String),
 }
 
 /// A client pinned on the primary, handed to the twin at a switchover so
@@ -104,10 +110,8 @@ pub enum PrimaryMsg {
         from: u64,
         head: u64,
         first: u64,
-        /// The primary's epoch: raised by every promotion.
-        epoch: u64,
         /// The epochs of the primary's log, which the twin's log, a prefix
-        /// of it, takes.
+        /// of it, takes; the newest is the one it serves.
         epochs: EpochHistory,
     },
     /// The twin's head is below the primary's retention floor: frames from
@@ -147,7 +151,6 @@ impl std::fmt::Debug for TwinMsg {
                 history,
                 head,
                 first,
-                epoch,
                 epochs,
             } => f
                 .debug_struct("Hello")
@@ -155,17 +158,17 @@ impl std::fmt::Debug for TwinMsg {
                 .field("history", &history_hex(history))
                 .field("head", head)
                 .field("first", first)
-                .field("epoch", epoch)
                 .field("epochs", &epochs.starts())
                 .finish(),
             TwinMsg::Ack { durable } => f.debug_struct("Ack").field("durable", durable).finish(),
             TwinMsg::Refuse(r) => f.debug_tuple("Refuse").field(r).finish(),
             TwinMsg::Store(h) => f.debug_tuple("Store").field(h).finish(),
-            TwinMsg::Promoted { epoch, listen } => f
+            TwinMsg::Promoted { epochs, listen } => f
                 .debug_struct("Promoted")
-                .field("epoch", epoch)
+                .field("epochs", &epochs.starts())
                 .field("listen", listen)
                 .finish(),
+            TwinMsg::HandoverRefused(why) => f.debug_tuple("HandoverRefused").field(why).finish(),
         }
     }
 }
@@ -179,7 +182,6 @@ impl std::fmt::Debug for PrimaryMsg {
                 from,
                 head,
                 first,
-                epoch,
                 epochs,
             } => f
                 .debug_struct("Welcome")
@@ -188,7 +190,6 @@ impl std::fmt::Debug for PrimaryMsg {
                 .field("from", from)
                 .field("head", head)
                 .field("first", first)
-                .field("epoch", epoch)
                 .field("epochs", &epochs.starts())
                 .finish(),
             PrimaryMsg::BelowFloor { first, head } => f
@@ -243,7 +244,7 @@ pub enum Refusal {
     Timeout,
     /// A primary of an older epoch than the twin's: it was superseded by a
     /// promotion and must not stream.
-    #[error("stale primary: its epoch {primary} is older than the twin's {twin}")]
+    #[error("stale primary: its epoch {} is older than the twin's {}", EpochName(*.primary), EpochName(*.twin))]
     StaleEpoch { primary: u64, twin: u64 },
     /// The twin's log holds frames past `at` that were written under an
     /// epoch the primary's log does not give them: the logs forked after
@@ -251,7 +252,7 @@ pub enum Refusal {
     /// primary; `crc` is the primary's frame at `at` (none when it is not
     /// retained, or `at` is 0), to check the shared past by; `epoch` the
     /// primary's.
-    #[error("the twin's log forked from the primary's (epoch {epoch}) after frame {at}: its frames {}..={twin_head} were never on the primary (rejoin cuts them after saving them)", at + 1)]
+    #[error("the twin's log forked from the primary's (epoch {}) after frame {at}: its frames {}..={twin_head} were never on the primary (rejoin cuts them after saving them)", EpochName(*.epoch), at + 1)]
     Forked {
         at: u64,
         twin_head: u64,
@@ -264,17 +265,20 @@ pub enum Refusal {
     /// cause is fixed and the twin restarted.
     #[error("the twin failed writing or syncing a frame: {0}")]
     WriteFailed(String),
-    /// The twin holds frames past `after` under this primary's epoch that
-    /// this log does not: it shipped them before its own sync and lost
-    /// them in a crash (its head came back at `after` when it restarted),
-    /// so they were never acknowledged. The twin checks its frame at
-    /// `after` against `crc` (none when `after` is 0), saves the frames
-    /// `after + 1..=twin_head`, cuts them and says hello again.
+    /// The twin holds frames past `after` written by earlier lives of
+    /// this primary's term, which this primary lost in a crash before they
+    /// were durable here: its current life began at `after + 1`, as its
+    /// history `epochs` shows ([`super::epochs::lost_on_primary`]), so
+    /// they were never acknowledged. The twin checks the rule against
+    /// `epochs` itself and its frame at `after` against `crc` (none when
+    /// `after` is 0), saves the frames `after + 1..=twin_head`, cuts them
+    /// and says hello again.
     #[error("the twin's frames {}..={twin_head} were shipped before the primary's sync and lost in its crash (it restarted at {after}); never acknowledged, they are saved and cut on the twin", after + 1)]
     LostOnPrimary {
         after: u64,
         twin_head: u64,
         crc: Option<u32>,
+        epochs: EpochHistory,
     },
 }
 
@@ -365,7 +369,6 @@ mod tests {
             history,
             head: Position::default(),
             first: 1,
-            epoch: 0,
             epochs: EpochHistory::default(),
         };
         let welcome = PrimaryMsg::Welcome {
@@ -374,7 +377,6 @@ mod tests {
             from: 1,
             head: 0,
             first: 1,
-            epoch: 0,
             epochs: EpochHistory::default(),
         };
         let refusal = Refusal::History {
@@ -399,7 +401,6 @@ mod tests {
                 history: [3; 16],
                 head: Position { seq: 9, crc: 77 },
                 first: 1,
-                epoch: 2,
                 epochs: EpochHistory::single(2),
             },
             TwinMsg::Ack { durable: 1 << 40 },

@@ -23,6 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::epochs::{EpochHistory, EpochState};
 use super::in_hand::InHand;
 use super::link::{self, Link, LinkEvent};
 use super::primary::{PrimaryAction, Timers};
@@ -103,12 +104,14 @@ pub struct ReplPair {
     /// the staged frames is done, while one is due.
     staged: u64,
     sync_due: Option<std::time::Instant>,
-    /// The primary's head when it last opened its log, or lower: the
-    /// lowest since a twin last streamed from it (the daemon keeps it in
-    /// `RESTART_FLOOR`).
-    restart_head: u64,
-    /// A connection streamed since the primary last restarted.
-    reconciled: bool,
+    /// The primary's epochs: each restart begins a life, kept durably.
+    primary_epochs: EpochState,
+    /// The twin's log's epochs, taken from the primary's at each Welcome
+    /// (durably, as the daemon records them).
+    twin_epochs: EpochHistory,
+    /// A restart of the primary keeps its epoch (a broken primary, for
+    /// tests that show the pair's checks catch the loss it leads to).
+    pub same_epoch_restart: bool,
     /// The twin may hold frames past this one that the primary lost, until
     /// a handshake cuts them.
     stale_after: Option<u64>,
@@ -159,8 +162,9 @@ impl ReplPair {
             in_hand: InHand::default(),
             staged: 0,
             sync_due: None,
-            restart_head: 0,
-            reconciled: false,
+            primary_epochs: EpochState::default(),
+            twin_epochs: EpochHistory::default(),
+            same_epoch_restart: false,
             stale_after: None,
             closes: Vec::new(),
             connections: 0,
@@ -282,13 +286,14 @@ impl ReplPair {
                 self.in_hand = InHand::default();
                 self.sync_due = None;
                 self.staged = durable;
-                self.restart_head = match self.reconciled {
-                    true => durable,
-                    false => self.restart_head.min(durable),
-                };
-                self.reconciled = false;
+                if !self.same_epoch_restart {
+                    self.primary_epochs
+                        .restart(durable)
+                        .unwrap_or_else(|e| panic!("a restart's new life: {e}"));
+                }
+                let lowest = self.stale_after.map_or(durable, |s| s.min(durable));
                 if self.twin.head_seq() > durable || self.stale_after.is_some() {
-                    self.stale_after = Some(self.restart_head);
+                    self.stale_after = Some(lowest);
                 }
             }
         }
@@ -366,15 +371,14 @@ impl ReplPair {
     fn connect(&mut self) {
         self.reconnect_at = None;
         self.connections += 1;
-        // The pair keeps one epoch: both logs are of epoch 0 throughout.
-        let twin = link::twin_view(&self.twin, 0, Default::default());
+        let twin = link::twin_view(&self.twin, self.twin_epochs.clone());
         // Every frame shipped before is durable before the handshake.
         self.sync_primary();
         if self.stale_after.is_some_and(|s| self.twin.head_seq() <= s) {
             // The twin lost what the primary lost, in a crash of its own.
             self.stale_after = None;
         }
-        let primary = link::primary_view(&self.primary, Default::default(), self.restart_head);
+        let primary = link::primary_view(&self.primary, self.primary_epochs.history.clone());
         self.link = Some(Link::connect(self.cfg, primary, twin, self.now));
     }
 
@@ -407,9 +411,6 @@ impl ReplPair {
             return;
         };
         let events = link.pump(&self.primary, &self.in_hand, &self.twin, self.now);
-        if link.streaming() {
-            self.reconciled = true;
-        }
         for event in events {
             match event {
                 LinkEvent::Primary(PrimaryAction::Acked(durable)) => {
@@ -452,8 +453,11 @@ impl ReplPair {
                 LinkEvent::Twin(TwinAction::Close(why)) => {
                     self.disconnect(&format!("twin: {why}"));
                 }
-                // The pair keeps no store and one epoch; the link ships
-                // frames and adopts the history itself.
+                LinkEvent::Twin(TwinAction::AdoptEpochs(history)) => {
+                    self.twin_epochs = history;
+                }
+                // The pair keeps no store; the link ships frames and
+                // adopts the history itself.
                 LinkEvent::Primary(_) | LinkEvent::Twin(_) => {}
             }
         }

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::epochs::{fork_point, EpochHistory};
+use super::epochs::{fork_point, lost_on_primary, EpochHistory};
 use super::msg::{HandedClient, PrimaryMsg, Refusal, StoreHealth, TwinMsg, PROTOCOL_VERSION};
 use super::Now;
 
@@ -40,20 +40,17 @@ pub struct PrimaryView {
     pub history: [u8; 16],
     pub head: u64,
     pub first: u64,
-    /// The epochs of this primary's log; the newest is the one it serves.
+    /// The epochs of this primary's log; the newest is the one it serves,
+    /// begun when this life of the primary began.
     pub epochs: EpochHistory,
-    /// The head this log came back at when this process started: frames
-    /// are shipped before they are durable here, so a twin may hold frames
-    /// past it that a crash took from this log.
-    pub restart_head: u64,
 }
 
 /// The most frames a primary ships past its durable head: one group of
 /// small appends, shipped before the sync that covers it, the next staged
-/// only after. A twin further past the primary's restart head than this did
-/// not get there by a crash of the primary (a primary's log put back from
-/// an older copy, say): it is refused as [`Refusal::TwinAhead`], and
-/// nothing is cut.
+/// only after. A twin further past the start of the primary's life than
+/// this did not get there by a crash of the primary (a primary's log put
+/// back from an older copy, say): it is refused as [`Refusal::TwinAhead`],
+/// and nothing is cut.
 pub const MAX_SHIPPED_UNSYNCED: u64 = 256;
 
 /// What the driver must do.
@@ -76,6 +73,9 @@ pub enum PrimaryAction {
     /// The twin took the handover: it is the primary of `epoch` now,
     /// serving at `listen`. Fence this primary, then follow it.
     TwinPromoted { epoch: u64, listen: String },
+    /// The twin answered the handover that it does not take over: nothing
+    /// changed there, so this primary may take writes again.
+    HandoverRefused(String),
     /// End the connection: a refusal was sent or received, or the twin
     /// went silent.
     Close(Refusal),
@@ -136,7 +136,6 @@ pub struct PrimaryCore {
     /// session, and the next handshake sees the new floor.
     first: u64,
     epochs: EpochHistory,
-    restart_head: u64,
     /// A `Handover` was sent: the twin may answer `Promoted`.
     handed_over: bool,
     shipped: u64,
@@ -163,7 +162,6 @@ impl PrimaryCore {
             head: view.head,
             first: view.first,
             epochs: view.epochs,
-            restart_head: view.restart_head,
             handed_over: false,
             shipped: 0,
             acked: 0,
@@ -204,21 +202,22 @@ impl PrimaryCore {
     /// The twin's first message. `frame_at(seq)` is this log's frame at
     /// `seq`, when it is retained here.
     ///
-    /// A twin that knows of a newer epoch is refused, and this primary
-    /// learns it was superseded ([`PrimaryAction::Fence`]). A twin of
-    /// another history is refused, unless it holds no frame at all (it
-    /// takes this log's history). Then the fork point of the two epoch
-    /// histories says what the logs share: a twin holding frames past it
-    /// is refused as [`Refusal::Forked`], naming the fork and this log's
-    /// frame there, so that rejoin can cut what was never here. A twin
-    /// holding frames past this process's restart head that this log lost
-    /// is refused as [`Refusal::LostOnPrimary`], naming the restart head
-    /// and this log's frame there: the twin cuts them. The view's head
-    /// must cover every frame shipped before (sync before taking it). A
-    /// twin ahead otherwise, or holding another frame at its head, is
-    /// refused by name. A
-    /// twin whose head frame is no longer retained here is below the
-    /// floor. Otherwise frames follow from its head + 1.
+    /// A twin that follows a newer epoch is refused, and this primary
+    /// learns it was superseded ([`PrimaryAction::Fence`]): the twin's
+    /// history proves that epoch. A twin of another history is refused,
+    /// unless it holds no frame at all (it takes this log's history). Then
+    /// the fork point of the two epoch histories says what the logs share,
+    /// whatever the frames' bytes: a twin holding frames past it that
+    /// earlier lives of this primary wrote and lost in a crash
+    /// ([`super::epochs::lost_on_primary`]) is refused as
+    /// [`Refusal::LostOnPrimary`], and cuts them; one holding frames of
+    /// another epoch past it is refused as [`Refusal::Forked`], naming the
+    /// fork and this log's frame there, so that rejoin can cut what was
+    /// never here. The view's head must cover every frame shipped before
+    /// (sync before taking it). A twin ahead otherwise, or holding another
+    /// frame at its head under the same epoch, is refused by name. A twin
+    /// whose head frame is no longer retained here is below the floor.
+    /// Otherwise frames follow from its head + 1.
     ///
     /// A frame erased here matches whatever the twin holds there: an erase
     /// leaves no crc of what it erased, and the twin erases the same frame
@@ -235,7 +234,6 @@ impl PrimaryCore {
             history,
             head,
             first: _,
-            epoch,
             epochs,
         } = hello
         else {
@@ -251,7 +249,7 @@ impl PrimaryCore {
             });
         }
         let ours = self.epochs.current();
-        let theirs = epoch.max(epochs.current());
+        let theirs = epochs.current();
         if theirs > ours {
             self.actions
                 .push_back(PrimaryAction::Fence { epoch: theirs });
@@ -268,52 +266,37 @@ impl PrimaryCore {
             });
         }
         // Frames past this primary's head will be written under its
-        // current epoch: a twin holding frames there under that epoch is
-        // ahead, under an older one it forked.
+        // current epoch: the twin's frames past the fork were written by
+        // an earlier life of this primary and lost here, or by another
+        // box, or (under this very epoch) past what this log ever held.
         let fork = fork_point(&self.epochs, u64::MAX, &epochs, head.seq).min(self.head);
-        if fork < head.seq && epochs.epoch_of(fork + 1) != self.epochs.epoch_of(fork + 1) {
-            let crc = if fork == 0 {
-                None
-            } else {
-                frame_at(fork).map(|f| f.crc)
-            };
-            return self.refuse(Refusal::Forked {
-                at: fork,
-                twin_head: head.seq,
-                crc,
-                epoch: ours,
-            });
-        }
-        // Frames past the restart head that this log does not hold, or
-        // holds otherwise, were lost here in a crash before they were
-        // durable: never acknowledged, the twin cuts them. Frames at or
-        // below it were durable here before the crash, so shipped as they
-        // are here: a difference there is a divergence.
-        let lost_here = head.seq > self.restart_head
-            && head.seq - self.restart_head <= MAX_SHIPPED_UNSYNCED
-            && (head.seq > self.head
-                || frame_at(head.seq).is_some_and(|f| !f.erased && f.crc != head.crc));
-        if lost_here {
-            let after = self.restart_head;
-            let crc = match after {
+        if fork < head.seq {
+            let crc_at_fork = match fork {
                 0 => None,
-                _ => match frame_at(after) {
-                    Some(f) if f.erased => None,
-                    Some(f) => Some(f.crc),
-                    // The frame that would prove the shared past is gone.
-                    None => {
-                        return self.refuse(Refusal::TwinAhead {
-                            twin_head: head.seq,
-                            primary_head: self.head,
-                        })
-                    }
-                },
+                _ => frame_at(fork).filter(|f| !f.erased).map(|f| f.crc),
             };
-            return self.refuse(Refusal::LostOnPrimary {
-                after,
-                twin_head: head.seq,
-                crc,
-            });
+            if lost_on_primary(&self.epochs, &epochs, fork, head.seq) {
+                if head.seq - fork > MAX_SHIPPED_UNSYNCED {
+                    return self.refuse(Refusal::TwinAhead {
+                        twin_head: head.seq,
+                        primary_head: self.head,
+                    });
+                }
+                return self.refuse(Refusal::LostOnPrimary {
+                    after: fork,
+                    twin_head: head.seq,
+                    crc: crc_at_fork,
+                    epochs: self.epochs.clone(),
+                });
+            }
+            if epochs.epoch_of(fork + 1) != self.epochs.epoch_of(fork + 1) {
+                return self.refuse(Refusal::Forked {
+                    at: fork,
+                    twin_head: head.seq,
+                    crc: crc_at_fork,
+                    epoch: ours,
+                });
+            }
         }
         if head.seq > self.head {
             return self.refuse(Refusal::TwinAhead {
@@ -346,7 +329,6 @@ impl PrimaryCore {
             from: head.seq + 1,
             head: self.head,
             first: self.first,
-            epoch: ours,
             epochs: self.epochs.clone(),
         });
         if head.seq > 0 {
@@ -394,18 +376,32 @@ impl PrimaryCore {
                     self.close(why);
                 }
             }
-            TwinMsg::Promoted { epoch, listen } => {
+            TwinMsg::Promoted { epochs, listen } => {
                 if !self.handed_over {
                     return self.refuse(Refusal::Protocol("Promoted without a Handover".into()));
                 }
-                if epoch <= self.epochs.current() {
+                // The twin proves its promotion by its history: this log's
+                // through the head handed over, then its own new term.
+                let epoch = epochs.current();
+                let shares = fork_point(&self.epochs, self.head, &epochs, self.head) == self.head;
+                if epoch <= self.epochs.current() || !shares {
                     return self.refuse(Refusal::Protocol(format!(
-                        "promoted to epoch {epoch}, not past this primary's {}",
-                        self.epochs.current()
+                        "promoted to epoch {} with a history that does not extend this primary's (epoch {})",
+                        super::epochs::EpochName(epoch),
+                        super::epochs::EpochName(self.epochs.current())
                     )));
                 }
                 self.actions
                     .push_back(PrimaryAction::TwinPromoted { epoch, listen });
+            }
+            TwinMsg::HandoverRefused(why) => {
+                if !self.handed_over {
+                    return self.refuse(Refusal::Protocol(
+                        "HandoverRefused without a Handover".into(),
+                    ));
+                }
+                self.handed_over = false;
+                self.actions.push_back(PrimaryAction::HandoverRefused(why));
             }
         }
     }

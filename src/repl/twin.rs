@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use super::epochs::{fork_point, EpochHistory};
+use super::epochs::{fork_point, lost_on_primary, EpochHistory};
 use super::msg::{
     Position, PrimaryMsg, Refusal, StoreHealth, TwinMsg, MAX_STALL_ERROR, PROTOCOL_VERSION,
 };
@@ -28,9 +28,7 @@ pub struct TwinView {
     /// The durable head and its frame's crc.
     pub head: Position,
     pub first: u64,
-    /// The newest epoch this box knows of.
-    pub epoch: u64,
-    /// The epochs of this box's log.
+    /// The epochs of this box's log; the newest is the one it follows.
     pub epochs: EpochHistory,
 }
 
@@ -77,7 +75,6 @@ pub struct TwinCore {
     timers: Timers,
     state: TwinState,
     history: [u8; 16],
-    epoch: u64,
     epochs: EpochHistory,
     /// The durable head: the only sequence ever acknowledged.
     durable: u64,
@@ -109,14 +106,12 @@ impl TwinCore {
             history: view.history,
             head: view.head,
             first: view.first,
-            epoch: view.epoch,
             epochs: view.epochs.clone(),
         });
         TwinCore {
             timers,
             state: TwinState::AwaitingWelcome,
             history: view.history,
-            epoch: view.epoch,
             epochs: view.epochs,
             durable: view.head.seq,
             acked: view.head.seq,
@@ -198,7 +193,6 @@ impl TwinCore {
                 from,
                 head,
                 first: _,
-                epoch,
                 epochs,
             } => {
                 if self.state != TwinState::AwaitingWelcome {
@@ -212,10 +206,11 @@ impl TwinCore {
                     });
                     return;
                 }
-                if epoch < self.epoch {
+                let epoch = epochs.current();
+                if epoch < self.epochs.current() {
                     self.refuse(Refusal::StaleEpoch {
                         primary: epoch,
-                        twin: self.epoch,
+                        twin: self.epochs.current(),
                     });
                     return;
                 }
@@ -256,7 +251,6 @@ impl TwinCore {
                     });
                     return;
                 }
-                self.epoch = self.epoch.max(epoch);
                 if epochs != self.epochs {
                     self.epochs = epochs.clone();
                     self.actions.push_back(TwinAction::AdoptEpochs(epochs));
@@ -289,9 +283,29 @@ impl TwinCore {
             }
             PrimaryMsg::Refuse(why) => {
                 tracing::warn!(%why, "the primary refused");
-                if let Refusal::LostOnPrimary { after, crc, .. } = why {
-                    if self.state == TwinState::AwaitingWelcome && after < self.durable {
+                if let Refusal::LostOnPrimary {
+                    after,
+                    crc,
+                    ref epochs,
+                    ..
+                } = why
+                {
+                    // Cut only what the rule, checked here too, says the
+                    // primary lost: a primary cannot talk a twin out of
+                    // frames it acknowledged.
+                    let fork = fork_point(epochs, u64::MAX, &self.epochs, self.durable);
+                    if self.state == TwinState::AwaitingWelcome
+                        && after < self.durable
+                        && fork == after
+                        && lost_on_primary(epochs, &self.epochs, after, self.durable)
+                    {
                         self.actions.push_back(TwinAction::CutAfter { after, crc });
+                    } else if self.state == TwinState::AwaitingWelcome {
+                        tracing::error!(
+                            after,
+                            fork,
+                            "the primary says it lost frames its own history does not show lost: nothing is cut"
+                        );
                     }
                 }
                 self.state = TwinState::Closed;
@@ -327,10 +341,20 @@ impl TwinCore {
 
     /// The box was promoted to `epoch` after a `Handover`: tell the old
     /// primary, which fences itself, and end this connection.
-    pub fn promoted(&mut self, epoch: u64, listen: String) {
+    pub fn promoted(&mut self, epochs: EpochHistory, listen: String) {
         if self.state == TwinState::Streaming {
-            self.transmit.push_back(TwinMsg::Promoted { epoch, listen });
+            self.transmit
+                .push_back(TwinMsg::Promoted { epochs, listen });
             self.state = TwinState::Closed;
+        }
+    }
+
+    /// The box could not be promoted after a `Handover` (nothing changed
+    /// here): tell the old primary, which takes writes again.
+    pub fn handover_refused(&mut self, why: String) {
+        if self.state == TwinState::Streaming && self.handed_over {
+            self.handed_over = false;
+            self.transmit.push_back(TwinMsg::HandoverRefused(why));
         }
     }
 
@@ -485,7 +509,6 @@ mod tests {
             history: [1; 16],
             head: Position { seq: 3, crc: 9 },
             first: 1,
-            epoch: 0,
             epochs: EpochHistory::default(),
         };
         let mut t = TwinCore::new(Timers::default(), view, now);
@@ -496,7 +519,6 @@ mod tests {
                 from: 4,
                 head: 3,
                 first: 1,
-                epoch: 0,
                 epochs: EpochHistory::default(),
             },
             now,

@@ -85,3 +85,24 @@ impl Daemon {
             .expect("a clean stop after SIGTERM");
     }
 }
+
+/// Fast timers (50 ms heartbeats, 600 ms idle timeout) and 1 MiB
+/// segments in the configuration at `cfg`, a twin's or a primary's.
+pub fn fast(cfg: &Path, twin: bool) {
+    use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+    let timers = daemon::config::TimersSection {
+        heartbeat_ms: 50,
+        idle_timeout_ms: 600,
+    };
+    if twin {
+        let mut t = TwinConfig::load(cfg).expect("load");
+        t.timers = timers;
+        t.segment_bytes = 1 << 20;
+        std::fs::write(cfg, t.render()).expect("write");
+    } else {
+        let mut p = PrimaryConfig::load(cfg).expect("load");
+        p.timers = timers;
+        p.segment_bytes = 1 << 20;
+        std::fs::write(cfg, p.render()).expect("write");
+    }
+}

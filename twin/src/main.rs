@@ -121,13 +121,16 @@ enum Cmd {
         #[arg(long)]
         log_json: bool,
     },
-    /// Make this stopped twin a primary under a new epoch.
+    /// Make this stopped twin a primary of a new term.
     ///
-    /// Once its primary is gone: writes primary.toml beside twin.toml. The
-    /// old primary is fenced as soon as it hears of the new epoch (from a
-    /// twin, a client, or when it rejoins) and acknowledges nothing from
-    /// then on. Without --twin-fingerprint the new primary has no twin:
-    /// `twin` appends are refused at once (NoTwin) until one is pinned.
+    /// Once its primary is gone: writes primary.toml beside twin.toml.
+    /// Refused while this twin heard its primary within promote_quiet_ms
+    /// (twin.toml), unless --force. Once served, the new primary calls the
+    /// old one at the address twin.toml names until it hears: the old
+    /// primary then fences itself and acknowledges nothing from then on
+    /// (`status` shows the call). Without --twin-fingerprint the new
+    /// primary has no twin: `twin` appends are refused at once (NoTwin)
+    /// until one is pinned.
     Promote {
         #[command(flatten)]
         config: ConfigArg,
@@ -142,6 +145,13 @@ enum Cmd {
         /// (HOST:PORT)
         #[arg(long, default_value = "127.0.0.1:9400", value_name = "ADDRESS")]
         metrics: Address,
+        /// Promote even though this twin heard its primary lately. This
+        /// risks two primaries taking writes if the old one is alive and
+        /// only cut off from this box: it is fenced once this box reaches
+        /// it, and what it acknowledged meanwhile is saved, not kept, when
+        /// it rejoins.
+        #[arg(long)]
+        force: bool,
     },
     /// Check the crc of every durable frame of this box's log.
     ///
@@ -226,9 +236,20 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             twin_fingerprint,
             listen,
             metrics,
+            force,
         } => {
-            let p = daemon::failover::promote(config.path()?, listen, metrics, twin_fingerprint)?;
-            println!("promoted at epoch {} with head {}", p.epoch, p.head);
+            let p = daemon::failover::promote(
+                config.path()?,
+                listen,
+                metrics,
+                twin_fingerprint,
+                force,
+            )?;
+            println!(
+                "promoted at epoch {} with head {}",
+                twinlog::repl::epochs::EpochName(p.epoch),
+                p.head
+            );
             println!("wrote {}", p.config.display());
             match twin_fingerprint {
                 Some(fp) => println!("its twin: {fp} (the old primary rejoins with `primary rejoin`)"),

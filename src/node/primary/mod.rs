@@ -32,7 +32,6 @@ mod body;
 mod budget;
 mod pipeline;
 mod requests;
-mod restart;
 mod retain;
 mod stage;
 mod store_requests;
@@ -98,7 +97,7 @@ pub struct Primary {
     /// refused at once, not left waiting.
     twin_configured: bool,
     /// A planned switchover's state.
-    switch: switchover::Switch,
+    switch: Arc<switchover::Switch>,
     /// The memory requests hold whole, bounded.
     budget: budget::Budget,
     /// Where streamed bodies wait, whole, for their writer.
@@ -116,11 +115,10 @@ pub struct Primary {
     durable: watch::Sender<u64>,
     /// Frames staged and shipped before they are durable.
     in_hand: Arc<crate::repl::in_hand::InHand>,
-    /// The log's head when this primary started, or lower (see
-    /// [`crate::repl::PrimaryView::restart_head`] and `restart.rs`).
-    restart_head: std::sync::atomic::AtomicU64,
-    /// Where the restart head is kept until a twin says hello.
-    restart_floor: Mutex<Option<std::path::PathBuf>>,
+    /// On a promoted box, the call to the primary it replaced.
+    predecessor: Arc<Mutex<Option<crate::node::predecessor::PredecessorStatus>>>,
+    /// Turns true while a twin streams.
+    twin_streams: watch::Sender<bool>,
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
     /// The twin's store as it last reported it.
@@ -285,9 +283,22 @@ impl Primary {
             twin_seat: Default::default(),
             appender,
             in_hand,
-            restart_head: std::sync::atomic::AtomicU64::new(head_seq),
-            restart_floor: Mutex::new(None),
+            predecessor: Default::default(),
+            twin_streams: watch::channel(false).0,
         })
+    }
+
+    /// Call the primary this box replaced until it heard of this box's
+    /// epoch ([`crate::node::predecessor`]), shown in `status`.
+    pub fn call_predecessor(
+        &self,
+        caller: crate::node::predecessor::Caller,
+        file: crate::node::predecessor::PredecessorFile,
+        shutdown: watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let status = self.predecessor.clone();
+        let streams = self.twin_streams.subscribe();
+        tokio::spawn(caller.run(file, status, streams, shutdown))
     }
 
     /// The role of each pinned client named here (the others are admins).
@@ -334,9 +345,15 @@ impl Primary {
         let epochs = self.epochs.state();
         s.epoch = epochs.current();
         s.fenced = epochs.fenced().then(|| crate::node::api::Fence {
-            epoch: epochs.seen,
+            epoch: epochs.newest(),
             by: epochs.fenced_by.clone().unwrap_or_default(),
+            held: epochs.held.is_some(),
         });
+        s.predecessor = self
+            .predecessor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         s.twin_configured = self.twin_configured;
         s.build = env!("CARGO_PKG_VERSION").into();
         if !s.twin_connected {
@@ -445,6 +462,7 @@ impl Primary {
                     Err(e) => e.to_string(),
                 };
                 tracing::warn!(reason = %why, "twin connection ended");
+                self.twin_streams.send_replace(false);
                 let mut s = lock(&self.status);
                 s.twin_connected = false;
                 s.twin_last_error = Some(why);

@@ -103,12 +103,17 @@ impl Primary {
         let Some(durability) = req.durability() else {
             return Ok(None);
         };
-        if *self.switch.handing_over.borrow() {
-            self.pause_for_switchover().await;
-        }
+        let writing = self.enter_write().await;
         self.admit(durability)
             .map_err(|why| self.refusal(why, None))?;
-        Ok(Some(switchover::Writing::enter(&self.switch.writers)))
+        match writing {
+            Ok(writing) => Ok(Some(writing)),
+            // Paused and not fenced: a switchover still under way after
+            // the longest a write waits.
+            Err(()) => Err(ApiError::SwitchoverRefused {
+                why: "a switchover under way pauses writes; try again".into(),
+            }),
+        }
     }
 
     pub(super) async fn request(
@@ -133,7 +138,24 @@ impl Primary {
                 self.switchover(Duration::from_millis(wait_ms)).await
             }
             Request::Fence { epoch } => {
-                self.fence(epoch, &format!("the admin client {client}"));
+                // A hold: the epoch is the operator's note, proven by no
+                // box, so it fences this box and is told to nobody.
+                let why = match epoch {
+                    0 => format!("held by the admin client {client}"),
+                    e => format!(
+                        "held by the admin client {client}, naming epoch {}",
+                        crate::repl::epochs::EpochName(e)
+                    ),
+                };
+                match self.epochs.hold(&why) {
+                    Ok(true) => {
+                        tracing::error!(by = %why, "HELD: this box acknowledges no write from now on (reads go on)")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "HELD in memory only: recording the hold failed")
+                    }
+                }
                 Response::Status(Box::new(self.status()))
             }
             Request::Append {

@@ -1,29 +1,45 @@
-//! A planned switchover: the primary hands its role to its twin with no
-//! acknowledged frame left behind. Writes pause (new ones wait, bounded);
-//! the writes admitted before finish; the twin acknowledges the head; the
-//! twin session sends `Handover`; the twin promotes itself and answers
-//! `Promoted`; this box fences itself and, in the daemon, becomes the new
-//! primary's twin. Paused writers are then answered `Fenced` naming the new
-//! primary, or go on as before when the switchover fails.
+//! A planned switchover, carried out: the rules are
+//! [`crate::repl::switchover`]'s (pause, drain, hold durably, hand over,
+//! and what each answer or silence means); this runs them over tokio and
+//! the twin session. Paused writers are then answered `Fenced` naming the
+//! new primary, or go on as before when the switchover fails.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::Primary;
 use crate::node::api::{ApiError, ClientRole, NewPrimary, Response};
+use crate::repl::switchover::{Gate, Outcome, SwitchAction, Switchover};
 use crate::repl::HandedClient;
+
+/// What the twin session tells a switchover under way.
+#[derive(Debug)]
+pub(super) enum Heard {
+    /// The `Handover` was queued to the twin.
+    Sent,
+    /// The twin is the primary of `epoch` now, serving at `at`.
+    Promoted { epoch: u64, at: NewPrimary },
+    /// The twin does not take over, or the session ended before the
+    /// handover left.
+    Refused(String),
+}
 
 /// The switchover state a primary shares between its requests and its
 /// twin session.
 pub(super) struct Switch {
-    /// True while a switchover pauses writes.
-    pub(super) handing_over: watch::Sender<bool>,
-    /// Writing requests admitted and not finished.
-    pub(super) writers: Arc<watch::Sender<usize>>,
+    /// Writes admitted and the switchover's pause: one lock, so no write
+    /// slips between a pause and its count.
+    gate: Mutex<Gate>,
+    /// Bumped at every change of the gate: a switchover waits on it for
+    /// writes to drain, a paused write for the pause to end.
+    changed: watch::Sender<u64>,
     /// The head and clients to hand over, for the twin session to send.
     pub(super) handover: watch::Sender<Option<(u64, Vec<HandedClient>)>>,
+    /// Where the twin session reports, while a switchover runs.
+    pub(super) heard: Mutex<Option<mpsc::UnboundedSender<Heard>>>,
     /// Set once the twin took over: where it serves.
     pub(super) deposed: watch::Sender<Option<NewPrimary>>,
 }
@@ -31,28 +47,42 @@ pub(super) struct Switch {
 impl Default for Switch {
     fn default() -> Self {
         Switch {
-            handing_over: watch::channel(false).0,
-            writers: Arc::new(watch::channel(0).0),
+            gate: Mutex::new(Gate::default()),
+            changed: watch::channel(0).0,
             handover: watch::channel(None).0,
+            heard: Mutex::new(None),
             deposed: watch::channel(None).0,
         }
     }
 }
 
-/// Counts a writing request from its admission to its answer, which may be
-/// given by another task than the one that admitted it (a pipeline's).
-pub(super) struct Writing(Arc<watch::Sender<usize>>);
+impl Switch {
+    fn with_gate<R>(&self, f: impl FnOnce(&mut Gate) -> R) -> R {
+        let out = f(&mut self.gate.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
 
-impl Writing {
-    pub(super) fn enter(writers: &Arc<watch::Sender<usize>>) -> Self {
-        writers.send_modify(|n| *n += 1);
-        Writing(writers.clone())
+    /// Tell a switchover under way what the twin session saw.
+    pub(super) fn tell(&self, heard: Heard) {
+        if let Some(tx) = self
+            .heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(heard);
+        }
     }
 }
 
+/// A writing request counted from its admission to its answer, which may
+/// be given by another task than the one that admitted it (a pipeline's).
+pub(super) struct Writing(Arc<Switch>);
+
 impl Drop for Writing {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        self.0.with_gate(|g| g.leave());
     }
 }
 
@@ -73,11 +103,33 @@ impl Primary {
         self.switch.deposed.subscribe()
     }
 
-    /// A writing request arriving during a switchover waits for it to end
-    /// (bounded): then it is fenced, or goes on as before.
-    pub(super) async fn pause_for_switchover(&self) {
-        let mut rx = self.switch.handing_over.subscribe();
-        let _ = tokio::time::timeout(PAUSE_CAP, rx.wait_for(|&h| !h)).await;
+    /// Count a write in, waiting (bounded) while a switchover under way
+    /// pauses writes. `Err` when writes stay paused: the switchover took
+    /// the role, or its outcome is unknown and this box holds its writes
+    /// (the caller's fence check then names why).
+    pub(super) async fn enter_write(&self) -> Result<Writing, ()> {
+        let mut changed = self.switch.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + PAUSE_CAP;
+        loop {
+            if self.switch.with_gate(|g| g.admit()).is_ok() {
+                return Ok(Writing(self.switch.clone()));
+            }
+            let running = self
+                .switch
+                .heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some();
+            if !running {
+                return Err(());
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return Err(());
+            }
+        }
     }
 
     /// Hand the primary role to the twin; see the module's description.
@@ -88,39 +140,118 @@ impl Primary {
         if !self.status().twin_connected {
             return refused("no twin is streaming from this primary");
         }
-        if self.switch.handing_over.send_replace(true) {
+        let now = tokio::time::Instant::now();
+        let Some(sw) = self
+            .switch
+            .with_gate(|g| Switchover::start(g, now.into_std(), wait))
+        else {
             return refused("a switchover is already under way");
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.switch.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        let outcome = self.run_switchover(sw, rx).await;
+        *self.switch.heard.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.switch.handover.send_replace(None);
+        match outcome {
+            (Outcome::Promoted { epoch, head }, primary) => {
+                let primary = primary.unwrap_or_default();
+                tracing::warn!(head, primary = %primary.addr, "switchover done: this box follows the new primary");
+                Response::SwitchedOver {
+                    epoch,
+                    head,
+                    primary,
+                }
+            }
+            (Outcome::Refused(why), _) => refused(&why),
+            (Outcome::Unknown { .. }, _) => Response::Error(ApiError::SwitchoverRefused {
+                why: format!(
+                    "the twin did not answer the handover within {} ms; this box is fenced until an operator checks whether the twin promoted itself (then `primary rejoin`) or not (then `primary unfence`)",
+                    wait.as_millis()
+                ),
+            }),
         }
-        let answer = self.hand_over(wait).await;
-        self.switch.handing_over.send_replace(false);
-        answer
     }
 
-    async fn hand_over(self: &Arc<Self>, wait: Duration) -> Response {
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut writers = self.switch.writers.subscribe();
-        if tokio::time::timeout_at(deadline, writers.wait_for(|&n| n == 0))
-            .await
-            .is_err()
-        {
-            return refused(&format!(
-                "writes admitted before it did not finish within {} ms",
-                wait.as_millis()
-            ));
-        }
-        let head = self.log.head_seq();
+    async fn run_switchover(
+        self: &Arc<Self>,
+        mut sw: Switchover,
+        mut heard: mpsc::UnboundedReceiver<Heard>,
+    ) -> (Outcome, Option<NewPrimary>) {
+        let mut changed = self.switch.changed.subscribe();
         let mut acked = self.acked.subscribe();
-        if tokio::time::timeout_at(deadline, acked.wait_for(|&a| a >= head))
-            .await
-            .is_err()
-        {
-            return refused(&format!(
-                "the twin did not acknowledge the head {head} within {} ms",
-                wait.as_millis()
-            ));
+        let mut new_primary = None;
+        loop {
+            let now = tokio::time::Instant::now().into_std();
+            let (head, streaming) = (self.log.head_seq(), self.status().twin_connected);
+            let ack = *acked.borrow_and_update();
+            let mut actions = self
+                .switch
+                .with_gate(|g| sw.poll(g, head, ack, streaming, now));
+            while !actions.is_empty() {
+                let mut next = Vec::new();
+                for action in actions {
+                    match action {
+                        SwitchAction::Hold { why } => {
+                            // On disk before the handover leaves: a crash
+                            // from here on brings this box back fenced.
+                            let held = self
+                                .epochs
+                                .hold(&why)
+                                .map(|_| ())
+                                .map_err(|e| e.to_string());
+                            next.extend(self.switch.with_gate(|g| sw.held(g, held)));
+                        }
+                        SwitchAction::Handover { head } => {
+                            self.switch
+                                .handover
+                                .send_replace(Some((head, self.handed_clients())));
+                        }
+                        SwitchAction::Release => {
+                            if let Err(e) = self.epochs.release() {
+                                tracing::error!(error = %e, "lifting the switchover's hold failed: this box stays fenced");
+                            }
+                        }
+                        SwitchAction::Finish(outcome) => return (outcome, new_primary),
+                    }
+                }
+                actions = next;
+            }
+            let deadline = tokio::time::Instant::from_std(sw.deadline());
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = acked.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                h = heard.recv() => {
+                    let actions = match h {
+                        Some(Heard::Sent) => {
+                            sw.sent();
+                            Vec::new()
+                        }
+                        Some(Heard::Promoted { epoch, at }) => {
+                            new_primary = Some(at);
+                            self.switch.with_gate(|g| sw.promoted(g, epoch))
+                        }
+                        Some(Heard::Refused(why)) => self.switch.with_gate(|g| sw.refused(g, why)),
+                        None => Vec::new(),
+                    };
+                    for action in actions {
+                        match action {
+                            SwitchAction::Release => {
+                                if let Err(e) = self.epochs.release() {
+                                    tracing::error!(error = %e, "lifting the switchover's hold failed: this box stays fenced");
+                                }
+                            }
+                            SwitchAction::Finish(outcome) => return (outcome, new_primary),
+                            _ => {}
+                        }
+                    }
+                }
+            }
         }
-        let clients = self
-            .client_roles
+    }
+
+    fn handed_clients(&self) -> Vec<HandedClient> {
+        self.client_roles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
@@ -128,38 +259,7 @@ impl Primary {
                 fingerprint: fp.to_string(),
                 role: role_code(*role),
             })
-            .collect();
-        let mut deposed = self.switch.deposed.subscribe();
-        self.switch.handover.send_replace(Some((head, clients)));
-        let took = tokio::time::timeout_at(deadline, deposed.wait_for(|d| d.is_some())).await;
-        self.switch.handover.send_replace(None);
-        match took {
-            Ok(Ok(np)) => {
-                let primary = np.clone().unwrap_or_default();
-                tracing::warn!(head, primary = %primary.addr, "switchover done: this box follows the new primary");
-                Response::SwitchedOver {
-                    epoch: self.epochs.newest(),
-                    head,
-                    primary,
-                }
-            }
-            _ => {
-                // The twin may have promoted itself and its answer been
-                // lost: taking writes again could make two primaries. This
-                // box stays fenced until an operator knows which it is.
-                let unknown = self.epochs.state().unknown_successor();
-                self.fence(
-                    unknown,
-                    "a switchover whose outcome is unknown: see whether the twin promoted itself (then `primary rejoin`), or else `primary unfence`",
-                );
-                Response::Error(ApiError::SwitchoverRefused {
-                    why: format!(
-                        "the twin did not answer the handover within {} ms; this box is fenced until an operator checks whether the twin promoted itself (then `primary rejoin`) or not (then `primary unfence`)",
-                        wait.as_millis()
-                    ),
-                })
-            }
-        }
+            .collect()
     }
 }
 

@@ -56,7 +56,6 @@ impl Primary {
             head: self.log.head_seq(),
             first: self.log.first_seq(),
             epochs: self.epochs.history(),
-            restart_head: self.restart_head.load(std::sync::atomic::Ordering::SeqCst),
         };
         let head = view.head;
         let mut core = PrimaryCore::new(self.cfg.timers, view, crate::node::clock::now());
@@ -67,7 +66,6 @@ impl Primary {
             crate::node::clock::now(),
         );
         if core.state() == PrimaryState::Streaming {
-            self.twin_reconciled();
             lock(&self.status).twin_refusal = None;
         }
 
@@ -81,6 +79,10 @@ impl Primary {
         let mut ship: Option<mpsc::UnboundedSender<(u64, u64)>> = None;
         let mut shipper = None;
         let mut handover = self.switch.handover.subscribe();
+        // A handover asked of this session and not sent yet: the core may
+        // not have seen the last appends announced.
+        let mut asked: Option<(u64, Vec<crate::repl::HandedClient>)> =
+            handover.borrow_and_update().clone();
         // The twin's position is what it says at the handshake
         // (`hold_update`).
         let mut handshake = true;
@@ -129,9 +131,13 @@ impl Primary {
                             .map(|(fp, _)| fp.to_string())
                             .unwrap_or_default();
                         self.fence(epoch, &format!("a switchover to {addr}"));
-                        self.switch
-                            .deposed
-                            .send_replace(Some(crate::node::api::NewPrimary { addr, fingerprint }));
+                        let at = crate::node::api::NewPrimary { addr, fingerprint };
+                        self.switch.deposed.send_replace(Some(at.clone()));
+                        self.switch.tell(switchover::Heard::Promoted { epoch, at });
+                    }
+                    PrimaryAction::HandoverRefused(why) => {
+                        tracing::warn!(why, "the twin refused the handover");
+                        self.switch.tell(switchover::Heard::Refused(why));
                     }
                     PrimaryAction::Fence { epoch } => {
                         let by = format!(
@@ -154,11 +160,30 @@ impl Primary {
                     }
                 }
             }
+            if let Some((head, clients)) = asked.take() {
+                if core.handover(head, clients.clone()) {
+                    // Sent with the core's other messages, at the top of
+                    // the loop.
+                    self.switch.tell(switchover::Heard::Sent);
+                    continue;
+                } else if core.state() != PrimaryState::Streaming || core.acked() < head {
+                    tracing::warn!(head, "this twin session cannot take the handover");
+                    self.switch.tell(switchover::Heard::Refused(
+                        "the twin session could not send the handover".into(),
+                    ));
+                } else {
+                    // The core has not seen the head announced yet.
+                    asked = Some((head, clients));
+                }
+            }
             {
                 let now = crate::node::clock::now();
                 let st = core.status(now);
+                let streaming = core.state() == PrimaryState::Streaming;
+                self.twin_streams
+                    .send_if_modified(|s| std::mem::replace(s, streaming) != streaming);
                 let mut s = lock(&self.status);
-                s.twin_connected = core.state() == PrimaryState::Streaming;
+                s.twin_connected = streaming;
                 s.lag_frames = st.lag_frames;
                 s.lag_bytes = st.lag_bytes;
                 s.lag_ms = st.lag.as_millis() as u64;
@@ -189,12 +214,7 @@ impl Primary {
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(crate::node::clock::now()),
                 changed = handover.changed() => {
                     if changed.is_ok() {
-                        let asked = handover.borrow_and_update().clone();
-                        if let Some((head, clients)) = asked {
-                            if !core.handover(head, clients) {
-                                tracing::warn!(head, "this twin session cannot take the handover");
-                            }
-                        }
+                        asked = handover.borrow_and_update().clone();
                     }
                 }
                 ended = async { match shipper.as_mut() { Some(h) => h.await, None => std::future::pending().await } } => {
