@@ -61,6 +61,20 @@ pub(super) fn snapshot_source(
     )
 }
 
+/// Every copy an erase must reach beside the log and the store: a
+/// rejoin's saved tails (and stores it set aside), and a snapshot staged
+/// before the erase.
+fn erase_copies(data_dir: &Path) -> crate::store::EraseAlso {
+    let data_dir = data_dir.to_owned();
+    Arc::new(move |seq, before, repos| {
+        let paths = crate::store::install::InstallPaths {
+            data: data_dir.clone(),
+        };
+        crate::store::install::drop_staged_before(&paths, seq)?;
+        crate::node::divergent::erase(&data_dir, before, repos)
+    })
+}
+
 /// The store beside the log, caught up with it before anything is served.
 pub(super) async fn open_store(
     log: &Arc<Log>,
@@ -68,8 +82,14 @@ pub(super) async fn open_store(
 ) -> Result<Arc<crate::node::store_host::StoreHost>, DaemonError> {
     let log = log.clone();
     let dir = data_dir.join(STORE_DIR);
+    let also = erase_copies(data_dir);
     Ok(tokio::task::spawn_blocking(move || {
-        crate::node::store_host::StoreHost::open(log, &dir, crate::store::StoreOptions::default())
+        crate::node::store_host::StoreHost::open_with(
+            log,
+            &dir,
+            crate::store::StoreOptions::default(),
+            Some(also),
+        )
     })
     .await
     .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)

@@ -225,3 +225,183 @@ pub fn read(
         }
     }
 }
+
+/// Erase reaches saved tails too: every saved frame before `before` that
+/// carries data of one of `repos` (as [`Log::erase`] chooses them) is
+/// rewritten as erased, keeping its number, kind and length and nothing
+/// else. Each tail that holds one is copied to a new file without those
+/// bytes (fsynced, renamed into place, the directory fsynced), its
+/// manifest is pointed at the new file (published), and the old file is
+/// punched out and removed; a crash in between leaves the old file
+/// unnamed, which [`sweep`] removes. Answers the frames erased.
+pub fn erase(data_dir: &Path, before: u64, repos: &[String]) -> std::io::Result<u64> {
+    sweep(data_dir)?;
+    let dir = data_dir.join(DIVERGENT_DIR);
+    let mut erased = 0;
+    for tail in list(data_dir)? {
+        if tail.first >= before || repos.is_empty() {
+            continue;
+        }
+        let old = dir.join(&tail.file);
+        let stem = tail.file.trim_end_matches(".frames");
+        let file = format!("{stem}.x{before}.frames");
+        let tmp = dir.join(format!("{file}.tmp"));
+        let (n, bytes) = rewrite(&old, &tmp, before, repos)?;
+        if n == 0 {
+            std::fs::remove_file(&tmp)?;
+            continue;
+        }
+        std::fs::rename(&tmp, dir.join(&file))?;
+        crate::publish::sync_parent(&dir.join(&file))?;
+        let manifest = SavedTail {
+            file: file.clone(),
+            bytes,
+            ..tail.clone()
+        };
+        let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;
+        crate::publish::publish(&dir.join(format!("{}.json", manifest_stem(&tail))), &text)?;
+        gone(&old)?;
+        erased += n;
+    }
+    // A store a rejoin set aside (to be rebuilt from the log) is a stale
+    // copy: the erased repositories go from it whole.
+    for e in std::fs::read_dir(&dir).into_iter().flatten() {
+        let path = e?.path();
+        let set_aside = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("store-"));
+        if !set_aside || !path.is_dir() {
+            continue;
+        }
+        for repo in repos {
+            let r = path.join("repos").join(crate::store::repo_dir_name(repo));
+            if r.exists() {
+                remove_tree(&r)?;
+                crate::publish::sync_parent(&r)?;
+            }
+        }
+    }
+    Ok(erased)
+}
+
+/// Every file under `dir` punched out, then the tree removed.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let path = e?.path();
+        if path.is_dir() {
+            remove_tree(&path)?;
+        } else {
+            gone(&path)?;
+        }
+    }
+    std::fs::remove_dir(dir)
+}
+
+/// The manifest's name of a tail, as [`save`] wrote it.
+fn manifest_stem(tail: &SavedTail) -> String {
+    format!("e{}-{}-{}", tail.new_epoch, tail.first, tail.last)
+}
+
+/// Copy the frames file `from` to `to`, the frames erase chooses written
+/// as erased; in pieces, whatever the blobs' sizes. Answers the frames it
+/// erased and the new file's length.
+fn rewrite(from: &Path, to: &Path, before: u64, repos: &[String]) -> std::io::Result<(u64, u64)> {
+    use crate::log::format::FrameHeader;
+    use crate::log::{Kind, Meta};
+    let mut input = std::io::BufReader::new(std::fs::File::open(from)?);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(to)?);
+    let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let mut decoder = FrameDecoder::default();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut filled, mut at, mut eof) = (0usize, 0usize, false);
+    let (mut erased, mut bytes, mut copying) = (0u64, 0u64, true);
+    loop {
+        if at == filled && !eof {
+            filled = input.read(&mut buf)?;
+            at = 0;
+            eof = filled == 0;
+        }
+        if eof && decoder.at_boundary() {
+            break;
+        }
+        let (n, ev) = decoder
+            .decode(&buf[at..filled])
+            .map_err(|e| bad(format!("{}: {e}", from.display())))?;
+        let piece = &buf[at..at + n];
+        at += n;
+        if eof && ev.is_none() {
+            return Err(bad(format!("{}: cut inside a frame", from.display())));
+        }
+        let mut put = |b: &[u8]| -> std::io::Result<()> {
+            out.write_all(b)?;
+            bytes += b.len() as u64;
+            Ok(())
+        };
+        match ev {
+            Some(FrameEvent::Begin(h)) => {
+                let chosen = h.seq < before
+                    && Kind::from_u16(h.kind).is_ok_and(Kind::carries_repo_data)
+                    && Meta::repo_of(decoder.meta()).is_ok_and(|r| repos.iter().any(|x| x == r));
+                copying = !chosen;
+                if chosen {
+                    let gone = FrameHeader {
+                        kind: Kind::Redacted.as_u16(),
+                        ..h
+                    }
+                    .as_read();
+                    put(&gone.encode())?;
+                    erased += 1;
+                } else {
+                    put(&frame_prefix(&h, decoder.meta()))?;
+                }
+            }
+            Some(FrameEvent::Piece) if copying => put(piece)?,
+            Some(FrameEvent::Erased(h)) => put(&frame_prefix(&h, decoder.meta()))?,
+            _ => {}
+        }
+    }
+    let f = out.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    Ok((erased, bytes))
+}
+
+/// Punch a file out, then remove it: what it held does not linger in
+/// freed blocks where the file system can punch.
+fn gone(path: &Path) -> std::io::Result<()> {
+    match std::fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => {
+            let len = f.metadata()?.len();
+            crate::store::punch(&f, 0, len)?;
+            f.sync_all()?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    std::fs::remove_file(path)?;
+    crate::publish::sync_parent(path)
+}
+
+/// Remove what no manifest names in `divergent/`: a frames file an erase
+/// replaced, or one a crash left before its manifest was written.
+pub fn sweep(data_dir: &Path) -> std::io::Result<()> {
+    let dir = data_dir.join(DIVERGENT_DIR);
+    let named: std::collections::HashSet<String> =
+        list(data_dir)?.into_iter().map(|t| t.file).collect();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let path = e?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let stray = name.ends_with(".tmp") || (name.ends_with(".frames") && !named.contains(&name));
+        if stray && path.is_file() {
+            gone(&path)?;
+        }
+    }
+    Ok(())
+}

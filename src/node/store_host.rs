@@ -26,6 +26,8 @@ pub struct StoreHost {
     /// the store says so: copies of the store taken before it (snapshots)
     /// are dropped there.
     erase_hooks: Mutex<Vec<EraseHook>>,
+    /// Other copies of the log's frames an erase reaches.
+    erase_also: Option<crate::store::EraseAlso>,
 }
 
 /// What [`StoreHost::on_erase`] calls.
@@ -105,10 +107,23 @@ impl StoreHost {
         dir: &std::path::Path,
         opts: StoreOptions,
     ) -> Result<Arc<StoreHost>, StoreError> {
+        Self::open_with(log, dir, opts, None)
+    }
+
+    /// [`StoreHost::open`], with other copies of the log's frames every
+    /// erase must reach ([`crate::store::EraseAlso`]) from the first frame
+    /// it applies.
+    pub fn open_with(
+        log: Arc<Log>,
+        dir: &std::path::Path,
+        opts: StoreOptions,
+        erase_also: Option<crate::store::EraseAlso>,
+    ) -> Result<Arc<StoreHost>, StoreError> {
         let host = Arc::new(StoreHost {
             log,
             dir: dir.to_owned(),
             opts,
+            erase_also,
             store: Mutex::new(None),
             health: Mutex::new(Health::default()),
             reported: tokio::sync::watch::channel(StoreHealth::default()).0,
@@ -283,7 +298,10 @@ impl StoreHost {
                     }
                 }
             }
-            match Store::open(&self.dir, self.log.history(), self.opts) {
+            match Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+                s.set_erase_also(self.erase_also.clone());
+                s
+            }) {
                 Ok(store) => {
                     if self.health_lock().stalled.take().is_some() {
                         tracing::info!("the store opens again");
@@ -371,7 +389,10 @@ impl StoreHost {
         let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
         drop(g.take());
         let installed = install::install(paths, &self.log, stop_after);
-        let reopened = Store::open(&self.dir, self.log.history(), self.opts);
+        let reopened = Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+            s.set_erase_also(self.erase_also.clone());
+            s
+        });
         match reopened {
             Ok(store) => {
                 // The installed state is the primary's, applied through the
@@ -433,7 +454,10 @@ impl StoreHost {
         if g.is_none() && moved.is_some() {
             // Reopened at its moved mark; should that fail, the applier
             // tries again and reports the stall.
-            match Store::open(&self.dir, self.log.history(), self.opts) {
+            match Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+                s.set_erase_also(self.erase_also.clone());
+                s
+            }) {
                 Ok(store) => *g = Some(store),
                 Err(e) => tracing::warn!(error = %e, "the store does not reopen after the cut"),
             }

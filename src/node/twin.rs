@@ -178,23 +178,15 @@ impl Twin {
         *self.base.lock().unwrap_or_else(|e| e.into_inner()) = install::read_base(&s.paths.base())?;
         self.set_store(s.store.clone());
         // A snapshot staged from the primary before an erase this store has
-        // now applied may hold erased data: it goes, and a fetch that needs
-        // one takes a new one.
+        // now applied may hold erased data: it goes (the daemon's store
+        // drops it as the erase applies, even at its start; this covers a
+        // store opened without that).
         let paths = InstallPaths {
             data: s.paths.data.clone(),
         };
         s.store.on_erase(Arc::new(move |erase_seq| {
-            // A base that does not read says nothing of its age: drop it too.
-            let keep = match install::read_base(&paths.staged_base()) {
-                Ok(Some(b)) => b.at >= erase_seq,
-                Ok(None) => !paths.staging().exists(),
-                Err(_) => false,
-            };
-            if !keep {
-                match std::fs::remove_dir_all(paths.staging()) {
-                    Ok(()) => tracing::info!(erase_seq, "dropped a staged snapshot taken before an erase"),
-                    Err(e) => tracing::error!(error = %e, "dropping a staged snapshot taken before an erase"),
-                }
+            if let Err(e) = install::drop_staged_before(&paths, erase_seq) {
+                tracing::error!(error = %e, "dropping a staged snapshot taken before an erase");
             }
         }));
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(s));

@@ -479,7 +479,7 @@ impl Extent {
 }
 
 /// Deallocate a range, or zero it where the file system cannot punch.
-fn punch(file: &File, at: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch(file: &File, at: u64, len: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: fallocate takes a file descriptor we own for the call and
     // plain integers; it touches no memory of ours.

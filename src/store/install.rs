@@ -110,6 +110,30 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
+/// A snapshot staged (a twin's half-fetched one) before the Erase frame at
+/// `erase_seq` may hold erased data: it goes, and a fetch that needs one
+/// takes a new one. A staged base that does not read says nothing of its
+/// age: it goes too. Answers whether one went.
+pub fn drop_staged_before(paths: &InstallPaths, erase_seq: u64) -> std::io::Result<bool> {
+    let keep = match read_base(&paths.staged_base()) {
+        Ok(Some(b)) => b.at >= erase_seq,
+        Ok(None) => !paths.staging().exists(),
+        Err(_) => false,
+    };
+    if keep {
+        return Ok(false);
+    }
+    match std::fs::remove_dir_all(paths.staging()) {
+        Ok(()) => {
+            crate::publish::sync_parent(&paths.staging())?;
+            tracing::info!(erase_seq, "dropped a staged snapshot taken before an erase");
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Read a base file; `None` when there is none.
 pub fn read_base(path: &Path) -> Result<Option<SnapshotBase>> {
     match std::fs::read(path) {

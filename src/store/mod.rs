@@ -32,6 +32,7 @@ use crate::log::{self, HistoryId, Kind, Log, Meta};
 use crate::objects::{ObjType, OID_LEN};
 use crate::pushlog::{Push, PushLogError, RefUpdate};
 
+pub(crate) use archive::punch;
 pub use frames::{FrameParts, PackBuilder, RepoOp};
 pub use repo::Repo;
 pub use skips::SkipRecord;
@@ -184,7 +185,20 @@ pub struct Store {
     /// What the last Erase frame applied here erased in the log: frames
     /// and bytes.
     last_erased: (u64, u64),
+    /// Other copies of the log's frames an erase must reach, before the
+    /// store counts it applied.
+    erase_also: Option<EraseAlso>,
 }
+
+/// The Erase frame at `seq` erases frames before `before` of `repos`: in
+/// the copies of the log's frames and of the store kept elsewhere too (a
+/// rejoin's saved tails, a snapshot staged before the erase). Called as
+/// each Erase frame applies, after the log's own erase and before the
+/// store records it applied, so a crash in between repeats both; an error
+/// stops the store at that frame, to be tried again. Answers the frames
+/// erased there.
+pub type EraseAlso =
+    std::sync::Arc<dyn Fn(u64, u64, &[String]) -> std::io::Result<u64> + Send + Sync>;
 
 /// fsync the directory holding `path`.
 pub(crate) use crate::publish::sync_parent as sync_dir;
@@ -323,6 +337,7 @@ impl Store {
             skips,
             last_erase: 0,
             last_erased: (0, 0),
+            erase_also: None,
             repos,
             opts,
         })
@@ -473,6 +488,12 @@ impl Store {
             Ok(())
         })?;
         Ok(found)
+    }
+
+    /// Erase frames in `also` too as each Erase frame applies
+    /// ([`EraseAlso`]).
+    pub fn set_erase_also(&mut self, also: Option<EraseAlso>) {
+        self.erase_also = also;
     }
 
     /// The newest Erase frame applied since this store was opened (0: none):
@@ -637,6 +658,12 @@ impl Store {
                     seq, before = body.before, repos = ?body.repos, frames = erased.frames,
                     bytes = erased.bytes, "erase carried out on the log"
                 );
+                if let Some(also) = &self.erase_also {
+                    let n = also(seq, body.before, &body.repos)?;
+                    if n > 0 {
+                        tracing::info!(seq, frames = n, "erase carried out on saved copies");
+                    }
+                }
                 for name in &body.repos {
                     if let Some(repo) = self.repos.get_mut(name) {
                         repo.erase_before(body.before)?;
