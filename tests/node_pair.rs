@@ -961,3 +961,61 @@ async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
     assert!(twin.status().connected);
     let _ = p.stop.send(true);
 }
+
+/// `primary verify` while both serve: the twin's frames are the
+/// primary's; then a twin whose frame 10 was replaced by another valid
+/// frame (the rest, its head included, the same: no handshake notices)
+/// is found out at exactly that frame.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_names_the_first_frame_the_twin_holds_otherwise() {
+    let ids = ids();
+    let pdir = tempfile::tempdir().expect("tempdir");
+    let tdir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
+    let tlog = Arc::new(Log::open(tdir.path()).expect("twin log"));
+    let (twin, stop_twin) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("client");
+    for seq in 1..=20u64 {
+        let (_, d) = client
+            .append(2, b"m", &blob(seq, 300), Durability::Twin)
+            .await
+            .expect("append");
+        assert_eq!(d, Durability::Twin);
+    }
+    let clean = client.verify(0, 0).await.expect("verify");
+    assert_eq!((clean.from, clean.through), (1, 20), "{clean:?}");
+    assert_eq!((clean.first_difference, clean.stopped), (None, None));
+    assert!(clean.bytes >= 20 * 300);
+
+    let _ = stop_twin.send(true);
+    until("the twin stopped", || !twin.status().connected).await;
+    drop(twin);
+    // Frame 10 replaced by another valid frame; 11..=20 as they were.
+    let plog = p.primary.log().clone();
+    tlog.truncate_after(9).expect("cut");
+    tlog.append_at(10, 2, b"m", b"not the primary's")
+        .expect("plant");
+    for seq in 11..=20u64 {
+        let e = plog.read(seq).expect("read");
+        tlog.append_at(seq, e.kind, &e.meta, &e.blob)
+            .expect("append_at");
+    }
+    tlog.sync().expect("sync");
+    let (twin, _stop) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
+    until("the twin streams again", || twin.status().connected).await;
+    until("the twin acknowledged its head", || {
+        p.primary.status().twin_acked == 20
+    })
+    .await;
+    let found = client.verify(0, 0).await.expect("verify");
+    assert_eq!(found.first_difference, Some(10), "{found:?}");
+    let s = p.primary.status();
+    assert_eq!(
+        s.last_verify.and_then(|r| r.first_difference),
+        Some(10),
+        "status shows it"
+    );
+    let _ = p.stop.send(true);
+}

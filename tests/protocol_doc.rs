@@ -58,6 +58,14 @@ fn documented_indices_are_the_encoder_s() {
             },
         ),
         ("HandoverRefused", TwinMsg::HandoverRefused("x".into())),
+        (
+            "Digests",
+            TwinMsg::Digests {
+                id: 1,
+                digests: vec![],
+                error: None,
+            },
+        ),
     ];
     for (name, m) in twin {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
@@ -87,6 +95,15 @@ fn documented_indices_are_the_encoder_s() {
             PrimaryMsg::Handover {
                 head: 1,
                 clients: vec![],
+            },
+        ),
+        (
+            "Verify",
+            PrimaryMsg::Verify {
+                id: 1,
+                from: 1,
+                through: 1,
+                step: 1,
             },
         ),
     ];
@@ -303,6 +320,13 @@ fn documented_client_indices_are_the_encoder_s() {
         ("Fence", Request::Fence { epoch: 1 }),
         ("Switchover", Request::Switchover { wait_ms: 1 }),
         ("Pipeline", Request::Pipeline),
+        (
+            "Verify",
+            Request::Verify {
+                from: 0,
+                through: 0,
+            },
+        ),
     ];
     for (name, r) in requests {
         assert_eq!(
@@ -382,6 +406,7 @@ fn documented_client_indices_are_the_encoder_s() {
                 body_bytes: 1,
             },
         ),
+        ("Verified", Response::Verified(Default::default())),
     ];
     for (name, r) in responses {
         assert_eq!(

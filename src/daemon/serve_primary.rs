@@ -136,6 +136,32 @@ pub async fn serve_primary(
                 "1 once a newer epoch fenced this primary: it acknowledges no write.",
                 u8::from(s.fenced.is_some()),
             );
+            if let Some(v) = &s.last_verify {
+                gauge(
+                    out,
+                    "twinlog_verify_last_unix_seconds",
+                    "When the last verify of the twin's frames ended.",
+                    v.ended_ms as f64 / 1000.0,
+                );
+                gauge(
+                    out,
+                    "twinlog_verify_through_seq",
+                    "The last frame the last verify compared.",
+                    v.through,
+                );
+                gauge(
+                    out,
+                    "twinlog_verify_differs",
+                    "1 when the last verify found a frame that differs on the twin.",
+                    u8::from(v.first_difference.is_some()),
+                );
+                gauge(
+                    out,
+                    "twinlog_verify_first_difference_seq",
+                    "The first frame the last verify found different (0: none).",
+                    v.first_difference.unwrap_or(0),
+                );
+            }
             if let Some(p) = &s.predecessor {
                 gauge(
                     out,

@@ -134,6 +134,23 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
         )),
         None => {}
     }
+    if let Some(v) = &s.last_verify {
+        let when = utc(v.ended_ms);
+        out.push_str(&match (v.first_difference, &v.stopped) {
+            (Some(seq), _) => format!(
+                "last verify ({when}): the twin's frame {seq} is NOT this primary's (frames {}..={})\n",
+                v.from, v.through
+            ),
+            (None, Some(why)) => format!(
+                "last verify ({when}): stopped after frames {}..: {why}\n",
+                v.from
+            ),
+            (None, None) => format!(
+                "last verify ({when}): frames {}..={} the same on both boxes\n",
+                v.from, v.through
+            ),
+        });
+    }
     if let Some(p) = &s.predecessor {
         out.push_str(&match p.told {
             true => format!(

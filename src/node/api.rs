@@ -73,6 +73,7 @@ impl Request {
             | Request::StoreSkip { .. }
             | Request::Fence { .. }
             | Request::Switchover { .. }
+            | Request::Verify { .. }
             | Request::DeleteRepo { .. } => ClientRole::Admin,
         }
     }
@@ -220,9 +221,9 @@ pub enum Request {
         name: String,
         durability: Durability,
     },
-    /// Tell this primary of a newer epoch `epoch` (a box was promoted): it
-    /// is fenced from then on, durably, and acknowledges no write. A lower
-    /// or equal epoch changes nothing. `Status`.
+    /// Hold this primary: from then on, durably, it acknowledges no write,
+    /// until it rejoins or is unfenced. `epoch` (0: none) is a note; no
+    /// box proved it, so it is told to nobody. `Status`.
     Fence { epoch: u64 },
     /// Hand the primary role to the twin: stop taking writes, wait (at
     /// most `wait_ms`) until the twin holds the head, have it promote
@@ -236,6 +237,9 @@ pub enum Request {
     /// `Status` are taken there; a blob past [`PIPED_BODY_MAX`] streams
     /// into the log before the next request is read.
     Pipeline,
+    /// Compare the twin's frames `from..=through` with this primary's, by
+    /// digests of ranges (0, 0: every frame both hold): `Verified`.
+    Verify { from: u64, through: u64 },
 }
 
 /// A request on a pipeline, named by the client's `id` (not 0).
@@ -372,6 +376,8 @@ pub enum Response {
         in_flight: u32,
         body_bytes: u64,
     },
+    /// What a verify found.
+    Verified(crate::node::verify::VerifyReport),
 }
 
 /// A request's failure, by name.
@@ -571,6 +577,9 @@ pub struct Status {
     /// On a promoted box: the call to the primary it replaced.
     #[serde(default)]
     pub predecessor: Option<crate::node::predecessor::PredecessorStatus>,
+    /// The last verify of the twin's frames against this log.
+    #[serde(default)]
+    pub last_verify: Option<crate::node::verify::VerifyReport>,
 }
 
 /// Why a primary is fenced, as its refusals say.

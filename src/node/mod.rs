@@ -20,6 +20,7 @@ pub mod store_client;
 pub mod store_host;
 pub mod twin;
 pub mod twin_retention;
+pub mod verify;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
 pub use client::{Appended, Client, ClientError, ClientOptions, Tailing};

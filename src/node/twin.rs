@@ -526,6 +526,9 @@ impl Twin {
         let mut streaming_since = None;
         let (write_tx, write_rx) = mpsc::channel::<Vec<Write>>(WRITE_BATCHES);
         let (written_tx, mut written) = mpsc::unbounded_channel::<Written>();
+        // A verify's digests, computed beside the session.
+        type Digested = (u64, Result<Vec<crate::repl::verify::Digest>, String>);
+        let (digest_tx, mut digested) = mpsc::unbounded_channel::<Digested>();
         let writer = {
             let log = self.log.clone();
             // Named: spawned from a runtime worker, it would carry the
@@ -590,6 +593,15 @@ impl Twin {
                             tracing::error!(after, error = %e, "cutting the frames the primary lost");
                             self.set_status(|s| s.last_error = Some(e.clone()));
                         }
+                    }
+                    TwinAction::Digest { id, ask } => {
+                        let (log, epochs, tx) =
+                            (self.log.clone(), self.epochs.history(), digest_tx.clone());
+                        tokio::spawn(async move {
+                            let rate = super::verify::VERIFY_MIB_PER_S << 20;
+                            let d = super::verify::digests(log, epochs, ask, rate).await;
+                            let _ = tx.send((id, d.map(|(d, _)| d)));
+                        });
                     }
                     TwinAction::Close(why) => {
                         closed = Some(why.to_string());
@@ -667,6 +679,7 @@ impl Twin {
                     Some(Err(e)) => break Err(e),
                     None => break Ok("the frame stream ended".into()),
                 },
+                Some((id, d)) = digested.recv() => core.digests(id, d),
                 done = written.recv() => match done {
                     Some(Written::Committed(seq)) => core.handle_committed(seq),
                     Some(Written::Synced(head)) => {

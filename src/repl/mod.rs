@@ -14,6 +14,8 @@
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
 //! - [`in_hand`]: frames shipped before they are durable on the primary;
+//! - [`verify`]: the twin's frames compared with the primary's, by
+//!   digests of ranges;
 //! - [`apply`]: the frame stream read from a primary's log and applied to
 //!   a twin's, shared by the daemons and the simulations;
 //! - [`primary`]: the shipping side; [`twin`]: the receiving side;
@@ -37,6 +39,7 @@ pub mod promote;
 pub mod rejoin;
 pub mod switchover;
 pub mod twin;
+pub mod verify;
 pub mod wire;
 
 use std::time::{Duration, Instant};

@@ -88,6 +88,13 @@ pub enum TwinMsg {
     /// Answer to `Handover` when this box does not take over: nothing
     /// changed here, and the primary may take writes again.
     HandoverRefused(String),
+    /// Answer to `Verify` `id`: one digest per range asked
+    /// ([`super::verify`]), or why there are none.
+    Digests {
+        id: u64,
+        digests: Vec<super::verify::Digest>,
+        error: Option<String>,
+    },
 }
 
 /// A client pinned on the primary, handed to the twin at a switchover so
@@ -129,6 +136,14 @@ pub enum PrimaryMsg {
         head: u64,
         clients: Vec<HandedClient>,
     },
+    /// Digest frames `from..=through`, one digest per `step` frames
+    /// (at most [`super::verify::MAX_DIGESTS`]), and answer `Digests`.
+    Verify {
+        id: u64,
+        from: u64,
+        through: u64,
+        step: u64,
+    },
 }
 
 /// A history id as logs print it everywhere: hex, as [`crate::log::HistoryId`]
@@ -169,6 +184,12 @@ impl std::fmt::Debug for TwinMsg {
                 .field("listen", listen)
                 .finish(),
             TwinMsg::HandoverRefused(why) => f.debug_tuple("HandoverRefused").field(why).finish(),
+            TwinMsg::Digests { id, digests, error } => f
+                .debug_struct("Digests")
+                .field("id", id)
+                .field("digests", &digests.len())
+                .field("error", error)
+                .finish(),
         }
     }
 }
@@ -207,6 +228,18 @@ impl std::fmt::Debug for PrimaryMsg {
                 .debug_struct("Handover")
                 .field("head", head)
                 .field("clients", &clients.len())
+                .finish(),
+            PrimaryMsg::Verify {
+                id,
+                from,
+                through,
+                step,
+            } => f
+                .debug_struct("Verify")
+                .field("id", id)
+                .field("from", from)
+                .field("through", through)
+                .field("step", step)
                 .finish(),
         }
     }

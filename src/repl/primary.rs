@@ -76,6 +76,12 @@ pub enum PrimaryAction {
     /// The twin answered the handover that it does not take over: nothing
     /// changed there, so this primary may take writes again.
     HandoverRefused(String),
+    /// The twin's digests for the verify `id`.
+    Digests {
+        id: u64,
+        digests: Vec<super::verify::Digest>,
+        error: Option<String>,
+    },
     /// End the connection: a refusal was sent or received, or the twin
     /// went silent.
     Close(Refusal),
@@ -394,6 +400,12 @@ impl PrimaryCore {
                 self.actions
                     .push_back(PrimaryAction::TwinPromoted { epoch, listen });
             }
+            TwinMsg::Digests { id, digests, error } => {
+                if self.state == PrimaryState::Streaming {
+                    self.actions
+                        .push_back(PrimaryAction::Digests { id, digests, error });
+                }
+            }
             TwinMsg::HandoverRefused(why) => {
                 if !self.handed_over {
                     return self.refuse(Refusal::Protocol(
@@ -404,6 +416,21 @@ impl PrimaryCore {
                 self.actions.push_back(PrimaryAction::HandoverRefused(why));
             }
         }
+    }
+
+    /// Ask the twin for the digests of `ask` (a verify, `id`). Answers
+    /// whether it was queued: only to a twin that streams.
+    pub fn verify(&mut self, id: u64, ask: super::verify::Ask) -> bool {
+        if self.state != PrimaryState::Streaming {
+            return false;
+        }
+        self.transmit.push_back(PrimaryMsg::Verify {
+            id,
+            from: ask.from,
+            through: ask.through,
+            step: ask.step,
+        });
+        true
     }
 
     /// Hand the primary role to the twin (a planned switchover): allowed

@@ -56,6 +56,9 @@ pub enum TwinAction {
     /// `crc` (none: nothing to check), save the frames past it, cut them,
     /// and connect again. `Close` follows.
     CutAfter { after: u64, crc: Option<u32> },
+    /// Digest this log's frames as asked (a verify, `id`), then answer
+    /// with [`TwinCore::digests`].
+    Digest { id: u64, ask: super::verify::Ask },
     /// End the connection.
     Close(Refusal),
 }
@@ -311,6 +314,43 @@ impl TwinCore {
                 self.state = TwinState::Closed;
                 self.actions.push_back(TwinAction::Close(why));
             }
+            PrimaryMsg::Verify {
+                id,
+                from,
+                through,
+                step,
+            } => {
+                let ranges = (through.saturating_sub(from) + 1).div_ceil(step.max(1));
+                let why = if self.state != TwinState::Streaming {
+                    Some("a verify before streaming".to_string())
+                } else if from == 0 || through < from || step == 0 {
+                    Some(format!("a verify of {from}..={through} by {step}"))
+                } else if ranges > super::verify::MAX_DIGESTS {
+                    Some(format!("a verify of {ranges} ranges"))
+                } else if through > self.durable {
+                    Some(format!(
+                        "frames to {through} asked, this twin holds {} durably",
+                        self.durable
+                    ))
+                } else {
+                    None
+                };
+                match why {
+                    Some(why) => self.transmit.push_back(TwinMsg::Digests {
+                        id,
+                        digests: Vec::new(),
+                        error: Some(why),
+                    }),
+                    None => self.actions.push_back(TwinAction::Digest {
+                        id,
+                        ask: super::verify::Ask {
+                            from,
+                            through,
+                            step,
+                        },
+                    }),
+                }
+            }
             PrimaryMsg::Handover { head, clients } => {
                 // A second one would promote the box again, to another
                 // epoch than the one it answers `Promoted` with.
@@ -347,6 +387,19 @@ impl TwinCore {
                 .push_back(TwinMsg::Promoted { epochs, listen });
             self.state = TwinState::Closed;
         }
+    }
+
+    /// The digests of a verify `id`, or why there are none.
+    pub fn digests(&mut self, id: u64, digests: Result<Vec<super::verify::Digest>, String>) {
+        if self.state != TwinState::Streaming {
+            return;
+        }
+        let (digests, error) = match digests {
+            Ok(d) => (d, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        self.transmit
+            .push_back(TwinMsg::Digests { id, digests, error });
     }
 
     /// The box could not be promoted after a `Handover` (nothing changed

@@ -38,6 +38,7 @@ mod store_requests;
 mod switchover;
 mod twin_seat;
 mod twin_session;
+mod verify;
 
 use twin_session::{publish, send_blocking};
 
@@ -119,6 +120,10 @@ pub struct Primary {
     predecessor: Arc<Mutex<Option<crate::node::predecessor::PredecessorStatus>>>,
     /// Turns true while a twin streams.
     twin_streams: watch::Sender<bool>,
+    /// Where a verify's questions go: the twin session that streams.
+    verifier: Mutex<Option<tokio::sync::mpsc::UnboundedSender<verify::VerifyCall>>>,
+    /// The last verify's report.
+    last_verify: Mutex<Option<crate::node::verify::VerifyReport>>,
     /// The twin's acknowledged durable head.
     acked: watch::Sender<u64>,
     /// The twin's store as it last reported it.
@@ -285,6 +290,8 @@ impl Primary {
             in_hand,
             predecessor: Default::default(),
             twin_streams: watch::channel(false).0,
+            verifier: Mutex::new(None),
+            last_verify: Mutex::new(None),
         })
     }
 
@@ -351,6 +358,11 @@ impl Primary {
         });
         s.predecessor = self
             .predecessor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.last_verify = self
+            .last_verify
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();

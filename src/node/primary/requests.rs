@@ -137,6 +137,9 @@ impl Primary {
             Request::Switchover { wait_ms } => {
                 self.switchover(Duration::from_millis(wait_ms)).await
             }
+            Request::Verify { from, through } => {
+                Response::Verified(self.verify(from, through).await)
+            }
             Request::Fence { epoch } => {
                 // A hold: the epoch is the operator's note, proven by no
                 // box, so it fences this box and is told to nobody.

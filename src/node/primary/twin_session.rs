@@ -86,6 +86,12 @@ impl Primary {
         // The twin's position is what it says at the handshake
         // (`hold_update`).
         let mut handshake = true;
+        // Verify questions, once this session streams, and their answers
+        // by id.
+        let mut questions =
+            (core.state() == PrimaryState::Streaming).then(|| self.verify_questions());
+        let mut answers: std::collections::HashMap<u64, verify::VerifyReply> = Default::default();
+        let mut next_question = 0u64;
         loop {
             while let Some(m) = core.poll_transmit() {
                 net::write_msg(&mut ctl_send, &m).await?;
@@ -134,6 +140,14 @@ impl Primary {
                         let at = crate::node::api::NewPrimary { addr, fingerprint };
                         self.switch.deposed.send_replace(Some(at.clone()));
                         self.switch.tell(switchover::Heard::Promoted { epoch, at });
+                    }
+                    PrimaryAction::Digests { id, digests, error } => {
+                        if let Some(reply) = answers.remove(&id) {
+                            let _ = reply.send(match error {
+                                Some(e) => Err(e),
+                                None => Ok(digests),
+                            });
+                        }
                     }
                     PrimaryAction::HandoverRefused(why) => {
                         tracing::warn!(why, "the twin refused the handover");
@@ -212,6 +226,19 @@ impl Primary {
                     seen_bytes = bytes;
                 }
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(crate::node::clock::now()),
+                Some((ask, reply)) = async {
+                    match questions.as_mut() {
+                        Some(q) => q.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    next_question += 1;
+                    if core.verify(next_question, ask) {
+                        answers.insert(next_question, reply);
+                    } else {
+                        let _ = reply.send(Err("the twin does not stream".into()));
+                    }
+                }
                 changed = handover.changed() => {
                     if changed.is_ok() {
                         asked = handover.borrow_and_update().clone();

@@ -1,0 +1,92 @@
+//! Online verify, carried out: the rules are [`crate::repl::verify`]'s.
+//! Both sides digest on a blocking thread, paced so that a verify of the
+//! whole log takes the disk and a core for a bounded share while clients
+//! append; the primary's twin session carries the questions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::log::Log;
+use crate::repl::epochs::EpochHistory;
+use crate::repl::verify::{self, Ask, Digest};
+
+/// What a verify found, as `status` and `primary verify` show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    /// The range compared.
+    pub from: u64,
+    pub through: u64,
+    /// The first frame that differs between the two boxes, if one does.
+    pub first_difference: Option<u64>,
+    /// Why the verify stopped before the end, if it did (the twin went,
+    /// a frame did not read).
+    pub stopped: Option<String>,
+    /// Blob bytes this box read for it.
+    pub bytes: u64,
+    /// When it ended, ms since the Unix epoch, and how long it took.
+    pub ended_ms: u64,
+    pub took_ms: u64,
+}
+
+/// The pace a verify reads at by default: a share of the disk, not all.
+pub const VERIFY_MIB_PER_S: u64 = 256;
+
+/// Reading at most `rate` bytes a second, on average, by sleeping when
+/// ahead (on the blocking thread that reads).
+pub struct Pace {
+    rate: u64,
+    started: Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    pub fn new(rate: u64) -> Pace {
+        Pace {
+            rate: rate.max(1),
+            started: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    pub fn read(&mut self, n: u64) {
+        self.bytes += n;
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        let elapsed = self.started.elapsed();
+        if due > elapsed + Duration::from_millis(20) {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// This box's digests of `ask`, read on a blocking thread at `rate`.
+/// Answers them and the bytes read.
+pub async fn digests(
+    log: Arc<Log>,
+    epochs: EpochHistory,
+    ask: Ask,
+    rate: u64,
+) -> Result<(Vec<Digest>, u64), String> {
+    tokio::task::spawn_blocking(move || {
+        let mut pace = Pace::new(rate);
+        let d = verify::digests(&log, &epochs, ask.from, ask.through, ask.step, |n| {
+            pace.read(n)
+        })
+        .map_err(|e| e.to_string())?;
+        Ok((d, pace.bytes()))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Milliseconds since the Unix epoch, for the report.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
