@@ -866,6 +866,10 @@ impl Bench {
                 line.print();
             }
         }
+        if cfg.runs(&["twin_128b_c8_verifying"]) {
+            eprintln!("twin_128b_c8_verifying ...");
+            self.verifying(pair, &clients).await.print();
+        }
         if cfg.runs(&["catchup_1m_frames"]) {
             eprintln!("catchup_1m_frames ...");
             self.catchup(pair, &clients).await.print();
@@ -886,6 +890,71 @@ impl Bench {
             eprintln!("throughput_drift_10m ...");
             self.drift(pair, &clients).await.print();
         }
+    }
+
+    /// `twin_128b_c8_verifying`: what `primary verify` costs the hot path.
+    /// Rounds of eight `twin` appenders alternate between a quiet pair and
+    /// one verifying its whole log over and over (each box digesting at
+    /// the verify's pace); the rate while verifying over the quiet rate.
+    /// The log holds what the cases before wrote (the bulk cases' frames
+    /// when they ran), at least `bulk_mib` MiB of them here.
+    pub(crate) async fn verifying(&self, pair: &mut Pair, clients: &[Arc<Client>]) -> Line {
+        let head = pair.converged(&clients[0], Duration::from_secs(60)).await;
+        if head.log_bytes < self.cfg.bulk_mib * MIB / 2 {
+            let blob = Arc::new(pattern(MIB as usize));
+            let last = append_frames(clients, BULK_TASKS, self.cfg.bulk_mib, blob).await;
+            pair.wait_status(
+                &clients[0],
+                Duration::from_secs(120),
+                "the fill on the twin",
+                |s| s.twin_acked >= last,
+            )
+            .await;
+        }
+        self.syncfs();
+        let (mut quiet, mut busy) = (Tally::default(), Tally::default());
+        let (mut verifies, mut verified_bytes) = (0u64, 0u64);
+        for _ in 0..self.cfg.rounds {
+            let (appends, secs) =
+                append_round(clients, CONCURRENCY[1], Durability::Twin, self.cfg.round).await;
+            quiet.appends += appends;
+            quiet.secs += secs;
+            let stop = Arc::new(AtomicBool::new(false));
+            let verifier = {
+                let (client, stop) = (clients[CONNECTIONS - 1].clone(), stop.clone());
+                tokio::spawn(async move {
+                    let (mut n, mut bytes) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = client.verify(0, 0).await.expect("verify");
+                        assert_eq!(r.first_difference, None, "{r:?}");
+                        n += 1;
+                        bytes += r.bytes;
+                    }
+                    (n, bytes)
+                })
+            };
+            let probe = Probe::take(pair);
+            let (appends, secs) =
+                append_round(clients, CONCURRENCY[1], Durability::Twin, self.cfg.round).await;
+            busy.usage.add(&probe.since(pair));
+            busy.appends += appends;
+            busy.secs += secs;
+            stop.store(true, Ordering::Relaxed);
+            let (n, bytes) = verifier.await.expect("the verifier");
+            verifies += n;
+            verified_bytes += bytes;
+            pair.converged(&clients[0], Duration::from_secs(60)).await;
+        }
+        Line::new(BENCH, "twin_128b_c8_verifying", busy.rate(), "appends/s")
+            .baseline("twin_128b_c8_quiet", quiet.rate())
+            .target(0.8)
+            .int("verifies", verifies)
+            .num("verified_mib", verified_bytes as f64 / MIB as f64)
+            .num(
+                "verify_mib_per_s",
+                verified_bytes as f64 / MIB as f64 / busy.secs,
+            )
+            .usage(&busy.usage)
     }
 
     /// `throughput_drift_10m`: a steady closed loop of `CONNECTIONS`
