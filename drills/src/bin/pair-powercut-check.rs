@@ -71,6 +71,9 @@ struct Tally {
     flush_states: u64,
     subset_states: u64,
     failed: u64,
+    /// Failed states by what broke: a twin answer lost, the logs differing.
+    failed_lost: u64,
+    failed_differ: u64,
     failures: Vec<String>,
     diverged_states: u64,
     frames_cut: u64,
@@ -123,6 +126,8 @@ impl Checker {
             Ok(c) => self.count(&c),
             Err(why) => {
                 self.tally.failed += 1;
+                self.tally.failed_lost += u64::from(why.starts_with("LOST"));
+                self.tally.failed_differ += u64::from(why.contains("DIFFER"));
                 if self.tally.failures.len() < 20 {
                     eprintln!("FAILED {label}: {why}");
                     self.tally.failures.push(format!("{label}: {why}"));
@@ -310,9 +315,12 @@ async fn check(args: &Args) -> Result<bool> {
         t.diverged_states, t.frames_cut, t.appended
     );
     println!(
-        "invariant (no twin-acknowledged frame lost; the two logs agree frame by frame): {} ({} states failed)",
+        "invariant (no twin-acknowledged frame lost; the two logs agree frame by frame): {} ({} states failed: {} lost a twin answer, {} differ, {} else)",
         if t.failed == 0 { "held" } else { "BROKEN" },
-        t.failed
+        t.failed,
+        t.failed_lost,
+        t.failed_differ,
+        t.failed - t.failed_lost - t.failed_differ
     );
     println!(
         "{}",
@@ -333,6 +341,8 @@ async fn check(args: &Args) -> Result<bool> {
             "appended_after_restart": t.appended,
             "state_median_ms": median,
             "failed_states": t.failed,
+            "failed_lost": t.failed_lost,
+            "failed_differ": t.failed_differ,
             "replay_all_identical": diff.is_none(),
             "check_seconds": (seconds * 10.0).round() / 10.0,
             "guest_seconds": args.num("guest-seconds", 0)?,

@@ -117,7 +117,9 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         .count();
 
     // Promote with the binary, without --force: refused while the twin's
-    // quiet window runs, then accepted.
+    // quiet window runs, then accepted. `--force-promote` forces it at
+    // once, as the failover bench does, to compare the two.
+    let forced = s.args.flag("force-promote");
     let (new_listen, new_metrics) = (free_udp()?, free_tcp()?);
     let tcfg = pair.tcfg.display().to_string();
     let (new_listen_s, new_metrics_s) = (new_listen.to_string(), new_metrics.to_string());
@@ -131,21 +133,26 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         &new_metrics_s,
         "--twin-fingerprint",
         &pair.primary_fp.to_string(),
+        "--force",
     ]
     .map(str::to_owned);
     let promote = || {
-        let args: Vec<&str> = promote_args.iter().map(String::as_str).collect();
+        let n = promote_args.len() - usize::from(!forced);
+        let args: Vec<&str> = promote_args[..n].iter().map(String::as_str).collect();
         daemons::run(&s.bins.twin, &args)
     };
-    let first_refusal = match promote() {
-        Ok(said) => {
-            out.fail(format!(
-                "`twin promote` right after the kill was accepted: {said:?}"
-            ));
-            None
-        }
-        Err(e) if e.0.contains("heard its primary") => Some(e.0),
-        Err(e) => return Err(e),
+    let first_refusal = match forced {
+        true => None,
+        false => match promote() {
+            Ok(said) => {
+                out.fail(format!(
+                    "`twin promote` right after the kill was accepted: {said:?}"
+                ));
+                None
+            }
+            Err(e) if e.0.contains("heard its primary") => Some(e.0),
+            Err(e) => return Err(e),
+        },
     };
     let mut refusals = u64::from(first_refusal.is_some());
     let mut said = String::new();
@@ -421,6 +428,7 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
     out.fig("promoted_head", promoted_head);
     out.fig("epoch", EpochName(epoch).to_string());
     out.fig("promote_refusals", refusals);
+    out.fig("forced", forced);
     out.fig("predecessor_told", told.is_some());
     out.fig("old_acks_before_told", old_before_told);
     out.fig("old_acks_after_told", past_told.len());

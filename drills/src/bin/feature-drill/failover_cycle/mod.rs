@@ -503,8 +503,6 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         let mut windows = Vec::new();
         for _ in 0..hops {
             let from = 1 - to;
-            term += 1;
-            epoch = term << 32;
             let t0 = Instant::now();
             let said = daemons::run(
                 &bins.primary,
@@ -517,12 +515,16 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
                 ],
             );
             if let Err(e) = said {
+                // Refused, writes went on: the role did not move, nor the
+                // term.
                 out.fail(format!(
                     "round {round}: switchover to {}: {e}",
                     boxes[to].name
                 ));
                 break;
             }
+            term += 1;
+            epoch = term << 32;
             until("the new primary serves", Duration::from_secs(20), || {
                 pstatus(boxes[to].metrics).filter(|st| st.epoch == epoch)
             })
