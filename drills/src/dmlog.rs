@@ -166,6 +166,65 @@ impl WriteLog {
     }
 }
 
+/// The write entries between each flush and the next barrier, for the
+/// intervals chosen: evenly spread over the run, and the busiest.
+pub fn pick_intervals(wl: &WriteLog, want: u64) -> Vec<(usize, Vec<usize>)> {
+    let flushes = wl.flushes();
+    let mut eligible = Vec::new();
+    for (k, &f) in flushes.iter().enumerate() {
+        let end = flushes.get(k + 1).copied().unwrap_or(wl.entries.len());
+        let writes: Vec<usize> = (f + 1..end)
+            .take_while(|&i| !wl.entries[i].is_barrier())
+            .filter(|&i| wl.entries[i].is_write() || wl.entries[i].flags & DISCARD != 0)
+            .collect();
+        if writes.len() >= 2 {
+            eligible.push((f, writes));
+        }
+    }
+    if eligible.is_empty() || want == 0 {
+        return Vec::new();
+    }
+    let mut chosen: Vec<usize> = (0..want as usize)
+        .map(|j| j * eligible.len() / want as usize)
+        .collect();
+    if let Some(busiest) = (0..eligible.len()).max_by_key(|&i| eligible[i].1.len()) {
+        chosen.push(busiest);
+    }
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen.into_iter().map(|i| eligible[i].clone()).collect()
+}
+
+/// CrashMonkey's states between two barriers: prefixes, then up to
+/// `subsets` random proper subsets, of the writes in `writes` (at least
+/// two), each to be applied on top of the state at the flush before them.
+pub fn subset_picks(writes: &[usize], subsets: u64, rng: &mut crate::Rng) -> Vec<Vec<usize>> {
+    let m = writes.len();
+    let mut seen = std::collections::HashSet::new();
+    let mut picks: Vec<Vec<usize>> = Vec::new();
+    let steps = (m - 1).min(8);
+    for s in 1..=steps {
+        let j = s * (m - 1) / steps;
+        if j > 0 && seen.insert(writes[..j].to_vec()) {
+            picks.push(writes[..j].to_vec());
+        }
+    }
+    for _ in 0..subsets * 4 {
+        if picks.len() >= steps + subsets as usize {
+            break;
+        }
+        let pick: Vec<usize> = writes
+            .iter()
+            .copied()
+            .filter(|_| rng.below(2) == 0)
+            .collect();
+        if !pick.is_empty() && pick.len() < m && seen.insert(pick.clone()) {
+            picks.push(pick);
+        }
+    }
+    picks
+}
+
 /// Whether two files hold the same bytes; the first differing offset if not.
 pub fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
     let fa = File::open(a).ctx(|| format!("open {}", a.display()))?;

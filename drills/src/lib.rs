@@ -8,12 +8,16 @@
 //!   raw region of the logged disk;
 //! - [`dmlog`]: the dm-log-writes format QEMU's `blklogwrites` driver writes,
 //!   and its replay;
-//! - [`powercut`]: the check of one replayed disk state.
+//! - [`powercut`]: the check of one replayed disk state;
+//! - [`pair`], [`pair_check`]: the pair power-cut drill's frames, and the
+//!   check of one state with the real daemons.
 
 pub mod content;
 pub mod daemons;
 pub mod dmlog;
 pub mod marker;
+pub mod pair;
+pub mod pair_check;
 pub mod powercut;
 
 /// A drill's error: what failed, with the context a reader needs.
@@ -70,8 +74,13 @@ pub struct Args(pub std::collections::HashMap<String, String>);
 
 impl Args {
     pub fn parse(flags: &[&str]) -> Result<Args> {
+        Args::parse_from(std::env::args().skip(1), flags)
+    }
+
+    /// The arguments `args`, `flags` being the keys without a value.
+    pub fn parse_from(args: impl Iterator<Item = String>, flags: &[&str]) -> Result<Args> {
         let mut map = std::collections::HashMap::new();
-        let mut it = std::env::args().skip(1);
+        let mut it = args;
         while let Some(a) = it.next() {
             let Some(key) = a.strip_prefix("--") else {
                 return Err(DrillError(format!("unexpected argument {a:?}")));
@@ -107,5 +116,41 @@ impl Args {
 
     pub fn flag(&self, key: &str) -> bool {
         self.0.contains_key(key)
+    }
+}
+
+/// A guest's parameters: the `drill.KEY=VALUE` words of the kernel command
+/// line (`/proc/cmdline`), or of the file after `--cmdline` for a run on a
+/// host.
+pub struct GuestParams(std::collections::HashMap<String, String>);
+
+impl GuestParams {
+    pub fn read() -> Result<GuestParams> {
+        let args: Vec<String> = std::env::args().collect();
+        let path = match args.iter().position(|a| a == "--cmdline") {
+            Some(i) => args
+                .get(i + 1)
+                .cloned()
+                .ok_or_else(|| DrillError("--cmdline needs a file".into()))?,
+            None => "/proc/cmdline".into(),
+        };
+        let text = std::fs::read_to_string(&path).ctx(|| format!("read {path}"))?;
+        Ok(GuestParams(
+            text.split_whitespace()
+                .filter_map(|w| w.strip_prefix("drill."))
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        ))
+    }
+
+    pub fn num(&self, key: &str, default: u64) -> Result<u64> {
+        self.0.get(key).map_or(Ok(default), |v| {
+            v.parse().ctx(|| format!("drill.{key}={v}"))
+        })
+    }
+
+    pub fn text(&self, key: &str, default: &str) -> String {
+        self.0.get(key).map_or(default.to_owned(), String::clone)
     }
 }

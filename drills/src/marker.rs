@@ -8,7 +8,10 @@
 //! (2), zero (2), seq or `before` (8), payload crc (4), name length (2),
 //! name, zeros, and at 508 the crc of bytes 0..508.
 
-use crate::{DrillError, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+use crate::{Context, DrillError, Result};
 
 /// The size of a slot: one logical sector, written with one O_DIRECT write.
 pub const SLOT: usize = 512;
@@ -32,6 +35,15 @@ pub enum Ack {
     },
     /// `erase(before, [repo])` returned.
     Erase { before: u64, repo: String },
+    /// A client's append was answered: the frame `seq`, of this kind and
+    /// payload crc, is durable on the primary, and on the twin too when
+    /// `twin` (the answer's durability).
+    Durable {
+        seq: u64,
+        kind: u16,
+        crc: u32,
+        twin: bool,
+    },
     /// The workload finished; every acknowledgement precedes this one.
     Done,
 }
@@ -55,6 +67,12 @@ impl Marker {
             } => (1, *kind, *seq, *crc, name),
             Ack::Erase { before, repo } => (2, 0, *before, 0, repo),
             Ack::Done => (3, 0, 0, 0, ""),
+            Ack::Durable {
+                seq,
+                kind,
+                crc,
+                twin,
+            } => (4, *kind, *seq, *crc, if *twin { "twin" } else { "local" }),
         };
         if name.len() > MAX_NAME {
             return Err(DrillError(format!("marker name of {} bytes", name.len())));
@@ -96,10 +114,93 @@ impl Marker {
                 repo: name,
             },
             3 => Ack::Done,
+            4 => Ack::Durable {
+                seq: le64(24),
+                kind: le16(20),
+                crc: le32(32),
+                twin: match name.as_str() {
+                    "twin" => true,
+                    "local" => false,
+                    _ => return None,
+                },
+            },
             _ => return None,
         };
         Some(Marker { slot, ack })
     }
+}
+
+/// The marker writer of a guest: one O_DIRECT|O_DSYNC write of one slot
+/// per acknowledgement, in the order they arrive, into the region at
+/// `at` of the device `dev`.
+pub struct MarkerWriter {
+    dev: File,
+    at: u64,
+    slots: u64,
+    next: u64,
+    /// Room for one sector at a 512-aligned address, which O_DIRECT needs.
+    buf: Vec<u8>,
+}
+
+impl MarkerWriter {
+    pub fn open(dev: &str, at: u64, slots: u64) -> Result<MarkerWriter> {
+        if at == 0 || !at.is_multiple_of(SLOT as u64) {
+            return Err(DrillError(format!(
+                "drill.marker={at} is not a sector-aligned offset past the file system"
+            )));
+        }
+        let dev_file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+            .open(dev)
+            .ctx(|| format!("open {dev} for markers"))?;
+        Ok(MarkerWriter {
+            dev: dev_file,
+            at,
+            slots,
+            next: 0,
+            buf: vec![0u8; 2 * SLOT],
+        })
+    }
+
+    /// Slots written so far.
+    pub fn written(&self) -> u64 {
+        self.next
+    }
+
+    pub fn write(&mut self, ack: Ack) -> Result<()> {
+        if self.next >= self.slots {
+            return Err(DrillError(format!(
+                "marker region full at {} slots",
+                self.slots
+            )));
+        }
+        let bytes = Marker {
+            slot: self.next,
+            ack,
+        }
+        .encode()?;
+        let skew = self.buf.as_ptr() as usize % SLOT;
+        let start = (SLOT - skew) % SLOT;
+        let aligned = &mut self.buf[start..start + SLOT];
+        aligned.copy_from_slice(&bytes);
+        let at = self.at + self.next * SLOT as u64;
+        self.dev
+            .write_all_at(aligned, at)
+            .ctx(|| format!("marker slot {} at {at}", self.next))?;
+        self.next += 1;
+        Ok(())
+    }
+}
+
+/// Every marker in the region at `at`, `slots` slots long, of the disk
+/// image `image`.
+pub fn read_image(image: &std::path::Path, at: u64, slots: u64) -> Result<Vec<Marker>> {
+    let f = File::open(image).ctx(|| format!("open {}", image.display()))?;
+    let mut region = vec![0u8; (slots as usize) * SLOT];
+    f.read_exact_at(&mut region, at)
+        .ctx(|| format!("{}: marker region at {at}", image.display()))?;
+    Ok(scan(&region))
 }
 
 /// Every marker in a region's bytes, in slot order. Slots are scanned to
@@ -131,8 +232,14 @@ mod tests {
                 repo: "gone".into(),
             },
             Ack::Done,
+            Ack::Durable {
+                seq: 9,
+                kind: 0x8000,
+                crc: 7,
+                twin: true,
+            },
         ];
-        let mut region = vec![0u8; SLOT * 5];
+        let mut region = vec![0u8; SLOT * 6];
         for (i, ack) in acks.iter().enumerate() {
             let m = Marker {
                 slot: i as u64 + 1,
@@ -142,13 +249,14 @@ mod tests {
             region[(i + 1) * SLOT..(i + 2) * SLOT].copy_from_slice(&b);
         }
         let found = scan(&region);
-        assert_eq!(found.len(), 3);
+        assert_eq!(found.len(), 4);
         assert_eq!(found[0].ack, acks[0]);
+        assert_eq!(found[3].ack, acks[3]);
         region[2 * SLOT + 40] ^= 1;
-        assert_eq!(scan(&region).len(), 2);
+        assert_eq!(scan(&region).len(), 3);
         // A slot copied elsewhere is not a marker there.
         let copy = region[SLOT..2 * SLOT].to_vec();
-        region[4 * SLOT..5 * SLOT].copy_from_slice(&copy);
-        assert_eq!(scan(&region).len(), 2);
+        region[5 * SLOT..6 * SLOT].copy_from_slice(&copy);
+        assert_eq!(scan(&region).len(), 3);
     }
 }

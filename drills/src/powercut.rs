@@ -2,13 +2,19 @@
 //! mounted from a scratch copy (so ext4 replays its journal, as a reboot
 //! would), the log opened, every retained frame verified and matched to its
 //! name, and every acknowledgement the state's markers hold found intact.
+//!
+//! A frame is known by its position: the workload's record (the markers of
+//! the final disk, one per frame) says which frame each sequence holds. A
+//! live frame must also carry that name in its meta; an erased one carries
+//! no meta, so its record alone names it.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use twinlog::log::{Kind, Log};
+use twinlog::log::{format, Kind, Log};
 
 use crate::content::{name_of_meta, Frame};
 use crate::marker::{Ack, Marker};
@@ -29,13 +35,55 @@ pub struct StateCheck {
     pub done: bool,
 }
 
+/// What the workload recorded of the frame at one sequence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub name: String,
+    pub kind: u16,
+    pub crc: u32,
+}
+
+/// The workload's record of every frame it had acknowledged, by sequence:
+/// the frame markers of a disk that holds the workload's last marker.
+/// Refused when two markers name different frames at one sequence.
+pub fn record_of(markers: &[Marker]) -> Result<BTreeMap<u64, Recorded>> {
+    let mut out: BTreeMap<u64, Recorded> = BTreeMap::new();
+    for m in markers {
+        let Ack::Frame {
+            seq,
+            kind,
+            crc,
+            name,
+        } = &m.ack
+        else {
+            continue;
+        };
+        let r = Recorded {
+            name: name.clone(),
+            kind: *kind,
+            crc: *crc,
+        };
+        if let Some(was) = out.insert(*seq, r.clone()) {
+            if was != r {
+                return Err(DrillError(format!(
+                    "the workload recorded two frames at {seq}: {} and {}",
+                    was.name, r.name
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A file system mounted from an image; unmounted when dropped.
-struct Mounted {
+pub struct Mounted {
     at: PathBuf,
 }
 
 impl Mounted {
-    fn mount(image: &Path, at: &Path) -> Result<Mounted> {
+    /// Mount the ext4 image `image` read-write (ext4 replays its journal,
+    /// as a reboot does) at `at`.
+    pub fn mount(image: &Path, at: &Path) -> Result<Mounted> {
         std::fs::create_dir_all(at).ctx(|| format!("create {}", at.display()))?;
         let out = Command::new("mount")
             .args(["-t", "ext4", "-o", "loop,rw"])
@@ -53,7 +101,7 @@ impl Mounted {
         Ok(Mounted { at: at.to_owned() })
     }
 
-    fn unmount(mut self) -> Result<()> {
+    pub fn unmount(mut self) -> Result<()> {
         let at = std::mem::take(&mut self.at);
         umount(&at)
     }
@@ -96,9 +144,10 @@ pub fn check_image(
     mnt: &Path,
     segment: u64,
     markers: &[Marker],
+    record: &BTreeMap<u64, Recorded>,
 ) -> Result<StateCheck> {
     let mounted = Mounted::mount(image, mnt).map_err(|e| fail(state, e.0))?;
-    let checked = check_dir(state, &mnt.join("log"), segment, markers);
+    let checked = check_dir(state, &mnt.join("log"), segment, markers, record);
     let unmounted = mounted.unmount();
     let checked = checked?;
     unmounted?;
@@ -123,8 +172,15 @@ fn blob_is_zero(log: &Log, seq: u64) -> Result<bool> {
     Ok(true)
 }
 
-/// The check proper, on a mounted log directory.
-pub fn check_dir(state: &str, dir: &Path, segment: u64, markers: &[Marker]) -> Result<StateCheck> {
+/// The check proper, on a mounted log directory; `record` is the
+/// workload's record of every frame ([`record_of`]).
+pub fn check_dir(
+    state: &str,
+    dir: &Path,
+    segment: u64,
+    markers: &[Marker],
+    record: &BTreeMap<u64, Recorded>,
+) -> Result<StateCheck> {
     let mut c = StateCheck::default();
     let mut erase_before = None;
     for m in markers {
@@ -132,6 +188,8 @@ pub fn check_dir(state: &str, dir: &Path, segment: u64, markers: &[Marker]) -> R
             Ack::Frame { .. } => c.acked += 1,
             Ack::Erase { before, .. } => erase_before = Some(*before),
             Ack::Done => c.done = true,
+            // The pair drill's; this workload writes none.
+            Ack::Durable { .. } => {}
         }
     }
     c.erase_acked = erase_before.is_some();
@@ -162,45 +220,88 @@ pub fn check_dir(state: &str, dir: &Path, segment: u64, markers: &[Marker]) -> R
         ));
     }
     c.frames = head;
-    // Every frame, acknowledged or not, is one the workload wrote.
+    // Every frame, acknowledged or not, is the one the workload wrote at
+    // its sequence.
     let mut found: Vec<(u16, String, u32)> = Vec::with_capacity(head as usize);
     for seq in 1..=head {
         let e = log
             .read(seq)
             .map_err(|e| fail(state, format!("read {seq}: {e}")))?;
-        let name = name_of_meta(&e.meta).map_err(|e| fail(state, format!("frame {seq}: {e}")))?;
+        let recorded = record.get(&seq);
+        let erased = e.kind == Kind::Redacted.as_u16();
+        // An erase leaves no meta: the record names an erased frame.
+        let name = match (erased, recorded) {
+            (true, Some(r)) => r.name.clone(),
+            (true, None) => {
+                return Err(fail(
+                    state,
+                    format!("frame {seq} is erased and the workload recorded no frame there"),
+                ))
+            }
+            (false, _) => {
+                name_of_meta(&e.meta).map_err(|e| fail(state, format!("frame {seq}: {e}")))?
+            }
+        };
+        match recorded {
+            Some(r) if r.name != name => {
+                return Err(fail(
+                    state,
+                    format!("frame {seq} is {name}, the workload wrote {} there", r.name),
+                ))
+            }
+            None => {
+                return Err(fail(
+                    state,
+                    format!("frame {seq} ({name}) is not in the workload's record"),
+                ))
+            }
+            Some(_) => {}
+        }
         let f = Frame::named(&name).map_err(|e| fail(state, format!("frame {seq}: {e}")))?;
         let want_crc = f.payload_crc()?;
-        if e.payload_crc != want_crc {
-            return Err(fail(
-                state,
-                format!(
-                    "frame {seq} ({name}) carries crc {:08x}, its name says {want_crc:08x}",
-                    e.payload_crc
-                ),
-            ));
-        }
-        if e.kind == Kind::Redacted.as_u16() {
+        if erased {
             if !f.erasable() {
                 return Err(fail(
                     state,
                     format!("frame {seq} ({name}) is erased; no erase matches it"),
                 ));
             }
+            // Meta and blob become one blob of zeros of the same length,
+            // its crc over those zeros.
             let loc = log
                 .locate_blob(seq)
                 .map_err(|e| fail(state, format!("locate {seq}: {e}")))?;
-            if loc.blob_len != f.blob_len {
+            let len = f.meta.len() as u64 + f.blob_len;
+            if !loc.meta.is_empty() || loc.blob_len != len {
                 return Err(fail(
                     state,
                     format!(
-                        "erased frame {seq} ({name}) lost its length: {}",
+                        "erased frame {seq} ({name}) holds {} meta and {} blob bytes, {len} bytes of zeros were due",
+                        loc.meta.len(),
                         loc.blob_len
+                    ),
+                ));
+            }
+            if e.payload_crc != format::crc_of_zeros(len) {
+                return Err(fail(
+                    state,
+                    format!(
+                        "erased frame {seq} ({name}) carries crc {:08x}, not the crc of its zeros",
+                        e.payload_crc
                     ),
                 ));
             }
             c.erased += 1;
         } else {
+            if e.payload_crc != want_crc {
+                return Err(fail(
+                    state,
+                    format!(
+                        "frame {seq} ({name}) carries crc {:08x}, its name says {want_crc:08x}",
+                        e.payload_crc
+                    ),
+                ));
+            }
             if e.kind != f.kind.as_u16() {
                 return Err(fail(
                     state,
@@ -211,7 +312,9 @@ pub fn check_dir(state: &str, dir: &Path, segment: u64, markers: &[Marker]) -> R
                 return Err(fail(state, format!("frame {seq} ({name}): blob differs")));
             }
         }
-        found.push((e.kind, name, e.payload_crc));
+        // An erased frame is compared with its acknowledgement by name and
+        // position: its own crc is of zeros.
+        found.push((e.kind, name, want_crc));
     }
     // Acknowledged ⇒ durable.
     for m in markers {

@@ -40,10 +40,15 @@ pub async fn serve_primary(
     // One epoch per life: frames this log lost in a crash may be on the
     // twin, shipped before they were durable here, and the frames this
     // life writes at those sequences must never be taken for them.
-    if let Some(epoch) = epochs
+    #[cfg(not(feature = "drill-sabotage"))]
+    let begun = epochs
         .begin_life(log.head_seq())
-        .at("recording this life's epoch in", &cfg.data_dir)?
-    {
+        .at("recording this life's epoch in", &cfg.data_dir)?;
+    // A drill's negative control only (feature `drill-sabotage`): no new
+    // life, so this one serves on in the last life's epoch.
+    #[cfg(feature = "drill-sabotage")]
+    let begun: Option<u64> = None;
+    if let Some(epoch) = begun {
         tracing::info!(
             epoch = %crate::repl::epochs::EpochName(epoch),
             from = log.head_seq() + 1,

@@ -2,8 +2,9 @@
 //! run: the dm-log-writes log replayed onto the starting disk up to each
 //! FLUSH, and, CrashMonkey-style, for some flush intervals, prefixes and
 //! random subsets of the writes between two flushes on top of the earlier
-//! one. Each state is checked by `drills::powercut`; replaying every entry
-//! must reproduce the disk QEMU left.
+//! one. Each state is checked by `drills::powercut` against the workload's
+//! record of every frame, read from the markers of the disk QEMU left;
+//! replaying every entry must reproduce that disk.
 //!
 //! `powercut-check --start START --data DATA --log LOG --marker-at BYTES
 //! [--marker-slots N] [--segment BYTES] --work DIR [--intervals K]
@@ -11,16 +12,15 @@
 //!
 //! Prints a summary and one JSON line; exits 0 only when every state held.
 
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use drills::dmlog::{first_difference, WriteLog};
-use drills::marker::{self, Marker, SLOT};
-use drills::powercut::{check_image, StateCheck};
+use drills::dmlog::{first_difference, pick_intervals, subset_picks, WriteLog};
+use drills::marker::{self, Marker};
+use drills::powercut::{check_image, record_of, Recorded, StateCheck};
 use drills::{Args, Context, Result, Rng};
 
 struct Checker {
@@ -35,15 +35,13 @@ struct Checker {
     failed: u64,
     last: Option<StateCheck>,
     most_acked: u64,
+    /// Which frame the workload wrote at each sequence.
+    record: BTreeMap<u64, Recorded>,
 }
 
 impl Checker {
     fn markers(&self, image: &Path) -> Result<Vec<Marker>> {
-        let f = File::open(image).ctx(|| format!("open {}", image.display()))?;
-        let mut region = vec![0u8; (self.marker_slots as usize) * SLOT];
-        f.read_exact_at(&mut region, self.marker_at)
-            .ctx(|| format!("{}: marker region at {}", image.display(), self.marker_at))?;
-        Ok(marker::scan(&region))
+        marker::read_image(image, self.marker_at, self.marker_slots)
     }
 
     /// Check the state now in `scratch` (which the check mounts and so
@@ -51,7 +49,14 @@ impl Checker {
     fn check(&mut self, label: &str) -> Result<()> {
         let markers = self.markers(&self.scratch)?;
         self.states += 1;
-        match check_image(label, &self.scratch, &self.mnt, self.segment, &markers) {
+        match check_image(
+            label,
+            &self.scratch,
+            &self.mnt,
+            self.segment,
+            &markers,
+            &self.record,
+        ) {
             Ok(c) => {
                 self.most_acked = self.most_acked.max(c.acked);
                 self.last = Some(c);
@@ -78,37 +83,6 @@ impl Checker {
     }
 }
 
-/// The write entries between each flush and the next barrier, for the
-/// intervals chosen: evenly spread over the run, and the busiest.
-fn pick_intervals(wl: &WriteLog, want: u64) -> Vec<(usize, Vec<usize>)> {
-    let flushes = wl.flushes();
-    let mut eligible = Vec::new();
-    for (k, &f) in flushes.iter().enumerate() {
-        let end = flushes.get(k + 1).copied().unwrap_or(wl.entries.len());
-        let writes: Vec<usize> = (f + 1..end)
-            .take_while(|&i| !wl.entries[i].is_barrier())
-            .filter(|&i| {
-                wl.entries[i].is_write() || wl.entries[i].flags & drills::dmlog::DISCARD != 0
-            })
-            .collect();
-        if writes.len() >= 2 {
-            eligible.push((f, writes));
-        }
-    }
-    if eligible.is_empty() || want == 0 {
-        return Vec::new();
-    }
-    let mut chosen: Vec<usize> = (0..want as usize)
-        .map(|j| j * eligible.len() / want as usize)
-        .collect();
-    if let Some(busiest) = (0..eligible.len()).max_by_key(|&i| eligible[i].1.len()) {
-        chosen.push(busiest);
-    }
-    chosen.sort_unstable();
-    chosen.dedup();
-    chosen.into_iter().map(|i| eligible[i].clone()).collect()
-}
-
 fn run() -> Result<bool> {
     let started = Instant::now();
     let args = Args::parse(&[])?;
@@ -129,7 +103,11 @@ fn run() -> Result<bool> {
         failed: 0,
         last: None,
         most_acked: 0,
+        record: BTreeMap::new(),
     };
+    // The workload's record: every marker the run wrote is on the disk
+    // QEMU left (its last one says the workload finished).
+    ck.record = record_of(&ck.markers(&data)?)?;
     let every = args.num("every", 1)?.max(1);
     let subsets = args.num("subsets", 8)?;
     let mut rng = Rng::new(args.num("seed", 1)?);
@@ -164,32 +142,8 @@ fn run() -> Result<bool> {
         let Some((_, writes)) = intervals.iter().find(|(f, _)| *f == i) else {
             continue;
         };
-        // Prefixes, then random proper subsets, of the writes up to the
-        // next barrier, on top of this flush's state.
         let m = writes.len();
-        let mut seen = HashSet::new();
-        let mut picks: Vec<Vec<usize>> = Vec::new();
-        let steps = (m - 1).min(8);
-        for s in 1..=steps {
-            let j = s * (m - 1) / steps;
-            if j > 0 && seen.insert(writes[..j].to_vec()) {
-                picks.push(writes[..j].to_vec());
-            }
-        }
-        for _ in 0..subsets * 4 {
-            if picks.len() >= steps + subsets as usize {
-                break;
-            }
-            let pick: Vec<usize> = writes
-                .iter()
-                .copied()
-                .filter(|_| rng.below(2) == 0)
-                .collect();
-            if !pick.is_empty() && pick.len() < m && seen.insert(pick.clone()) {
-                picks.push(pick);
-            }
-        }
-        for pick in picks {
+        for pick in subset_picks(writes, subsets, &mut rng) {
             let scratch = ck.scratch_from(&replay_path)?;
             for &w in &pick {
                 wl.apply(&wl.entries[w], &scratch)?;

@@ -9,16 +9,13 @@
 //! Parameters come from the kernel command line (`drill.KEY=VALUE`), or
 //! from `--cmdline FILE` for a run on a host.
 
-use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use drills::content::{Frame, ERASED_REPO};
-use drills::marker::{Ack, Marker, SLOT};
-use drills::{Context, DrillError, Result, Rng};
+use drills::marker::{Ack, MarkerWriter};
+use drills::{Context, DrillError, GuestParams, Result, Rng};
 use twinlog::log::Log;
 
 struct Params {
@@ -37,95 +34,19 @@ struct Params {
 }
 
 fn params() -> Result<Params> {
-    let args: Vec<String> = std::env::args().collect();
-    let path = match args.iter().position(|a| a == "--cmdline") {
-        Some(i) => args
-            .get(i + 1)
-            .cloned()
-            .ok_or_else(|| DrillError("--cmdline needs a file".into()))?,
-        None => "/proc/cmdline".into(),
-    };
-    let text = std::fs::read_to_string(&path).ctx(|| format!("read {path}"))?;
-    let kv: HashMap<&str, &str> = text
-        .split_whitespace()
-        .filter_map(|w| w.strip_prefix("drill."))
-        .filter_map(|w| w.split_once('='))
-        .collect();
-    let num = |k: &str, default: u64| -> Result<u64> {
-        kv.get(k)
-            .map_or(Ok(default), |v| v.parse().ctx(|| format!("drill.{k}={v}")))
-    };
-    let text_of = |k: &str, default: &str| kv.get(k).map_or(default.to_owned(), |v| v.to_string());
+    let g = GuestParams::read()?;
     Ok(Params {
-        dev: text_of("dev", "/dev/vda"),
-        marker_at: num("marker", 0)?,
-        marker_slots: num("slots", 8192)?,
-        dir: text_of("dir", "/mnt/log"),
-        segment: num("segment", 64 << 10)?,
-        threads: num("threads", 4)?.max(1),
-        scale: num("scale", 1)?.max(1),
-        big: num("big", 3 << 19)?,
-        seed: num("seed", 1)?,
-        broken: num("broken", 0)? != 0,
+        dev: g.text("dev", "/dev/vda"),
+        marker_at: g.num("marker", 0)?,
+        marker_slots: g.num("slots", 8192)?,
+        dir: g.text("dir", "/mnt/log"),
+        segment: g.num("segment", 64 << 10)?,
+        threads: g.num("threads", 4)?.max(1),
+        scale: g.num("scale", 1)?.max(1),
+        big: g.num("big", 3 << 19)?,
+        seed: g.num("seed", 1)?,
+        broken: g.num("broken", 0)? != 0,
     })
-}
-
-/// The marker writer: one O_DIRECT|O_DSYNC write of one slot per
-/// acknowledgement, in the order they arrive.
-struct Markers {
-    dev: File,
-    at: u64,
-    slots: u64,
-    next: u64,
-    /// Room for one sector at a 512-aligned address, which O_DIRECT needs.
-    buf: Vec<u8>,
-}
-
-impl Markers {
-    fn open(p: &Params) -> Result<Markers> {
-        if p.marker_at == 0 || !p.marker_at.is_multiple_of(SLOT as u64) {
-            return Err(DrillError(format!(
-                "drill.marker={} is not a sector-aligned offset past the file system",
-                p.marker_at
-            )));
-        }
-        let dev = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-            .open(&p.dev)
-            .ctx(|| format!("open {} for markers", p.dev))?;
-        Ok(Markers {
-            dev,
-            at: p.marker_at,
-            slots: p.marker_slots,
-            next: 0,
-            buf: vec![0u8; 2 * SLOT],
-        })
-    }
-
-    fn write(&mut self, ack: Ack) -> Result<()> {
-        if self.next >= self.slots {
-            return Err(DrillError(format!(
-                "marker region full at {} slots",
-                self.slots
-            )));
-        }
-        let bytes = Marker {
-            slot: self.next,
-            ack,
-        }
-        .encode()?;
-        let skew = self.buf.as_ptr() as usize % SLOT;
-        let start = (SLOT - skew) % SLOT;
-        let aligned = &mut self.buf[start..start + SLOT];
-        aligned.copy_from_slice(&bytes);
-        let at = self.at + self.next * SLOT as u64;
-        self.dev
-            .write_all_at(aligned, at)
-            .ctx(|| format!("marker slot {} at {at}", self.next))?;
-        self.next += 1;
-        Ok(())
-    }
 }
 
 /// Acknowledge a frame: its marker is queued only now, after the call that
@@ -288,14 +209,14 @@ fn workload(log: &Log, p: &Params, tx: mpsc::Sender<Ack>) -> Result<u64> {
 fn run() -> Result<String> {
     let started = Instant::now();
     let p = params()?;
-    let mut markers = Markers::open(&p)?;
+    let mut markers = MarkerWriter::open(&p.dev, p.marker_at, p.marker_slots)?;
     let log = Log::open_with(&p.dir, p.segment).ctx(|| format!("open log {}", p.dir))?;
     let (tx, rx) = mpsc::channel::<Ack>();
     let writer = std::thread::spawn(move || -> Result<u64> {
         for ack in rx {
             markers.write(ack)?;
         }
-        Ok(markers.next)
+        Ok(markers.written())
     });
     let worked = workload(&log, &p, tx);
     let written = writer

@@ -355,7 +355,7 @@ async fn drill(args: Args) -> Result<bool> {
 }
 
 fn main() -> ExitCode {
-    let run = Args::parse(&["late-clients"]).and_then(|args| {
+    let run = Args::parse(&["late-clients", "force-promote"]).and_then(|args| {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

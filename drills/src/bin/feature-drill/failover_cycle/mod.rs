@@ -8,10 +8,15 @@
 //!    thawed Y would still take what sits in its socket buffer); in the
 //!    others Y keeps following and is stopped after X;
 //! 2. X is SIGKILLed under the writers; Y is promoted with `twin promote
-//!    --twin-fingerprint X` and served with `primary serve`;
-//! 3. X is served again as a primary, fenced with `primary fence`, and
-//!    writers try it; stopped; `primary rejoin` makes it Y's twin, and
-//!    `twin serve` starts it;
+//!    --twin-fingerprint X`, without `--force`: the drill waits out Y's
+//!    `promote_quiet_ms` (2 s here) as a careful operator does, since a
+//!    twin that heard its primary a moment ago cannot tell a dead primary
+//!    from a cut link; then `primary serve`;
+//! 3. X is served again as a primary and held at once with `primary
+//!    fence` (a hold, naming no epoch); Y's call to its predecessor then
+//!    reaches X, which is fenced by Y's epoch from then on; writers try
+//!    it; stopped; `primary rejoin` makes it Y's twin, and `twin serve`
+//!    starts it;
 //! 4. `primary switchover` on Y hands the role back to X under writers that
 //!    follow the `Fenced` redirect; in even rounds a second switchover hands
 //!    it forward to Y again, so the box killed alternates.
@@ -28,290 +33,32 @@
 //! missing from the current primary; no append waits more than 5 s across
 //! a switchover. At the end both logs are equal.
 //!
-//! `--broken no-fence`: the old primary is not fenced and its writers go on
-//! appending to it after the promotion; the checker must find those
-//! acknowledgements lost. `--broken no-save`: the saved tail is deleted
+//! `--broken no-fence`: the old primary is neither held nor called (the
+//! promoted box's `PREDECESSOR` is deleted before it serves), and its
+//! writers go on appending to it after the promotion; the checker must
+//! find those acknowledgements lost. `--broken no-save`: the saved tail is deleted
 //! after the rejoin; the checker must notice. Both must fail.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+mod boxes;
+mod checks;
+mod writers;
+
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use twinlog::daemon::{self, TwinConfig};
+use twinlog::daemon::TwinConfig;
 use twinlog::log::Log;
-use twinlog::net::{Fingerprint, Identity};
-use twinlog::node::api::ApiError;
-use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
+use twinlog::node::Durability;
+use twinlog::repl::epochs::EpochName;
 
-use drills::daemons::{self, free_udp, read_log, Pair, PairOpts, Proc, Seen};
+use drills::daemons::{self, free_udp, read_log, Pair, PairOpts, Proc};
 use drills::{Context, DrillError, Result};
 
-use crate::{small_blob, small_len, Outcome, Setup, APP_KIND};
+use boxes::{promote, pstatus, signal, tstatus, until, Host};
+use checks::{check_saved, stopped_frames, wire};
+use writers::{pause, Ack, Writers};
 
-/// One box: its data directory, identity, addresses, and its daemon.
-struct Host {
-    name: &'static str,
-    data: PathBuf,
-    fp: Fingerprint,
-    /// Where it serves clients as a primary.
-    listen: SocketAddr,
-    /// Its /status and /metrics, in either role.
-    metrics: SocketAddr,
-    daemon: Option<Proc>,
-}
-
-impl Host {
-    fn log(&self) -> PathBuf {
-        self.data.join(daemon::LOG_DIR)
-    }
-
-    fn primary_cfg(&self) -> PathBuf {
-        self.data.join(daemon::PRIMARY_CONFIG)
-    }
-
-    fn twin_cfg(&self) -> PathBuf {
-        self.data.join(daemon::TWIN_CONFIG)
-    }
-
-    fn admin(&self) -> Result<Arc<Identity>> {
-        daemons::admin_identity(&self.data).map(Arc::new)
-    }
-
-    fn stderr(&self, work: &Path) -> PathBuf {
-        work.join(format!("{}.stderr", self.name))
-    }
-}
-
-/// A frame a writer had acknowledged.
-#[derive(Clone, Debug)]
-struct Ack {
-    seq: u64,
-    tag: String,
-    n: u64,
-    got: Durability,
-    at: Instant,
-}
-
-impl Ack {
-    fn meta(&self) -> Vec<u8> {
-        format!("{} {}", self.tag, self.n).into_bytes()
-    }
-
-    fn blob(&self) -> Vec<u8> {
-        small_blob(self.n, small_len(self.n))
-    }
-
-    fn is(&self, f: &Seen) -> bool {
-        f.kind == APP_KIND && f.meta == self.meta() && f.blob.as_deref() == Some(&self.blob()[..])
-    }
-}
-
-/// Appenders that follow the primary: a `Fenced` answer naming a new one
-/// sends them there.
-struct Writers {
-    acked: Arc<Mutex<Vec<Ack>>>,
-    stop: Arc<AtomicBool>,
-    redirects: Arc<AtomicU64>,
-    longest_us: Arc<AtomicU64>,
-    fenced: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Writers {
-    fn start(
-        admin: &Arc<Identity>,
-        fp: Fingerprint,
-        addr: SocketAddr,
-        tag: &str,
-        wants: &[Durability],
-        pace: Duration,
-    ) -> Writers {
-        let mut w = Writers {
-            acked: Arc::default(),
-            stop: Arc::default(),
-            redirects: Arc::default(),
-            longest_us: Arc::default(),
-            fenced: Arc::default(),
-            tasks: Vec::new(),
-        };
-        for (i, &want) in wants.iter().enumerate() {
-            let admin = admin.clone();
-            let (acked, stop) = (w.acked.clone(), w.stop.clone());
-            let (redirects, longest, fenced) =
-                (w.redirects.clone(), w.longest_us.clone(), w.fenced.clone());
-            let tag = format!("{tag}-w{i}");
-            w.tasks.push(tokio::spawn(async move {
-                let (mut fp, mut addr) = (fp, addr);
-                let mut client: Option<Client> = None;
-                let mut n = 0u64;
-                let mut since = Instant::now();
-                while !stop.load(Ordering::SeqCst) {
-                    if client.is_none() {
-                        // A port nobody listens on yet holds a QUIC
-                        // handshake until its first retransmission, ~1 s:
-                        // dial again sooner.
-                        match tokio::time::timeout(
-                            Duration::from_millis(200),
-                            Client::connect(&admin, fp, addr),
-                        )
-                        .await
-                        {
-                            Ok(Ok(c)) => client = Some(c),
-                            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-                        }
-                        continue;
-                    }
-                    let Some(c) = client.as_ref() else { continue };
-                    n += 1;
-                    let meta = format!("{tag} {n}").into_bytes();
-                    let blob = small_blob(n, small_len(n));
-                    let answer = tokio::time::timeout(
-                        Duration::from_secs(3),
-                        c.append(APP_KIND, &meta, &blob, want),
-                    )
-                    .await;
-                    match answer {
-                        Ok(Ok((seq, got))) => {
-                            let at = Instant::now();
-                            acked.lock().unwrap_or_else(|e| e.into_inner()).push(Ack {
-                                seq,
-                                tag: tag.clone(),
-                                n,
-                                got,
-                                at,
-                            });
-                            longest.fetch_max(since.elapsed().as_micros() as u64, Ordering::SeqCst);
-                            since = at;
-                        }
-                        Ok(Err(ClientError::Api(ApiError::Fenced { primary, .. }))) => {
-                            fenced.fetch_add(1, Ordering::SeqCst);
-                            client = None;
-                            let to = primary.and_then(|np| {
-                                Some((np.fingerprint.parse().ok()?, np.addr.parse().ok()?))
-                            });
-                            match to {
-                                Some((f, a)) => {
-                                    (fp, addr) = (f, a);
-                                    redirects.fetch_add(1, Ordering::SeqCst);
-                                }
-                                None => tokio::time::sleep(Duration::from_millis(50)).await,
-                            }
-                        }
-                        // A primary gone mid-append, or one refusing: dial
-                        // again.
-                        _ => {
-                            client = None;
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
-                    if !pace.is_zero() {
-                        tokio::time::sleep(pace).await;
-                    }
-                }
-            }));
-        }
-        w
-    }
-
-    fn acked(&self) -> Vec<Ack> {
-        self.acked.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn count(&self, want: Durability) -> usize {
-        self.acked
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|a| a.got == want)
-            .count()
-    }
-
-    /// Wait for `more` acknowledgements as `want`; false after `limit`.
-    async fn more(&self, more: usize, want: Durability, limit: Duration) -> bool {
-        let at = self.count(want) + more;
-        daemons::wait_for(limit, Duration::from_millis(5), || {
-            (self.count(want) >= at).then_some(())
-        })
-        .await
-        .is_some()
-    }
-
-    /// Stop at once: an append in flight was not acknowledged.
-    fn abort(self) -> Vec<Ack> {
-        for t in &self.tasks {
-            t.abort();
-        }
-        self.acked()
-    }
-
-    /// Stop once the appends in flight are answered, so that the primary
-    /// takes no more frames afterwards.
-    async fn halt(mut self) -> (Vec<Ack>, u64, Duration) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in std::mem::take(&mut self.tasks) {
-            let abort = t.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), t)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
-        let acked = self.acked();
-        (
-            acked,
-            self.redirects.load(Ordering::SeqCst),
-            Duration::from_micros(self.longest_us.load(Ordering::SeqCst)),
-        )
-    }
-}
-
-fn pstatus(metrics: SocketAddr) -> Option<Status> {
-    daemons::primary_status(metrics)
-        .ok()
-        .filter(|s| s.role == "primary")
-}
-
-fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
-    daemons::twin_status(metrics)
-        .ok()
-        .filter(|s| s.role == "twin")
-}
-
-async fn until<T>(what: &str, limit: Duration, f: impl FnMut() -> Option<T>) -> Result<T> {
-    daemons::wait_for(limit, Duration::from_millis(10), f)
-        .await
-        .ok_or_else(|| DrillError(format!("{what}: not within {} s", limit.as_secs())))
-}
-
-/// Frames `from..` of a stopped box's log, opened as its daemon would open
-/// it: a live tail stops at the last frame whose index entry a SIGKILL left
-/// unwritten, and opening recovers it.
-fn stopped_frames(log_dir: &Path, from: u64) -> Result<(u64, BTreeMap<u64, Seen>)> {
-    let log = Log::open_with(log_dir, 1 << 20).ctx(|| format!("open {}", log_dir.display()))?;
-    let mut out = BTreeMap::new();
-    for seq in from.max(log.first_seq())..=log.head_seq() {
-        let e = log.read(seq).ctx(|| format!("read frame {seq}"))?;
-        out.insert(
-            seq,
-            Seen {
-                kind: e.kind,
-                meta: e.meta,
-                blob_len: e.blob.len() as u64,
-                blob_crc: crc32fast::hash(&e.blob),
-                blob: Some(e.blob),
-            },
-        );
-    }
-    Ok((log.head_seq(), out))
-}
-
-fn wire(f: &Seen) -> u64 {
-    32 + f.meta.len() as u64 + f.blob_len
-}
+use crate::{small_blob, Outcome, Setup, APP_KIND};
 
 /// What the run adds up across cycles.
 #[derive(Default)]
@@ -327,8 +74,11 @@ struct Totals {
     switchovers: u64,
     switchover_pause_max: Duration,
     kill_to_twin_ack_max: Duration,
+    /// From the kill to `twin promote` accepted: the quiet window.
+    kill_to_promoted_max: Duration,
     old_acked_after_promotion: u64,
     natural_rounds: u64,
+    promote_refusals: u64,
 }
 
 pub async fn run(mut s: Setup) -> Result<Outcome> {
@@ -411,7 +161,10 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
     let preloaded = daemons::read_log(&boxes[0].log(), 0, 1 << 20)?;
 
     let mut primary = 0usize;
-    let mut epoch = 0u64;
+    // Every promotion, and every switchover, begins the next term; its
+    // first epoch is `term.0`.
+    let mut term = 0u64;
+    let mut epoch: u64;
     for round in 1..=rounds {
         let (x, y) = (primary, 1 - primary);
         let natural = round % 3 == 0;
@@ -478,27 +231,28 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
                 _ => totals.local_acked += 1,
             }
         }
-        let said = daemons::run(
-            &bins.twin,
-            &[
-                "promote",
-                "--config",
-                &boxes[y].twin_cfg().display().to_string(),
-                "--listen",
-                &boxes[y].listen.to_string(),
-                "--metrics",
-                &boxes[y].metrics.to_string(),
-                "--twin-fingerprint",
-                &boxes[x].fp.to_string(),
-            ],
-        )?;
-        epoch += 1;
+        let (said, refusals) = promote(&bins, &boxes[y], &boxes[x]).await?;
+        totals.promote_refusals += refusals;
+        totals.kill_to_promoted_max = totals.kill_to_promoted_max.max(killed.elapsed());
+        term += 1;
+        epoch = term << 32;
         if !said.contains(&format!(
-            "promoted at epoch {epoch} with head {promoted_head}"
+            "promoted at epoch {} with head {promoted_head}",
+            EpochName(epoch)
         )) {
             out.fail(format!(
-                "round {round}: promote said {said:?}; epoch {epoch} at head {promoted_head} was due"
+                "round {round}: promote said {said:?}; epoch {} at head {promoted_head} was due",
+                EpochName(epoch)
             ));
+        }
+        if broken == "no-fence" {
+            // The promoted box does not call the box it replaced.
+            std::fs::remove_file(
+                boxes[y]
+                    .data
+                    .join(twinlog::node::predecessor::PREDECESSOR_FILE),
+            )
+            .ctx(|| "remove PREDECESSOR".into())?;
         }
         boxes[y].daemon = Some(Proc::serve(
             &bins.primary,
@@ -532,21 +286,48 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         })
         .await?;
         if broken != "no-fence" {
+            // The operator's hold, until the promoted box's call arrives.
             daemons::run(
                 &bins.primary,
                 &[
                     "fence",
                     "--config",
                     &boxes[x].primary_cfg().display().to_string(),
-                    "--epoch",
-                    &epoch.to_string(),
                 ],
             )?;
             let st = pstatus(boxes[x].metrics).unwrap_or_default();
-            if st.fenced.as_ref().map(|f| f.epoch) != Some(epoch) {
+            if !st
+                .fenced
+                .as_ref()
+                .is_some_and(|f| f.held || f.epoch == epoch)
+            {
                 out.fail(format!(
                     "round {round}: the old primary's status after `primary fence`: fenced {:?}",
                     st.fenced
+                ));
+            }
+            // The call heard: fenced by the promoted box's epoch, proven,
+            // which the hold gives way to.
+            until(
+                "the promoted box tells its predecessor",
+                Duration::from_secs(30),
+                || {
+                    pstatus(boxes[y].metrics)
+                        .and_then(|st| st.predecessor)
+                        .filter(|p| p.told)
+                },
+            )
+            .await?;
+            let st = pstatus(boxes[x].metrics).unwrap_or_default();
+            if !st
+                .fenced
+                .as_ref()
+                .is_some_and(|f| !f.held && f.epoch == epoch)
+            {
+                out.fail(format!(
+                    "round {round}: once told, the old primary is fenced {:?}; by epoch {} was due",
+                    st.fenced,
+                    EpochName(epoch)
                 ));
             }
         }
@@ -654,9 +435,20 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
             || tstatus(boxes[x].metrics).filter(|t| t.connected && t.head >= y_head),
         )
         .await?;
-        let y_head_after = until("the new primary's head", Duration::from_secs(5), || {
+        // The new primary ships a group before its own fsync: the twin may
+        // have received frames past the primary's durable head. Groups are
+        // made durable in order, so once the head moves past a reading
+        // taken after the twin's, that group is durable and counted.
+        let y_head_read = until("the new primary's head", Duration::from_secs(5), || {
             pstatus(boxes[y].metrics)
         })
+        .await?
+        .head;
+        let y_head_after = until(
+            "the new primary's head moves",
+            Duration::from_secs(5),
+            || pstatus(boxes[y].metrics).filter(|st| st.head > y_head_read),
+        )
         .await?
         .head;
         let past_fork = read_log(&boxes[y].log(), fork + 1, 0)?;
@@ -711,7 +503,6 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         let mut windows = Vec::new();
         for _ in 0..hops {
             let from = 1 - to;
-            epoch += 1;
             let t0 = Instant::now();
             let said = daemons::run(
                 &bins.primary,
@@ -724,12 +515,16 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
                 ],
             );
             if let Err(e) = said {
+                // Refused, writes went on: the role did not move, nor the
+                // term.
                 out.fail(format!(
                     "round {round}: switchover to {}: {e}",
                     boxes[to].name
                 ));
                 break;
             }
+            term += 1;
+            epoch = term << 32;
             until("the new primary serves", Duration::from_secs(20), || {
                 pstatus(boxes[to].metrics).filter(|st| st.epoch == epoch)
             })
@@ -748,8 +543,9 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
                 ));
             }
             eprintln!(
-                "   switchover to {} at epoch {epoch}: {:.0} ms to both roles",
+                "   switchover to {} at epoch {}: {:.0} ms to both roles",
                 boxes[to].name,
+                EpochName(epoch),
                 t0.elapsed().as_secs_f64() * 1000.0
             );
             to = from;
@@ -876,139 +672,10 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
         totals.kill_to_twin_ack_max.as_millis() as u64,
     );
     out.fig("logs_equal_frames", equal);
-    Ok(out)
-}
-
-/// The longest a writer went without an acknowledgement across a
-/// switchover: the gaps between one writer's consecutive acknowledgements
-/// that end inside a switchover's window (from the command to both roles
-/// served and 20 more `twin` acknowledgements).
-fn pause(acked: &[Ack], windows: &[(Instant, Instant)]) -> Duration {
-    let mut by_writer: BTreeMap<&str, Vec<Instant>> = BTreeMap::new();
-    for a in acked {
-        by_writer.entry(a.tag.as_str()).or_default().push(a.at);
-    }
-    let mut longest = Duration::ZERO;
-    for ats in by_writer.values_mut() {
-        ats.sort();
-        for pair in ats.windows(2) {
-            if windows
-                .iter()
-                .any(|(t0, t1)| pair[1] >= *t0 && pair[1] <= *t1)
-            {
-                longest = longest.max(pair[1] - pair[0]);
-            }
-        }
-    }
-    longest
-}
-
-fn signal(p: &Proc, sig: libc::c_int) -> Result<()> {
-    let pid = p
-        .pid()
-        .and_then(|p| libc::pid_t::try_from(p).ok())
-        .ok_or_else(|| DrillError("no pid".into()))?;
-    // SAFETY: kill(2) on the pid of a child not reaped.
-    if unsafe { libc::kill(pid, sig) } != 0 {
-        return Err(DrillError(format!("signal {sig} to {pid} failed")));
-    }
-    Ok(())
-}
-
-/// Check the tail the rejoin saved for epoch `epoch` against the old
-/// primary's frames read before it; answers the fork it names.
-#[allow(clippy::too_many_arguments)]
-fn check_saved(
-    out: &mut Outcome,
-    round: u64,
-    epoch: u64,
-    data: &Path,
-    promoted_head: u64,
-    x_head: u64,
-    x_before: &BTreeMap<u64, Seen>,
-    acked: &[Ack],
-    old_acked: &[Ack],
-) -> Option<u64> {
-    use twinlog::node::divergent;
-    let tails = match divergent::list(data) {
-        Ok(t) => t,
-        Err(e) => {
-            out.fail(format!("round {round}: listing the saved tails: {e}"));
-            return None;
-        }
-    };
-    let tails: Vec<_> = tails.into_iter().filter(|t| t.new_epoch == epoch).collect();
-    let want: BTreeMap<u64, Seen> = x_before
-        .range(promoted_head + 1..)
-        .map(|(s, f)| (*s, f.clone()))
-        .collect();
-    if tails.is_empty() {
-        if !want.is_empty() || x_head > promoted_head {
-            out.fail(format!(
-                "round {round}: no saved tail, though the old primary held {} frames past {promoted_head}",
-                want.len()
-            ));
-            return None;
-        }
-        return Some(x_head);
-    }
-    if tails.len() > 1 {
-        out.fail(format!(
-            "round {round}: {} saved tails for epoch {epoch}",
-            tails.len()
-        ));
-    }
-    let t = &tails[0];
-    let mut saved = BTreeMap::new();
-    let path = data.join(divergent::DIVERGENT_DIR).join(&t.file);
-    let read = divergent::read(
-        &path,
-        |_| true,
-        |f, meta, blob| {
-            saved.insert(
-                f.seq,
-                Seen {
-                    kind: f.kind,
-                    meta: meta.to_vec(),
-                    blob_len: f.blob_len,
-                    blob_crc: crc32fast::hash(blob),
-                    blob: Some(blob.to_vec()),
-                },
-            );
-            Ok(())
-        },
+    out.fig("promote_refusals", totals.promote_refusals);
+    out.fig(
+        "kill_to_promoted_max_ms",
+        totals.kill_to_promoted_max.as_millis() as u64,
     );
-    if let Err(e) = read {
-        out.fail(format!(
-            "round {round}: the saved tail {} cannot be read: {e}",
-            path.display()
-        ));
-        return Some(t.fork);
-    }
-    let want: BTreeMap<u64, Seen> = x_before
-        .range(t.fork + 1..)
-        .map(|(s, f)| (*s, f.clone()))
-        .collect();
-    if saved != want || t.first != t.fork + 1 || t.last != x_head || t.frames != want.len() as u64 {
-        let differ = want.iter().filter(|(s, f)| saved.get(s) != Some(f)).count()
-            + saved.keys().filter(|s| !want.contains_key(s)).count();
-        out.fail(format!(
-            "round {round}: the saved tail {}..={} ({} frames) is not the old primary's {} frames past the fork {} ({differ} differ)",
-            t.first,
-            t.last,
-            saved.len(),
-            want.len(),
-            t.fork
-        ));
-    }
-    for a in acked.iter().chain(old_acked) {
-        if a.seq > t.fork && !saved.get(&a.seq).is_some_and(|f| a.is(f)) {
-            out.fail(format!(
-                "round {round}: frame {} acknowledged {:?} past the fork is not in the saved tail as written",
-                a.seq, a.got
-            ));
-            break;
-        }
-    }
-    Some(t.fork)
+    Ok(out)
 }
