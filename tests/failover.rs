@@ -521,3 +521,59 @@ async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
         assert_eq!(out, blob(b'x', seq), "saved frame {seq}");
     }
 }
+
+/// Switchovers back and forth on a quiet pair, one right after another:
+/// with nothing else happening on either box, each hands over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchovers_back_and_forth_on_a_quiet_pair_each_hand_over() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+    let a_listen = free_udp();
+    let (b_twin_path, b_fp) =
+        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
+    let (a_cfg_path, a_fp) =
+        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
+    daemon::pin_primary(&b_twin_path, a_fp).expect("pin");
+    let mut b_tcfg = TwinConfig::load(&b_twin_path).expect("load");
+    b_tcfg.listen_as_primary = free_udp().into();
+    std::fs::write(&b_twin_path, b_tcfg.render()).expect("write twin.toml");
+    let mut p_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let mut primary_run = primary(&p_cfg);
+    let mut twin_run = twin(&b_tcfg);
+    let mut t_metrics = b_tcfg.metrics.clone();
+    let client = serving(&p_cfg).await;
+    append_each(&client, b'q', 1..=5, Durability::Twin).await;
+    drop(client);
+    let mut epoch = 0;
+    for round in 1..=3u64 {
+        status_until::<TwinStatus>(&t_metrics, |s| s.connected).await;
+        let admin = daemon::load::admin_client(&p_cfg).await.expect("admin");
+        let t0 = std::time::Instant::now();
+        let (got, head, _) = admin
+            .switchover(Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("switchover {round}: {e}"));
+        drop(admin);
+        assert!(got > epoch, "round {round}: epoch {got} after {epoch}");
+        assert_eq!(head, 5);
+        eprintln!("switchover {round} answered in {:?}", t0.elapsed());
+        epoch = got;
+        let Served::Promoted { primary_config } = twin_run.ended().await else {
+            panic!("round {round}: the twin did not become a primary");
+        };
+        let Served::Deposed { twin_config } = primary_run.ended().await else {
+            panic!("round {round}: the primary did not become a twin");
+        };
+        p_cfg = PrimaryConfig::load(&primary_config).expect("the new primary.toml");
+        let t_cfg = TwinConfig::load(&twin_config).expect("the new twin.toml");
+        t_metrics = t_cfg.metrics.clone();
+        primary_run = primary(&p_cfg);
+        twin_run = twin(&t_cfg);
+    }
+    status_until::<TwinStatus>(&t_metrics, |s| s.connected).await;
+    let client = serving(&p_cfg).await;
+    append_each(&client, b'q', 6..=6, Durability::Twin).await;
+    drop(client);
+    twin_run.stop().await;
+    primary_run.stop().await;
+}

@@ -325,7 +325,11 @@ fn predecessor_caller(
         log: log.clone(),
         epochs: epochs.clone(),
         endpoint: Caller::endpoint(identity, &file)?,
-        deadline: cfg.timers.timers().idle_timeout,
+        deadline: cfg
+            .timers
+            .timers()
+            .idle_timeout
+            .min(crate::node::predecessor::CALL_DEADLINE),
     };
     Ok(Some((caller, file)))
 }

@@ -116,8 +116,14 @@ pub struct Caller {
     pub deadline: Duration,
 }
 
-const FIRST_RETRY: Duration = Duration::from_millis(200);
-const LAST_RETRY: Duration = Duration::from_secs(5);
+/// Calls are cheap (one handshake attempt), and until one is heard a
+/// restarted predecessor may take `local` writes: call often.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LAST_RETRY: Duration = Duration::from_secs(1);
+/// The longest one call waits for an answer: a live box on the other end
+/// answers a handshake within milliseconds, and a call to a box that is
+/// down must not hold up the next one.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(1);
 
 impl Caller {
     /// The endpoint to call `file`'s box from, as `identity`.

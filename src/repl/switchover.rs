@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// Writes admitted and a switchover's pause, one state: the check and
 /// the count can't be parted.
-#[derive(Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Gate {
     paused: bool,
     writers: usize,
@@ -74,9 +74,11 @@ enum Stage {
     Holding {
         head: u64,
     },
-    /// The hold is on disk: the `Handover` may leave.
+    /// The hold is on disk: the `Handover` may leave (`asked`: the driver
+    /// was told to send it).
     Held {
         head: u64,
+        asked: bool,
     },
     /// The `Handover` left.
     HandedOver {
@@ -189,7 +191,8 @@ impl Switchover {
                     Outcome::Refused("the handover could not be sent in time".into()),
                 );
             }
-            Stage::Held { head } if streaming => {
+            Stage::Held { head, asked: false } if streaming => {
+                self.stage = Stage::Held { head, asked: true };
                 self.actions.push(SwitchAction::Handover { head });
             }
             Stage::HandedOver { head } if now >= self.deadline => {
@@ -201,11 +204,12 @@ impl Switchover {
     }
 
     /// The hold is on disk (or it failed: the switchover stops there and
-    /// writes go on, the hold lifted).
+    /// writes go on, the hold lifted). Poll again at once: the handover is
+    /// due.
     pub fn held(&mut self, gate: &mut Gate, result: Result<(), String>) -> Vec<SwitchAction> {
         if let Stage::Holding { head } = self.stage {
             match result {
-                Ok(()) => self.stage = Stage::Held { head },
+                Ok(()) => self.stage = Stage::Held { head, asked: false },
                 Err(e) => {
                     self.actions.push(SwitchAction::Release);
                     self.finish(
@@ -220,7 +224,7 @@ impl Switchover {
 
     /// The `Handover` was queued to the twin.
     pub fn sent(&mut self) {
-        if let Stage::Held { head } = self.stage {
+        if let Stage::Held { head, .. } = self.stage {
             self.stage = Stage::HandedOver { head };
         }
     }
@@ -275,6 +279,10 @@ mod tests {
         assert_eq!(
             sw.poll(&mut gate, 5, 5, true, now),
             vec![SwitchAction::Handover { head: 5 }]
+        );
+        assert!(
+            sw.poll(&mut gate, 5, 5, true, now).is_empty(),
+            "asked once: the session keeps it"
         );
         sw.sent();
         assert!(sw.handed_over());

@@ -57,9 +57,14 @@ impl Default for Switch {
 }
 
 impl Switch {
+    /// `f` on the gate; those waiting on it are woken when it changed.
     fn with_gate<R>(&self, f: impl FnOnce(&mut Gate) -> R) -> R {
-        let out = f(&mut self.gate.lock().unwrap_or_else(|e| e.into_inner()));
-        self.changed.send_modify(|n| *n += 1);
+        let mut gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        let before = *gate;
+        let out = f(&mut gate);
+        if *gate != before {
+            self.changed.send_modify(|n| *n += 1);
+        }
         out
     }
 
@@ -152,6 +157,9 @@ impl Primary {
         let outcome = self.run_switchover(sw, rx).await;
         *self.switch.heard.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.switch.handover.send_replace(None);
+        // Writes waiting for its end look again: they go on, or are
+        // answered as the fence says.
+        self.switch.changed.send_modify(|n| *n += 1);
         match outcome {
             (Outcome::Promoted { epoch, head }, primary) => {
                 let primary = primary.unwrap_or_default();
@@ -182,11 +190,19 @@ impl Primary {
         let mut new_primary = None;
         loop {
             let now = tokio::time::Instant::now().into_std();
-            let (head, streaming) = (self.log.head_seq(), self.status().twin_connected);
+            // The head announced to the twin sessions: a frame staged by a
+            // request no longer counted (its client went) is shipped and
+            // synced all the same, and the handover covers it.
+            let head = self.head.borrow().0.max(self.log.head_seq());
+            let streaming = self.status().twin_connected;
             let ack = *acked.borrow_and_update();
             let mut actions = self
                 .switch
                 .with_gate(|g| sw.poll(g, head, ack, streaming, now));
+            // What the actions lead to is polled for at once (a hold on
+            // disk makes the handover due): the loop waits only when the
+            // machine has nothing to do.
+            let acted = !actions.is_empty();
             while !actions.is_empty() {
                 let mut next = Vec::new();
                 for action in actions {
@@ -215,6 +231,9 @@ impl Primary {
                     }
                 }
                 actions = next;
+            }
+            if acted {
+                continue;
             }
             let deadline = tokio::time::Instant::from_std(sw.deadline());
             tokio::select! {

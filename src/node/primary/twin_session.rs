@@ -155,8 +155,9 @@ impl Primary {
                     }
                     PrimaryAction::Fence { epoch } => {
                         let by = format!(
-                            "its twin at {}, which follows epoch {epoch}",
-                            conn.remote_address()
+                            "its twin at {}, which follows epoch {}",
+                            conn.remote_address(),
+                            crate::repl::epochs::EpochName(epoch)
                         );
                         self.fence(epoch, &by);
                     }
@@ -180,7 +181,13 @@ impl Primary {
                     // the loop.
                     self.switch.tell(switchover::Heard::Sent);
                     continue;
-                } else if core.state() != PrimaryState::Streaming || core.acked() < head {
+                } else if core.state() != PrimaryState::Streaming
+                    || core.acked() < head
+                    || core.status(crate::node::clock::now()).head > head
+                {
+                    // Not streaming, or the twin is behind the head, or a
+                    // frame came past the head handed over: the switchover
+                    // must look again.
                     tracing::warn!(head, "this twin session cannot take the handover");
                     self.switch.tell(switchover::Heard::Refused(
                         "the twin session could not send the handover".into(),
