@@ -126,7 +126,10 @@ const LAST_RETRY: Duration = Duration::from_secs(1);
 pub const CALL_DEADLINE: Duration = Duration::from_secs(1);
 
 impl Caller {
-    /// The endpoint to call `file`'s box from, as `identity`.
+    /// The endpoint to call `file`'s box from, as `identity`. Its
+    /// connections give up by QUIC's own idle timeout, the call's
+    /// deadline: a handshake never answered ends on both sides, rather
+    /// than be dropped half-way and left to the other side's timeout.
     pub fn endpoint(
         identity: &Identity,
         file: &PredecessorFile,
@@ -136,7 +139,8 @@ impl Caller {
             .parse()
             .map_err(|_| format!("the fingerprint {:?} does not parse", file.fingerprint))?;
         let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
-        net::client(identity, pins).map_err(|e| e.to_string())
+        net::client_with(identity, pins, net::Liveness::client(CALL_DEADLINE))
+            .map_err(|e| e.to_string())
     }
 
     /// Call until the predecessor heard, or `shutdown`. `status` shows how
@@ -239,7 +243,9 @@ impl Caller {
                 first: self.log.first_seq(),
             },
         );
-        super::rejoin::ask(&self.endpoint, addr, call.hello(), self.deadline)
+        // QUIC gives a call up at its deadline; this bound is only the
+        // last resort.
+        super::rejoin::ask(&self.endpoint, addr, call.hello(), 2 * self.deadline)
             .await
             .map(|a| call.answer(a))
             .map_err(|e| format!("reaching {addr}: {e}"))

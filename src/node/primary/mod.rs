@@ -449,6 +449,19 @@ impl Primary {
                 "a peer did not answer the close within {DRAIN_IDLE:?}: stopping anyway"
             );
         }
+        // A connection still draining (a peer that gave up a handshake
+        // half-way leaves one until its idle timeout) would hold the
+        // listening port past this return: a primary started again in
+        // the same process could not bind it. The endpoint moves to a
+        // throwaway port for what is left of its life.
+        match std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)) {
+            Ok(spare) => {
+                if let Err(e) = endpoint.rebind(spare) {
+                    tracing::warn!(error = %e, "releasing the listening port");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "releasing the listening port"),
+        }
     }
 
     async fn connection(self: Arc<Self>, conn: Connection) {
