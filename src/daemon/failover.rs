@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    admin_identity, load_identity, open_log, resolve, write_config, Address, DaemonError, IoAt,
-    PrimaryConfig, TwinConfig, LOG_DIR, PRIMARY_CONFIG, STORE_DIR, TWIN_CONFIG,
+    admin_identity, load_identity, open_log, resolve, write_config, Address, AsPrimarySection,
+    DaemonError, IoAt, PrimaryConfig, TwinConfig, LOG_DIR, PRIMARY_CONFIG, STORE_DIR, TWIN_CONFIG,
 };
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Pins, Role};
@@ -74,11 +74,11 @@ pub fn promote(
         client_fingerprints: vec![admin.fingerprint()],
         writer_fingerprints: Vec::new(),
         reader_fingerprints: Vec::new(),
-        durability: Default::default(),
+        durability: cfg.as_primary.durability.clone(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
-        retention: Default::default(),
-        limits: Default::default(),
+        retention: cfg.as_primary.retention,
+        limits: cfg.as_primary.limits,
     };
     write_config(&primary_config, &primary.render())?;
     tracing::warn!(epoch = new, head, "twin promoted to primary");
@@ -251,9 +251,11 @@ fn become_twin(
         retention: Default::default(),
         listen_as_primary: cfg.listen.clone(),
         restore_expiry: Default::default(),
+        as_primary: Default::default(),
     });
     twin.data_dir = cfg.data_dir.clone();
     twin.listen_as_primary = cfg.listen.clone();
+    twin.as_primary = AsPrimarySection::of(cfg);
     twin.primary = primary;
     twin.primary_fingerprint = Some(fingerprint);
     if let Some(m) = metrics {
@@ -379,11 +381,11 @@ pub fn promote_in_place(
         client_fingerprints: vec![admin.fingerprint()],
         writer_fingerprints: Vec::new(),
         reader_fingerprints: Vec::new(),
-        durability: Default::default(),
+        durability: cfg.as_primary.durability.clone(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
-        retention: Default::default(),
-        limits: Default::default(),
+        retention: cfg.as_primary.retention,
+        limits: cfg.as_primary.limits,
     };
     for c in clients {
         let Ok(fp) = c.fingerprint.parse::<Fingerprint>() else {
@@ -393,7 +395,12 @@ pub fn promote_in_place(
         let list = match c.role {
             0 => &mut primary.reader_fingerprints,
             1 => &mut primary.writer_fingerprints,
-            _ => &mut primary.client_fingerprints,
+            2 => &mut primary.client_fingerprints,
+            other => {
+                // A role this build does not know is no role: never admin.
+                tracing::warn!(fingerprint = %c.fingerprint, role = other, "a handed client has an unknown role: not pinned");
+                continue;
+            }
         };
         if !list.contains(&fp) {
             list.push(fp);

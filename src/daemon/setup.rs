@@ -165,6 +165,7 @@ pub fn init_twin(
         retention: Default::default(),
         listen_as_primary: config::default_listen_as_primary(),
         restore_expiry: Default::default(),
+        as_primary: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
