@@ -20,8 +20,8 @@ const EDGES: [u64; 5] = [0, 1, 1 << 31, i64::MAX as u64, u64::MAX];
 /// here, too many connections, reclaimed.
 const CLOSES: [u64; 5] = [0, 1, 2, 5, 7];
 /// Reset codes the primary documents: a read failed, a send stalled, a
-/// request late, a request that does not decode.
-const RESETS: [u64; 4] = [3, 8, 9, 10];
+/// request late.
+const RESETS: [u64; 3] = [3, 8, 9];
 /// No act may take longer: the primary cuts everything a client holds
 /// within a few of its deadlines.
 const ACT_CAP: Duration = Duration::from_secs(40);

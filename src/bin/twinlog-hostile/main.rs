@@ -148,6 +148,20 @@ impl LocalAddr for std::net::TcpListener {
     }
 }
 
+/// The daemon's `/metrics` text.
+fn metrics_text(addr: std::net::SocketAddr) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 fn rss(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -376,6 +390,17 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     if let Some(s) = &after {
         if let Some(why) = &s.log_poisoned {
             violations.push(format!("the log was poisoned: {why}"));
+        }
+        let text = metrics_text(metrics).unwrap_or_default();
+        for name in s.refusals.keys() {
+            if !text.contains(&format!(
+                "twinlog_client_refusals_total{{refusal=\"{name}\"}}"
+            )) {
+                violations.push(format!("the refusal {name} has no metric"));
+            }
+        }
+        if !text.contains("twinlog_unpinned_handshakes_total") {
+            violations.push("refused handshakes have no metric".into());
         }
         for name in s.refusals.keys() {
             let well_formed = !name.is_empty()

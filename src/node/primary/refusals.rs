@@ -35,13 +35,14 @@ impl Cut {
         }
     }
 
-    /// The application code a stream is reset with.
+    /// The application code a stream is reset, or a connection closed,
+    /// with (a request that does not decode is answered instead).
     pub(super) fn code(self) -> u32 {
         match self {
             Cut::ReadFailed => 3,
             Cut::SendStalled => 8,
             Cut::RequestLate => 9,
-            Cut::Undecodable => 10,
+            Cut::Undecodable => 0,
             Cut::Reclaimed => super::seats::CLOSE_RECLAIMED,
         }
     }
