@@ -4,7 +4,7 @@
 //! clean, its RSS stays under the documented bound, the steady client's
 //! p99 append stays under 100 ms, the log is never poisoned, every refusal
 //! is named). And its negative control: the same client against a daemon
-//! whose memory budget is off must break the bound.
+//! whose memory budget is off must break its memory bounds.
 
 use std::process::Command;
 use std::sync::Mutex;
@@ -70,10 +70,13 @@ fn a_hostile_client_breaks_no_invariant_beside_a_steady_one() {
 }
 
 #[test]
-fn with_the_budget_off_the_hostile_client_breaks_the_memory_bound() {
+fn with_the_budget_off_the_hostile_client_breaks_the_memory_bounds() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (ok, report) = hostile(&["--sabotage", "budget-off"]);
     assert!(!ok, "the control passed: {report}");
     let violations = report["violations"].to_string();
-    assert!(violations.contains("past the bound"), "{violations}");
+    assert!(
+        violations.contains("past the budget") || violations.contains("past the bound"),
+        "{violations}"
+    );
 }

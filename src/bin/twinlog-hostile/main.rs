@@ -11,6 +11,7 @@
 //! - the daemon never exits, and stops cleanly and starts again after;
 //! - its RSS stays under the documented bound: what it held at the start,
 //!   plus the memory budget, plus 24 MiB per client connection it admits;
+//!   and what its requests hold, as it counts them, within the budget;
 //! - the well-behaved client's appends all succeed, p99 under 100 ms;
 //! - the log is never poisoned, and every frame the well-behaved client
 //!   was told is durable reads back after the restart;
@@ -19,8 +20,8 @@
 //!
 //! It prints one JSON line and exits 0 only when every invariant held.
 //! `--sabotage budget-off` serves the daemon with a budget of a terabyte
-//! while the bound stays the one of 64 MiB: the negative control, which
-//! must fail.
+//! while the bounds stay those of 64 MiB: the negative control, which must
+//! fail.
 //!
 //! ```text
 //! twinlog-hostile --dir DIR --secs N --seed S [--sabotage budget-off] -- DAEMON ARGS... {config}
@@ -324,17 +325,27 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     }
 
     let mut violations: Vec<String> = Vec::new();
-    let (mut peak, began) = (start_rss, Instant::now());
+    let (mut peak, mut held, began) = (start_rss, 0, Instant::now());
+    let budget = BUDGET_MIB << 20;
     while began.elapsed() < Duration::from_secs(a.secs) {
         if let Ok(Some(st)) = child.0.try_wait() {
             violations.push(format!("the daemon exited under the hostile client: {st}"));
             break;
         }
         peak = peak.max(rss(pid, "VmRSS"));
-        if peak > bound {
+        if let Ok((_, s)) = daemon::fetch_status::<Status>(metrics) {
+            held = held.max(s.memory_held);
+        }
+        if peak > bound || held > budget {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if held > budget {
+        violations.push(format!(
+            "requests held {} MiB, past the budget of {BUDGET_MIB} MiB",
+            held >> 20
+        ));
     }
     world.stop.store(true, Ordering::SeqCst);
     for w in workers {
@@ -477,6 +488,7 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
         "rss_start_mib": start_rss >> 20,
         "rss_peak_mib": peak >> 20,
         "rss_bound_mib": bound >> 20,
+        "memory_held_peak_mib": held >> 20,
         "daemon_refusals": after.map(|s| s.refusals).unwrap_or_default(),
     }))
 }

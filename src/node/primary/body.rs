@@ -76,6 +76,15 @@ impl<'a> Body<'a> {
         self.expected
     }
 
+    /// The primary read nothing for a while, on its own account (the body
+    /// waited for room): its deadlines run again from now, as a client
+    /// held back by flow control meanwhile could not send.
+    pub(super) fn resume(&mut self) {
+        let now = Instant::now();
+        self.last_byte = now;
+        self.window = (now, self.received + self.arrived_bytes);
+    }
+
     /// The next piece (at most [`PIECE`] bytes); `None` once the whole
     /// body arrived. A stream that ends short, fails, or sends nothing
     /// for the deadline is an error naming what arrived.

@@ -89,6 +89,7 @@ impl Staging {
             0 => None,
             _ => Some(self.space.charge(holder, len).await),
         };
+        body.resume();
         let dir = self.dir.clone();
         let mut file = pool
             .run(move || stage_file(&dir))
