@@ -341,13 +341,14 @@ pub async fn read_msg_within<T: DeserializeOwned>(
     rest: Duration,
 ) -> Result<Option<T>, NetError> {
     let mut prefix = [0u8; 4];
-    match recv.read_exact(&mut prefix[..1]).await {
-        Ok(()) => {}
-        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
+    // One read takes what has arrived of the prefix (all of it, mostly).
+    let got = match recv.read(&mut prefix).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(quinn::ReadExactError::ReadError(e).into()),
+    };
     let whole = async {
-        recv.read_exact(&mut prefix[1..]).await?;
+        recv.read_exact(&mut prefix[got..]).await?;
         let len = msg::announced_len(prefix)?;
         let mut body = vec![0u8; len];
         recv.read_exact(&mut body).await?;

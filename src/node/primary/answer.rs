@@ -174,7 +174,7 @@ impl Primary {
         seq: u64,
         send: &mut SendStream,
     ) -> Result<FrameSent, NetError> {
-        let _piece = self.budget.charge(&caller.holder, PIECE as u64).await;
+        let _piece = caller.memory.charge(PIECE as u64).await;
         let log = self.log.clone();
         let opened = self.pool.run(move || open_frame(&log, seq)).await;
         let (head, rest) = match opened {
@@ -271,7 +271,7 @@ impl Primary {
             Ok(h) => h,
             Err(e) => return self.answer_with(&mut send, Response::Error(e)).await,
         };
-        let _piece = self.budget.charge(&caller.holder, PIECE as u64).await;
+        let _piece = caller.memory.charge(PIECE as u64).await;
         let opened = self
             .pool
             .run(move || host.lock().and_then(|store| open(&store)))
@@ -308,8 +308,7 @@ impl Primary {
         };
         let mut held: Option<(shares::Held, u64)> = None;
         let built = loop {
-            let (host, req, budget) = (host.clone(), req.clone(), self.budget.clone());
-            let holder = caller.holder.clone();
+            let (host, req, memory) = (host.clone(), req.clone(), caller.memory.clone());
             let prior = held.take();
             let built = self
                 .pool
@@ -325,7 +324,7 @@ impl Primary {
                     }
                     let charge = match prior {
                         Some((h, room)) if room >= len => Some(h),
-                        _ => budget.try_charge(&holder, len),
+                        _ => memory.try_charge(len),
                     };
                     Ok(match charge {
                         Some(h) => Ok((resp, trailer, h)),
@@ -336,7 +335,7 @@ impl Primary {
                 .unwrap_or_else(|e| Err(ApiError::Store(e.to_string())));
             match built {
                 Ok(Ok(done)) => break Ok(done),
-                Ok(Err(len)) => held = Some((self.budget.charge(&caller.holder, len).await, len)),
+                Ok(Err(len)) => held = Some((caller.memory.charge(len).await, len)),
                 Err(e) => break Err(e),
             }
         };

@@ -60,11 +60,14 @@ const SMALL_BLOB: u64 = 1 << 20;
 /// read whole. One client's share is never less.
 const LARGEST_CHARGE: u64 = crate::store::frames::MAX_DOC_BYTES;
 
-/// A client being served: who it is, in which role, and what its
-/// connection is doing.
+/// A client being served: who it is, in which role, its parts of the
+/// memory budget and of the staging space, and what its connection is
+/// doing.
 #[derive(Clone)]
 pub(super) struct Caller {
     holder: shares::Holder,
+    memory: shares::Share,
+    staging: shares::Share,
     activity: Arc<seats::Activity>,
 }
 /// The piece a frame's blob moves in.
@@ -123,7 +126,7 @@ pub struct Primary {
     /// A planned switchover's state.
     switch: switchover::Switch,
     /// The memory requests hold, bounded and shared.
-    budget: Arc<shares::Shares>,
+    budget: shares::Shares,
     /// Where streamed bodies wait, whole, for their writer.
     staging: stage::Staging,
     /// Client connections open now, bounded and shared.
@@ -290,10 +293,10 @@ impl Primary {
             epochs,
             twin_configured,
             switch: Default::default(),
-            budget: Arc::new(shares::Shares::new(Split::of(
+            budget: shares::Shares::new(Split::of(
                 cfg.memory_budget,
                 (cfg.memory_budget / 4).max(LARGEST_CHARGE),
-            ))),
+            )),
             staging: stage::Staging::new(log.dir(), cfg.stage_max_body, cfg.staging_space),
             seats: seats::Seats::new(cfg.max_clients),
             pool: Default::default(),
@@ -535,8 +538,11 @@ impl Primary {
                     self.refusals.note(refusals::Cut::Reclaimed.name());
                 }
                 tracing::debug!(client = %name, %role, addr = %conn.remote_address(), "client connected");
+                let holder = shares::Holder { name, role };
                 let caller = Caller {
-                    holder: shares::Holder { name, role },
+                    memory: self.budget.share(&holder),
+                    staging: self.staging.share(&holder),
+                    holder,
                     activity: seat.activity.clone(),
                 };
                 self.clone().client_session(conn, caller).await;

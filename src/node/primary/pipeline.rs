@@ -272,10 +272,7 @@ async fn read_pipeline(
                 let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
                     break None;
                 };
-                (
-                    Some(bytes),
-                    Some(primary.budget.charge(&caller.holder, len).await),
-                )
+                (Some(bytes), Some(caller.memory.charge(len).await))
             } else {
                 (None, None)
             };

@@ -250,7 +250,7 @@ impl Primary {
             return Response::Error(e);
         }
         if blob_len <= SMALL_BLOB {
-            let _held = self.budget.charge(&caller.holder, blob_len).await;
+            let _held = caller.memory.charge(blob_len).await;
             return match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
                 .read_all()
                 .await
@@ -414,12 +414,9 @@ impl Primary {
         E: Send + 'static,
     {
         self.body_fits(what, body.expected())?;
-        let _held = self
-            .budget
-            .charge(&caller.holder, shares::STREAMED_BODY_BYTES)
-            .await;
+        let _held = caller.memory.charge(shares::STREAMED_BODY_BYTES).await;
         self.staging
-            .feed(&caller.holder, &self.pool, body, write)
+            .feed(&caller.staging, &self.pool, body, write)
             .await
     }
 

@@ -27,12 +27,16 @@ pub const ADMIN_RESERVE: usize = 4;
 pub const CLOSE_RECLAIMED: u32 = 7;
 
 /// What a connection is doing: requests in progress, and when it last
-/// started or ended one.
+/// started or ended one (as a tick of [`TICKS`]: only the order counts).
 #[derive(Debug, Default)]
 pub(super) struct Activity {
     busy: AtomicUsize,
-    last_ms: AtomicU64,
+    last: AtomicU64,
 }
+
+/// A clock that only moves forward, read on every request's start and end
+/// without a system call.
+static TICKS: AtomicU64 = AtomicU64::new(0);
 
 impl Activity {
     /// A request in progress, counted for as long as this lives.
@@ -43,8 +47,8 @@ impl Activity {
     }
 
     fn stamp(&self) {
-        self.last_ms
-            .store(crate::repl::Now::system().unix_ms, Ordering::Relaxed);
+        self.last
+            .store(TICKS.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
     }
 
     fn idle(&self) -> bool {
@@ -193,7 +197,7 @@ impl Seats {
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.name == *name && s.activity.idle())
-                .min_by_key(|(_, s)| s.activity.last_ms.load(Ordering::Relaxed))
+                .min_by_key(|(_, s)| s.activity.last.load(Ordering::Relaxed))
                 .map(|(i, _)| i);
             let Some(i) = oldest else {
                 return Err(why);

@@ -97,9 +97,18 @@ pub struct Shares {
     clients: Mutex<HashMap<Arc<str>, Arc<Bound>>>,
 }
 
+/// One client's part of a whole: the bounds its charges fall under, the
+/// narrowest first, resolved once for its connection.
+#[derive(Clone, Debug)]
+pub struct Share {
+    bounds: [Option<Arc<Semaphore>>; 4],
+    /// The narrowest bound's units: no charge takes more.
+    most: u64,
+}
+
 /// A charge, held until dropped.
 #[derive(Debug)]
-pub struct Held(#[allow(dead_code)] Vec<OwnedSemaphorePermit>);
+pub struct Held(#[allow(dead_code)] [Option<OwnedSemaphorePermit>; 4]);
 
 impl Shares {
     pub fn new(split: Split) -> Shares {
@@ -113,57 +122,71 @@ impl Shares {
         }
     }
 
-    /// The bounds a charge of `holder` falls under, the narrowest first,
-    /// and `bytes` in units: at most the narrowest bound, so that a charge
-    /// larger than it takes all of that one and as much of the others.
-    fn bounds(&self, holder: &Holder, bytes: u64) -> (Vec<Arc<Semaphore>>, u32) {
-        let own = {
-            let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-            clients
-                .entry(holder.name.clone())
-                .or_insert_with(|| Arc::new(Bound::new(self.per_client)))
-                .clone()
+    /// `holder`'s part: its own share, its role's (an admin's none), the
+    /// non-admins' (an admin's none), and the whole.
+    pub fn share(&self, holder: &Holder) -> Share {
+        let own = self
+            .clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(holder.name.clone())
+            .or_insert_with(|| Arc::new(Bound::new(self.per_client)))
+            .clone();
+        let (role, non_admin) = match holder.role {
+            ClientRole::Read => (Some(&self.read), Some(&self.non_admin)),
+            ClientRole::Write => (Some(&self.write), Some(&self.non_admin)),
+            ClientRole::Admin => (None, None),
         };
-        let mut bounds = vec![own.as_ref()];
-        match holder.role {
-            ClientRole::Read => bounds.extend([&self.read, &self.non_admin]),
-            ClientRole::Write => bounds.extend([&self.write, &self.non_admin]),
-            ClientRole::Admin => {}
+        let bounds = [Some(own.as_ref()), role, non_admin, Some(&self.total)];
+        Share {
+            most: bounds.iter().flatten().map(|b| b.units).min().unwrap_or(1),
+            bounds: bounds.map(|b| b.map(|b| b.sem.clone())),
         }
-        bounds.push(&self.total);
-        let most = bounds.iter().map(|b| b.units).min().unwrap_or(1);
-        let units = bytes.div_ceil(UNIT).clamp(1, most).min(u64::from(u32::MAX)) as u32;
-        (bounds.into_iter().map(|b| b.sem.clone()).collect(), units)
-    }
-
-    /// Hold `bytes` for `holder` until the answer drops, waiting for room
-    /// in each bound in turn.
-    pub async fn charge(&self, holder: &Holder, bytes: u64) -> Held {
-        let mut held = Vec::new();
-        let (bounds, units) = self.bounds(holder, bytes);
-        for sem in bounds {
-            // The semaphores are never closed: they live as long as this.
-            match sem.acquire_many_owned(units).await {
-                Ok(p) => held.push(p),
-                Err(_) => unreachable_closed(),
-            }
-        }
-        Held(held)
-    }
-
-    /// [`Shares::charge`] if there is room in every bound now.
-    pub fn try_charge(&self, holder: &Holder, bytes: u64) -> Option<Held> {
-        let mut held = Vec::new();
-        let (bounds, units) = self.bounds(holder, bytes);
-        for sem in bounds {
-            held.push(sem.try_acquire_many_owned(units).ok()?);
-        }
-        Some(Held(held))
     }
 
     /// Bytes held now, by everyone.
     pub fn in_use(&self) -> u64 {
         self.total.in_use()
+    }
+}
+
+impl Share {
+    /// `bytes` in units: at most the narrowest bound, so that a charge
+    /// larger than it takes all of that one and as much of the others.
+    fn units(&self, bytes: u64) -> u32 {
+        bytes
+            .div_ceil(UNIT)
+            .clamp(1, self.most)
+            .min(u64::from(u32::MAX)) as u32
+    }
+
+    /// Hold `bytes` until the answer drops, waiting for room in each bound
+    /// in turn.
+    pub async fn charge(&self, bytes: u64) -> Held {
+        let units = self.units(bytes);
+        let mut held: [Option<OwnedSemaphorePermit>; 4] = Default::default();
+        for (slot, sem) in held.iter_mut().zip(&self.bounds) {
+            if let Some(sem) = sem {
+                // The semaphores are never closed: they live as long as this.
+                match sem.clone().acquire_many_owned(units).await {
+                    Ok(p) => *slot = Some(p),
+                    Err(_) => unreachable_closed(),
+                }
+            }
+        }
+        Held(held)
+    }
+
+    /// [`Share::charge`] if there is room in every bound now.
+    pub fn try_charge(&self, bytes: u64) -> Option<Held> {
+        let units = self.units(bytes);
+        let mut held: [Option<OwnedSemaphorePermit>; 4] = Default::default();
+        for (slot, sem) in held.iter_mut().zip(&self.bounds) {
+            if let Some(sem) = sem {
+                *slot = Some(sem.clone().try_acquire_many_owned(units).ok()?);
+            }
+        }
+        Some(Held(held))
     }
 }
 
@@ -177,11 +200,11 @@ fn unreachable_closed() -> ! {
 mod tests {
     use super::*;
 
-    fn holder(name: &str, role: ClientRole) -> Holder {
-        Holder {
+    fn holder(s: &Shares, name: &str, role: ClientRole) -> Share {
+        s.share(&Holder {
             name: name.into(),
             role,
-        }
+        })
     }
 
     async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
@@ -196,28 +219,28 @@ mod tests {
     #[tokio::test]
     async fn one_client_takes_its_share_and_leaves_the_rest() {
         let s = Shares::new(Split::of(16 << 20, 4 << 20));
-        let greedy = holder("a", ClientRole::Read);
-        let _mine = s.charge(&greedy, 4 << 20).await;
+        let greedy = holder(&s, "a", ClientRole::Read);
+        let _mine = greedy.charge(4 << 20).await;
         assert_eq!(s.in_use(), 4 << 20);
-        let more = s.charge(&greedy, 1 << 20);
+        let more = greedy.charge(1 << 20);
         tokio::pin!(more);
         assert!(
             poll_once(&mut more).await.is_none(),
             "past its share: waits"
         );
-        assert!(s.try_charge(&greedy, 1).is_none());
+        assert!(greedy.try_charge(1).is_none());
         // Other readers find room, up to the read role's share (12 MiB).
-        let _b = s.charge(&holder("b", ClientRole::Read), 4 << 20).await;
-        let _d = s.charge(&holder("d", ClientRole::Read), 4 << 20).await;
-        assert!(s.try_charge(&holder("e", ClientRole::Read), 1).is_none());
+        let _b = holder(&s, "b", ClientRole::Read).charge(4 << 20).await;
+        let _d = holder(&s, "d", ClientRole::Read).charge(4 << 20).await;
+        assert!(holder(&s, "e", ClientRole::Read).try_charge(1).is_none());
         // A writer may not take the admin's eighth: non-admins hold 12 of
         // their 14 MiB.
-        assert!(s
-            .try_charge(&holder("f", ClientRole::Write), 4 << 20)
+        assert!(holder(&s, "f", ClientRole::Write)
+            .try_charge(4 << 20)
             .is_none());
-        let _f = s.try_charge(&holder("f", ClientRole::Write), 2 << 20);
+        let _f = holder(&s, "f", ClientRole::Write).try_charge(2 << 20);
         assert!(_f.is_some(), "a writer finds what is left to non-admins");
-        let admin = s.try_charge(&holder("root", ClientRole::Admin), 2 << 20);
+        let admin = holder(&s, "root", ClientRole::Admin).try_charge(2 << 20);
         assert!(admin.is_some(), "an admin finds its part");
         assert_eq!(s.in_use(), 16 << 20);
     }
@@ -226,7 +249,7 @@ mod tests {
     async fn a_charge_larger_than_a_bound_takes_all_of_it() {
         assert_eq!(Split::of(4 << 20, 1 << 20).per_role, 3 << 20);
         let s = Shares::new(Split::of(4 << 20, 1 << 20));
-        let all = s.charge(&holder("a", ClientRole::Admin), 1 << 40).await;
+        let all = holder(&s, "a", ClientRole::Admin).charge(1 << 40).await;
         assert_eq!(s.in_use(), 1 << 20, "the client's share: a quarter");
         drop(all);
         assert_eq!(s.in_use(), 0);

@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use super::body::Body;
 use super::pool::ClientPool;
-use super::shares::{Holder, Shares, Split};
+use super::shares::{Holder, Share, Shares, Split};
 use super::PIECE;
 use crate::node::api::ApiError;
 use crate::node::WriteRefusal;
@@ -66,13 +66,18 @@ impl Staging {
         self.space.in_use()
     }
 
+    /// `holder`'s part of the staging space.
+    pub(super) fn share(&self, holder: &Holder) -> Share {
+        self.space.share(holder)
+    }
+
     /// Stage the body whole, then hand it to `write` on a blocking thread
     /// as an iterator of pieces. The outer error is why the body did not
     /// arrive whole or could not be staged (then `write` did not run); the
     /// inner result is `write`'s.
     pub(super) async fn feed<T, E>(
         &self,
-        holder: &Holder,
+        share: &Share,
         pool: &ClientPool,
         mut body: Body<'_>,
         write: impl FnOnce(&mut dyn Iterator<Item = Bytes>) -> Result<T, E> + Send + 'static,
@@ -87,7 +92,7 @@ impl Staging {
         let first = body.next().await?;
         let _space = match len {
             0 => None,
-            _ => Some(self.space.charge(holder, len).await),
+            _ => Some(share.charge(len).await),
         };
         body.resume();
         let dir = self.dir.clone();

@@ -265,7 +265,7 @@ impl Primary {
                 "a document of {len} bytes; at most {max}"
             )));
         }
-        let _held = self.budget.charge(&caller.holder, len).await;
+        let _held = caller.memory.charge(len).await;
         let content = match super::body::Body::new(recv, len, self.cfg.body_piece_deadline)
             .read_all()
             .await
