@@ -104,10 +104,18 @@ impl Primary {
         let mut reading = true;
         let mut ended_by = None;
         let mut out = Vec::new();
+        // The connection is busy while any piped request is in flight.
+        let mut busy = None;
         let result = loop {
+            if in_flight.is_empty() {
+                busy = None;
+            }
             tokio::select! {
                 read = rx.recv(), if reading => match read {
-                    Some(Read::Request(arrived)) => in_flight.push(self.piped(caller, *arrived)),
+                    Some(Read::Request(arrived)) => {
+                        busy.get_or_insert_with(|| caller.activity.busy());
+                        in_flight.push(self.piped(caller.holder.role, *arrived));
+                    }
                     Some(Read::End(why)) => {
                         ended_by = why;
                         reading = false;
@@ -143,11 +151,10 @@ impl Primary {
     }
 
     /// One piped request, answered by its id.
-    async fn piped(&self, caller: &Caller, arrived: Arrived) -> PipedAnswer {
+    async fn piped(&self, role: ClientRole, arrived: Arrived) -> PipedAnswer {
         let Arrived { id, req, body, .. } = arrived;
         let _counted = InFlight::enter(&self.inflight);
-        let _busy = caller.activity.busy();
-        let resp = match self.piped_response(caller.holder.role, req, body).await {
+        let resp = match self.piped_response(role, req, body).await {
             Ok(resp) | Err(resp) => resp,
         };
         PipedAnswer {
@@ -361,6 +368,7 @@ impl Primary {
         recv: &mut RecvStream,
     ) -> Carried {
         let _counted = InFlight::enter(&self.inflight);
+        let _busy = caller.activity.busy();
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Carried::Failed(ApiError::Refused(WriteRefusal::Stopping {
                 why: "the primary is stopping".into(),
