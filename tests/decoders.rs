@@ -1018,6 +1018,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
         listen_as_primary: "0.0.0.0:7400".parse().expect("addr"),
         restore_expiry: Default::default(),
         promote_quiet_ms: twinlog::daemon::config::default_promote_quiet_ms(),
+        as_primary: Default::default(),
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

@@ -15,18 +15,14 @@
 //!   serving clients (which need descriptors of their own), and answers
 //!   `/status` again once the flood's connections time out.
 
-use testkit::{free_tcp, free_udp};
-#[path = "support/children.rs"]
-mod children;
+#[path = "support/primary_proc.rs"]
+mod primary_proc;
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use children::Daemon;
+use primary_proc::{pattern, start_in, Primary};
 use twinlog::daemon;
-use twinlog::net::{self, Fingerprint, Identity, Pins, Role};
+use twinlog::net;
 use twinlog::node::api::{ApiError, RefMove};
 use twinlog::node::{Client, Durability, Request, Response, Status};
 use twinlog::objects::ObjType;
@@ -34,98 +30,25 @@ use twinlog::store::frames::{lfs_oid, PackBuilder};
 
 const OBJECT: usize = 64 << 20;
 
-struct Primary {
-    daemon: Daemon,
-    listen: SocketAddr,
-    metrics: SocketAddr,
-    admin: Identity,
-    fp: Fingerprint,
-}
-
 /// A primary with no twin, one of its `[limits]` set as given.
-fn start(root: &Path, key: &str, value: u64) -> Primary {
-    start_in(root, key, value, None)
-}
-
-fn start_in(root: &Path, key: &str, value: u64, max_fds: Option<u32>) -> Primary {
-    let dir = root.join("p");
-    let listen: SocketAddr = free_udp();
-    let metrics = free_tcp();
-    let (cfg, fp) = daemon::init_primary(&dir, listen, metrics, None).expect("init");
-    let text = std::fs::read_to_string(&cfg).expect("config");
-    let text: String = text
-        .lines()
-        .map(|l| match l.starts_with(&format!("{key} = ")) {
-            true => format!("{key} = {value}\n"),
-            false => format!("{l}\n"),
-        })
-        .collect();
-    assert!(
-        text.contains(&format!("{key} = {value}\n")),
-        "no {key} in {text}"
-    );
-    std::fs::write(&cfg, text).expect("config");
-    let admin = daemon::load_identity(&dir.join(daemon::ADMIN_DIR)).expect("admin");
-    let daemon = match max_fds {
-        None => Daemon::start("primary", &cfg, &root.join("primary.log")),
-        Some(n) => Daemon::start_with_fd_limit("primary", &cfg, &root.join("primary.log"), n),
-    };
-    Primary {
-        daemon,
-        listen,
-        metrics,
-        admin,
-        fp,
-    }
-}
-
-async fn serving(p: &Primary) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while daemon::fetch_status::<Status>(p.metrics).is_err() {
-        assert!(Instant::now() < deadline, "the primary never served");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn status_field(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-        * 1024
+fn start(root: &std::path::Path, key: &str, value: u64) -> Primary {
+    start_in(root, &[(key, value)], &[], None)
 }
 
 /// A stream of the protocol, opened by hand so the test decides when to
-/// read its answer.
+/// read its answer; its connection lives as long as the test.
 async fn raw_stream(p: &Primary, req: &Request) -> (quinn::SendStream, quinn::RecvStream) {
-    let pins = Arc::new(Pins::new().pin(p.fp, Role::Primary));
-    let endpoint = net::client(&p.admin, pins).expect("endpoint");
-    let conn = net::connect(&endpoint, p.listen).await.expect("connect");
-    let (mut tx, rx) = conn.open_bi().await.expect("stream");
-    net::write_msg(&mut tx, req).await.expect("request");
-    // The connection lives as long as its streams are held.
-    std::mem::forget(endpoint);
-    (tx, rx)
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    let mut x = u32::from(seed) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
+    let conn = p.connect(&p.admin).await.expect("connect");
+    let stream = conn.ask(req).await;
+    std::mem::forget(conn);
+    stream
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_stopped_readers_of_64_mib_objects_cost_little_memory_and_hold_no_one_up() {
     let root = tempfile::tempdir().expect("tempdir");
     let p = start(root.path(), "memory_budget_mib", 512);
-    serving(&p).await;
+    p.serving().await;
     let c = Client::connect(&p.admin, p.fp, p.listen)
         .await
         .expect("client");
@@ -151,10 +74,9 @@ async fn eight_stopped_readers_of_64_mib_objects_cost_little_memory_and_hold_no_
         .await
         .expect("lfs put");
 
-    let pid = p.daemon.pid();
     // The peak from here on: what the readers cost.
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset the peak");
-    let before = status_field(pid, "VmRSS:");
+    p.reset_peak();
+    let before = p.proc_field("VmRSS");
 
     let mut readers = Vec::new();
     for i in 0..8 {
@@ -199,7 +121,7 @@ async fn eight_stopped_readers_of_64_mib_objects_cost_little_memory_and_hold_no_
             "round {round} took {took:?} beside stopped readers"
         );
     }
-    let peak = status_field(pid, "VmHWM:");
+    let peak = p.proc_field("VmHWM");
     let grew = peak.saturating_sub(before);
     println!(
         "8 stopped readers of 64 MiB objects: RSS {} MiB before, peak {} MiB (+{} MiB)",
@@ -228,7 +150,7 @@ async fn eight_stopped_readers_of_64_mib_objects_cost_little_memory_and_hold_no_
 async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
     let root = tempfile::tempdir().expect("tempdir");
     let p = start(root.path(), "body_piece_timeout_ms", 4000);
-    serving(&p).await;
+    p.serving().await;
     let (mut stalled_tx, mut stalled_rx) = raw_stream(
         &p,
         &Request::Append {
@@ -317,8 +239,13 @@ async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_idle_status_connections_costs_little_cpu_and_blocks_no_client() {
     let root = tempfile::tempdir().expect("tempdir");
-    let p = start_in(root.path(), "max_client_connections", 64, Some(256));
-    serving(&p).await;
+    let p = start_in(
+        root.path(),
+        &[("max_client_connections", 64)],
+        &[],
+        Some(256),
+    );
+    p.serving().await;
     let c = Client::connect(&p.admin, p.fp, p.listen)
         .await
         .expect("client");

@@ -658,6 +658,15 @@ fn errors_and_refusals_have_their_documented_indices_and_fields() {
             ),
             ("SwitchoverRefused", E::SwitchoverRefused { why: s() }),
             ("NoTwin", E::NoTwin),
+            (
+                "BodyTooSlow",
+                E::BodyTooSlow {
+                    received: 1,
+                    expected: 2,
+                    min_bytes: 3,
+                    after_ms: 4,
+                },
+            ),
         ],
     );
     check_table(

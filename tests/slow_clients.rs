@@ -220,58 +220,98 @@ async fn bodies_held_whole_stay_inside_the_memory_budget() {
     );
 }
 
-/// Client connections past the cap are closed at once by name; the ones
-/// served go on, and a slot freed is taken again.
+/// Client connections are shared: past the cap a read client is refused
+/// by name while every connection it holds is busy, an idle one of its
+/// own is closed for its newer one instead, and an admin gets in past the
+/// cap all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn client_connections_past_the_cap_are_refused_by_name() {
+async fn client_connections_are_shared_and_an_admin_always_gets_in() {
+    use std::collections::HashMap;
+    use twinlog::log::Log;
+    use twinlog::net::Identity;
+    use twinlog::node::api::ClientRole;
+    use twinlog::node::Primary;
+
     let dir = tempfile::tempdir().expect("tempdir");
-    let r = start_limited(
-        dir.path(),
+    let server = Identity::mint().expect("mint");
+    let (a, b, admin) = (
+        Identity::mint().expect("mint"),
+        Identity::mint().expect("mint"),
+        Identity::mint().expect("mint"),
+    );
+    let mut pins = Pins::new();
+    let mut roles = HashMap::new();
+    for (id, role) in [
+        (&a, ClientRole::Read),
+        (&b, ClientRole::Read),
+        (&admin, ClientRole::Admin),
+    ] {
+        pins = pins.pin(id.fingerprint(), Role::Client);
+        roles.insert(id.fingerprint(), role);
+    }
+    let pins = Arc::new(pins);
+    let log = Arc::new(Log::open(dir.path()).expect("log"));
+    let endpoint = net::server(([127, 0, 0, 1], 0).into(), &server, pins.clone()).expect("server");
+    let addr = endpoint.local_addr().expect("addr");
+    let primary = Primary::new(
+        log.clone(),
+        pins,
         PrimaryOptions {
             max_clients: 2,
             ..PrimaryOptions::default()
         },
     );
-    let connect = || Client::connect(&r.client, r.server.fingerprint(), r.addr);
-    let first = connect().await.expect("first");
-    let second = connect().await.expect("second");
-    for c in [&first, &second] {
-        c.append(0x8000, b"", b"x", Durability::Local)
-            .await
-            .expect("served");
+    primary.set_client_roles(roles);
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(primary.clone().serve(endpoint, stopped));
+    let fp = server.fingerprint();
+    let root = Client::connect(&admin, fp, addr).await.expect("admin");
+    root.append(0x8000, b"", b"x", Durability::Local)
+        .await
+        .expect("served");
+
+    // Each reader holds a connection busy with a tail: the cap is reached.
+    let (a1, b1) = (
+        Client::connect(&a, fp, addr).await.expect("a"),
+        Client::connect(&b, fp, addr).await.expect("b"),
+    );
+    let mut tails = Vec::new();
+    for c in [&a1, &b1] {
+        let mut t = c.tail(1).await.expect("tail");
+        t.next().await.expect("a frame").expect("one");
+        tails.push(t);
     }
-    let third = connect().await.expect("the handshake itself completes");
-    match third.append(0x8000, b"", b"x", Durability::Local).await {
+    // A third read connection finds none idle of its own to give up.
+    let b2 = Client::connect(&b, fp, addr)
+        .await
+        .expect("the handshake itself completes");
+    match b2.status().await {
         Err(e) => {
             let why = e.to_string();
-            assert!(why.contains("at most 2 client connections"), "{why}");
+            assert!(why.contains("connections, their role's share"), "{why}");
         }
-        Ok(_) => panic!("a third connection was served"),
+        Ok(_) => panic!("a third read connection was served"),
     }
-    assert_eq!(
-        r.primary.log().head_seq(),
-        2,
-        "nothing of the refused one landed"
-    );
-    drop(first);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let fourth = connect().await.expect("connect");
-        if fourth
-            .append(0x8000, b"", b"y", Durability::Local)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the freed slot was never taken"
-        );
-        tokio::task::yield_now().await;
-    }
-    second
-        .append(0x8000, b"", b"z", Durability::Local)
+    // The admin gets in past the cap.
+    let root2 = Client::connect(&admin, fp, addr).await.expect("admin");
+    root2
+        .status()
         .await
-        .expect("still served");
+        .expect("an admin is served past the cap");
+    let s = primary.status();
+    assert_eq!(s.refusals.get("Connection.RoleShare"), Some(&1), "{s:?}");
+
+    // A reader whose own connection is idle has it closed for the new one.
+    drop(tails.pop());
+    testkit::until("b's tail ends", Duration::from_secs(10), || {
+        (primary.status().client_requests == 1).then_some(())
+    })
+    .await;
+    let b3 = Client::connect(&b, fp, addr).await.expect("b again");
+    b3.status()
+        .await
+        .expect("served in place of its own idle one");
+    assert!(b1.status().await.is_err(), "the idle one was closed");
+    assert_eq!(primary.status().refusals.get("Cut.Reclaimed"), Some(&1));
+    assert_eq!(log.head_seq(), 1, "nothing of the refused ones landed");
 }

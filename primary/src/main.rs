@@ -8,14 +8,17 @@ use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 use twinlog::daemon::{self, Address, DaemonError, IoAt};
 use twinlog::net::Fingerprint;
-use twinlog::node::{Client, Durability};
+use twinlog::node::Durability;
 
 mod args;
+mod export;
 mod out;
 mod repo;
 mod restore;
+mod session;
 
 use args::{ConfigArg, TimeoutArg};
+use session::Connections;
 
 #[derive(Parser)]
 #[command(
@@ -179,7 +182,8 @@ enum Cmd {
     /// Follow the log from a sequence.
     ///
     /// One line per frame (sequence, kind, blob length) as each becomes
-    /// durable, until the daemon stops.
+    /// durable, until the daemon stops or through --to; or each frame
+    /// whole, as JSON lines or raw bytes, a piece at a time.
     Tail {
         #[command(flatten)]
         config: ConfigArg,
@@ -188,6 +192,12 @@ enum Cmd {
         /// The first sequence to print
         #[arg(long, default_value_t = 1, value_parser = args::seq, value_name = "SEQ")]
         from: u64,
+        /// The last sequence to print: the command ends once it is out
+        #[arg(long, value_parser = args::seq, value_name = "SEQ")]
+        to: Option<u64>,
+        /// What to print of each frame
+        #[arg(long, value_enum, default_value_t = export::Format::Lines)]
+        format: export::Format,
     },
     /// The store's repositories: create, import, push, read, erase.
     Repo {
@@ -424,10 +434,6 @@ enum StoreCmd {
     },
 }
 
-async fn admin(config: &ConfigArg, timeout: &TimeoutArg) -> Result<Client, DaemonError> {
-    daemon::load::admin_client_with(&config.load()?, timeout.options()).await
-}
-
 /// The blob `append` sends: --text, --file (`-` for stdin), or stdin when
 /// it is not a terminal; an empty one only with --empty.
 fn append_blob(
@@ -483,7 +489,7 @@ fn completions(shell: Shell) -> Result<(), DaemonError> {
         .map_err(|e| DaemonError::Failed(format!("writing to stdout: {e}")))
 }
 
-async fn run(cmd: Cmd) -> Result<(), DaemonError> {
+async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
     match cmd {
         Cmd::Init {
             data,
@@ -547,7 +553,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             empty,
         } => {
             let blob = append_blob(file, text, empty)?;
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             let (seq, got) = client
                 .append(kind, &[], &blob, durability.into())
                 .await
@@ -595,33 +601,18 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             config,
             timeout,
             from,
+            to,
+            format,
         } => {
-            let client = admin(&config, &timeout).await?;
-            let mut tail = client
-                .tail(from)
-                .await
-                .map_err(DaemonError::request(format!("tail from {from}")))?;
-            let mut last = None;
-            while let Some(e) = tail
-                .next()
-                .await
-                .map_err(DaemonError::request(format!("tail from {from}")))?
-            {
-                println!("{} {} {}", e.seq, e.kind, e.blob.len());
-                last = Some(e.seq);
-            }
-            // A tail follows for ever: the primary ends it only as it stops.
-            let after = last.map_or_else(|| "before any frame".into(), |s| format!("after {s}"));
-            return Err(DaemonError::Failed(format!(
-                "tail from {from}: the primary ended it {after} (stopping?)"
-            )));
+            let client = open.admin(&config, &timeout).await?;
+            export::tail(&client, from, to, format).await?;
         }
         Cmd::Repo {
             config,
             timeout,
             cmd,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             repo::run(&client, cmd).await?;
         }
         Cmd::Doc {
@@ -629,7 +620,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             timeout,
             cmd,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             repo::run_doc(&client, cmd).await?;
         }
         Cmd::Restore {
@@ -669,7 +660,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             // on top of the usual deadline.
             let mut options = timeout.options();
             options.deadline += std::time::Duration::from_millis(wait);
-            let client = daemon::load::admin_client_with(&config.load()?, options).await?;
+            let client = open.admin_with(&config.load()?, options).await?;
             let (epoch, head, np) = client
                 .switchover(std::time::Duration::from_millis(wait))
                 .await
@@ -725,7 +716,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             timeout,
             epoch,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             let s = client
                 .fence(epoch.map_or(0, |e| e.0))
                 .await
@@ -773,7 +764,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             from,
             force,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             if !force {
                 // The daemon refuses this too; asked first, the refusal can
                 // name the flag that overrides it.
@@ -800,7 +791,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             timeout,
             cmd,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             match cmd {
                 StoreCmd::Retry => {
                     let h = client
@@ -834,7 +825,7 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             seq,
             out,
         } => {
-            let client = admin(&config, &timeout).await?;
+            let client = open.admin(&config, &timeout).await?;
             let e = client
                 .read(seq)
                 .await
@@ -875,7 +866,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match twinlog::daemon::runtime::block_on_workers(&runtime, run(cli.cmd)) {
+    let ran = async move {
+        let open = Connections::default();
+        let ran = run(cli.cmd, &open).await;
+        open.close().await;
+        ran
+    };
+    match twinlog::daemon::runtime::block_on_workers(&runtime, ran) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("primary: {e}");

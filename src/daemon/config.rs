@@ -273,8 +273,9 @@ pub struct LimitsSection {
     pub memory_budget_mib: u64,
     /// Client connections served at once.
     pub max_client_connections: u64,
-    /// MiB up to which a streamed body is staged whole before the log's
-    /// writer is taken (0: none is); larger bodies stream as they arrive.
+    /// MiB of the largest body a request may carry (an append past 1 MiB,
+    /// a push, a large object), staged whole before the log's writer is
+    /// taken; a larger one is refused before any of it is read.
     pub staged_body_max_mib: u64,
     /// MiB of disk that staged bodies share.
     pub staging_mib: u64,
@@ -295,14 +296,17 @@ pub const BODY_PIECE_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
 /// The bounds of `staging_mib`: a staged body must fit in it.
 pub const STAGING_MIB: std::ops::RangeInclusive<u64> = 1..=1 << 20;
 
+/// The bounds of `staged_body_max_mib`: 1 MiB is what is read whole.
+pub const STAGED_BODY_MAX_MIB: std::ops::RangeInclusive<u64> = 1..=1 << 20;
+
 impl Default for LimitsSection {
     fn default() -> Self {
         LimitsSection {
             body_piece_timeout_ms: 3_000,
             memory_budget_mib: 512,
             max_client_connections: 64,
-            staged_body_max_mib: 64,
-            staging_mib: 1024,
+            staged_body_max_mib: 1024,
+            staging_mib: 2048,
         }
     }
 }
@@ -381,6 +385,11 @@ impl TryFrom<RawLimits> for LimitsSection {
             &MAX_CLIENT_CONNECTIONS,
         )?;
         within("staging_mib", r.staging_mib, &STAGING_MIB)?;
+        within(
+            "staged_body_max_mib",
+            r.staged_body_max_mib,
+            &STAGED_BODY_MAX_MIB,
+        )?;
         if r.staged_body_max_mib > r.staging_mib {
             return Err(format!(
                 "staged_body_max_mib = {} is more than staging_mib = {}: no body that large could be staged",
@@ -490,6 +499,32 @@ pub struct PrimaryConfig {
     pub limits: LimitsSection,
 }
 
+/// `[as_primary]` of `twin.toml`: what this box serves with once a
+/// switchover or a promotion makes it the primary, the sections of the
+/// same names in `primary.toml`. A deposed primary that becomes the twin
+/// carries its own here, so a switchover and back keeps them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsPrimarySection {
+    #[serde(default)]
+    pub durability: DurabilitySection,
+    #[serde(default)]
+    pub retention: RetentionSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+impl AsPrimarySection {
+    /// What `cfg` serves with.
+    pub fn of(cfg: &PrimaryConfig) -> AsPrimarySection {
+        AsPrimarySection {
+            durability: cfg.durability.clone(),
+            retention: cfg.retention,
+            limits: cfg.limits,
+        }
+    }
+}
+
 /// `twin.toml`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -521,9 +556,10 @@ pub struct TwinConfig {
     /// primary.
     #[serde(default = "default_listen_as_primary")]
     pub listen_as_primary: Address,
-    /// When each restore pin expires (RFC 3339, UTC), by fingerprint; a pin
+    /// When each restore pin expires (RFC 3339, UTC), by fingerprint (as
+    /// it prints: however the file spells one, it is read as that); a pin
     /// not named here does not expire.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_expiry")]
     pub restore_expiry: std::collections::BTreeMap<String, String>,
     /// `twin promote` refuses (unless forced) while this twin heard its
     /// primary within this many milliseconds.
@@ -532,6 +568,9 @@ pub struct TwinConfig {
         deserialize_with = "de_promote_quiet_ms"
     )]
     pub promote_quiet_ms: u64,
+    /// What this box serves with once it is the primary.
+    #[serde(default)]
+    pub as_primary: AsPrimarySection,
 }
 
 /// The bounds of `promote_quiet_ms`: up to a day.
@@ -545,6 +584,25 @@ fn de_promote_quiet_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error>
     let v = u64::deserialize(d)?;
     within("promote_quiet_ms", v, &PROMOTE_QUIET_MS).map_err(serde::de::Error::custom)?;
     Ok(v)
+}
+
+/// The restore pins' expiries, keyed by each fingerprint as it prints
+/// (`Fingerprint`'s Display): a key spelled with capitals or colons names
+/// the same pin, and one that is no fingerprint is refused by name.
+fn de_expiry<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error> {
+    let raw = std::collections::BTreeMap::<String, String>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(fp, at)| {
+            let parsed: Fingerprint = fp.parse().map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "restore_expiry: {fp:?} is not a fingerprint (64 hex digits)"
+                ))
+            })?;
+            Ok((parsed.to_string(), at))
+        })
+        .collect()
 }
 
 pub(crate) fn default_listen_as_primary() -> Address {
@@ -605,47 +663,8 @@ reader_fingerprints = [{readers}]
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
 
-[durability]
-# What a `twin` append does while the twin does not acknowledge it:
-# "wait" (the default), "fail" after timeout_ms, or "fallback" to local
-# durability after timeout_ms until the twin has caught up.
-policy = "{policy}"
-timeout_ms = {timeout}
-
-[retention]
-# Bytes of log past which the oldest whole segments are dropped: first
-# those the twin has acknowledged, then, if the log is still over, those it
-# has not (it is then below the floor and gets a snapshot). 0 keeps all.
-max_bytes = {max_bytes}
-
-[limits]
-# Milliseconds a client may leave a request's body without sending a byte
-# before the request is cut off (BodyStalled) and nothing of it is written.
-body_piece_timeout_ms = {body_piece}
-# A streamed body up to this many MiB is staged whole on disk (an unnamed
-# file beside the log) before the log's writer or the store is taken, so a
-# client that stalls mid-body holds up no one; a larger body streams into
-# the log as it arrives and holds the writer up to the timeout above. 0
-# stages none.
-staged_body_max_mib = {staged_max}
-# MiB of disk that staged bodies share; a body past it waits its turn.
-staging_mib = {staging}
-# MiB that request bodies held whole (appended blobs up to 1 MiB, documents,
-# 2 MiB in flight per streamed body) may take together; a request past it
-# waits its turn. Objects are sent in pieces and are not counted.
-memory_budget_mib = {memory_budget}
-# Client connections served at once; one past it is closed at once. Each
-# may have 32 requests open and buffer up to 16 MiB in flight, so the
-# primary's memory is bounded by about this times 24 MiB plus the budget
-# above plus the log's own (see the README).
-max_client_connections = {max_clients}
-{timers}"#,
-            max_bytes = self.retention.max_bytes,
-            body_piece = self.limits.body_piece_timeout_ms,
-            memory_budget = self.limits.memory_budget_mib,
-            staged_max = self.limits.staged_body_max_mib,
-            staging = self.limits.staging_mib,
-            max_clients = self.limits.max_client_connections,
+{serving}{timers}"#,
+            serving = AsPrimarySection::of(self).render(""),
             data = self.data_dir.display(),
             listen = self.listen,
             metrics = self.metrics,
@@ -654,13 +673,67 @@ max_client_connections = {max_clients}
             writers = writers,
             readers = readers,
             segment = self.segment_bytes,
+            timers = self.timers.render(),
+        )
+    }
+}
+
+impl AsPrimarySection {
+    /// `[durability]`, `[retention]` and `[limits]`, each named after
+    /// `prefix` (`as_primary.` in `twin.toml`), with a comment on every key.
+    fn render(&self, prefix: &str) -> String {
+        format!(
+            r#"[{prefix}durability]
+# What a `twin` append does while the twin does not acknowledge it:
+# "wait" (the default), "fail" after timeout_ms, or "fallback" to local
+# durability after timeout_ms until the twin has caught up.
+policy = "{policy}"
+timeout_ms = {timeout}
+
+[{prefix}retention]
+# Bytes of log past which the oldest whole segments are dropped: first
+# those the twin has acknowledged, then, if the log is still over, those it
+# has not (it is then below the floor and gets a snapshot). 0 keeps all.
+max_bytes = {max_bytes}
+
+[{prefix}limits]
+# Milliseconds a client may leave a request's body without sending a byte
+# before the request is cut off (BodyStalled) and nothing of it is written;
+# it must also send a piece (256 KiB) every four times this (BodyTooSlow).
+# Answers the client does not take for this long are cut off too.
+body_piece_timeout_ms = {body_piece}
+# The largest body in MiB a request may carry (an append past 1 MiB, a
+# push, a large object); it is staged whole on disk (an unnamed file beside
+# the log) before the log's writer or the store is taken, so a client that
+# stalls mid-body holds up no one. A larger body is refused before any of
+# it is read.
+staged_body_max_mib = {staged_max}
+# MiB of disk that staged bodies share; a body past it waits its turn. One
+# client may hold half of it (or one largest body).
+staging_mib = {staging}
+# MiB that requests may hold in memory together (appended blobs up to
+# 1 MiB, documents, listings, a piece in hand per answer or streamed body);
+# a request past it waits its turn. One client may hold a quarter (at least
+# 16 MiB), one role three quarters, and admins always find an eighth.
+memory_budget_mib = {memory_budget}
+# Client connections served at once (admins have 4 more); one past it is
+# closed at once. One client may hold a quarter of them (at least 4), one
+# role three quarters. Each may have 32 requests open and buffer up to
+# 24 MiB in flight, so the primary's memory is bounded by about this times
+# 24 MiB plus the budget above plus the log's own (see the README).
+max_client_connections = {max_clients}"#,
             policy = match self.durability.policy {
                 Policy::Wait => "wait",
                 Policy::Fail => "fail",
                 Policy::Fallback => "fallback",
             },
             timeout = self.durability.timeout_ms,
-            timers = self.timers.render(),
+            max_bytes = self.retention.max_bytes,
+            body_piece = self.limits.body_piece_timeout_ms,
+            memory_budget = self.limits.memory_budget_mib,
+            staged_max = self.limits.staged_body_max_mib,
+            staging = self.limits.staging_mib,
+            max_clients = self.limits.max_client_connections,
         )
     }
 }
@@ -705,12 +778,18 @@ restore_fingerprints = [{restorers}]
 max_bytes = {twin_max_bytes}
 max_age_secs = {twin_max_age}
 {timers}
+# What this box serves with once a switchover or a promotion makes it the
+# primary: the sections of primary.toml of the same names. A deposed
+# primary that follows as the twin keeps its own here.
+{as_primary}
+
 [restore_expiry]
 # When each restore pin expires (`twin pin-restore --expires-in`): from then
 # on that box's handshakes are refused.
 {expiry}"#,
             twin_max_bytes = self.retention.max_bytes,
             twin_max_age = self.retention.max_age_secs,
+            as_primary = self.as_primary.render("as_primary."),
             restore_listen = self.restore_listen.as_ref().map_or(
                 "# restore_listen = \"0.0.0.0:7401\"".to_owned(),
                 |a| format!("restore_listen = \"{a}\"")
@@ -791,6 +870,18 @@ mod tests {
             listen_as_primary: "0.0.0.0:7500".parse().expect("addr"),
             restore_expiry: Default::default(),
             promote_quiet_ms: default_promote_quiet_ms(),
+            as_primary: AsPrimarySection {
+                durability: DurabilitySection {
+                    policy: Policy::Fallback,
+                    timeout_ms: 250,
+                },
+                retention: RetentionSection { max_bytes: 1 << 30 },
+                limits: LimitsSection {
+                    memory_budget_mib: 64,
+                    max_client_connections: 16,
+                    ..LimitsSection::default()
+                },
+            },
         };
         assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
     }
@@ -852,11 +943,16 @@ mod tests {
                 "twice heartbeat_ms",
             ),
             ("timeout_ms = 250", "timeout_ms = 0", "timeout_ms"),
-            ("staging_mib = 1024", "staging_mib = 0", "staging_mib"),
+            ("staging_mib = 2048", "staging_mib = 0", "staging_mib"),
             (
-                "staged_body_max_mib = 64",
-                "staged_body_max_mib = 2048",
-                "staged_body_max_mib = 2048 is more than staging_mib",
+                "staged_body_max_mib = 1024",
+                "staged_body_max_mib = 4096",
+                "staged_body_max_mib = 4096 is more than staging_mib",
+            ),
+            (
+                "staged_body_max_mib = 1024",
+                "staged_body_max_mib = 0",
+                "staged_body_max_mib = 0: it must be from 1",
             ),
             (
                 "body_piece_timeout_ms = 3000",
@@ -913,6 +1009,7 @@ mod tests {
             listen_as_primary: default_listen_as_primary(),
             restore_expiry: Default::default(),
             promote_quiet_ms: default_promote_quiet_ms(),
+            as_primary: Default::default(),
         };
         let text = t.render();
         assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);

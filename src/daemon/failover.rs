@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    admin_identity, load_identity, open_log, resolve, write_config, Address, DaemonError, IoAt,
-    PrimaryConfig, TwinConfig, LOG_DIR, PRIMARY_CONFIG, STORE_DIR, TWIN_CONFIG,
+    admin_identity, load_identity, open_log, resolve, write_config, Address, AsPrimarySection,
+    DaemonError, IoAt, PrimaryConfig, TwinConfig, LOG_DIR, PRIMARY_CONFIG, STORE_DIR, TWIN_CONFIG,
 };
 use crate::log::{Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Pins, Role};
@@ -103,11 +103,11 @@ pub fn promote(
         client_fingerprints: vec![admin.fingerprint()],
         writer_fingerprints: Vec::new(),
         reader_fingerprints: Vec::new(),
-        durability: Default::default(),
+        durability: cfg.as_primary.durability.clone(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
-        retention: Default::default(),
-        limits: Default::default(),
+        retention: cfg.as_primary.retention,
+        limits: cfg.as_primary.limits,
     };
     write_config(&primary_config, &primary.render())?;
     tracing::warn!(epoch = %EpochName(new), head, "twin promoted to primary");
@@ -254,8 +254,9 @@ pub async fn rejoin(
 }
 
 /// Make a deposed primary's data directory a twin's, following `primary`:
-/// `twin.toml` is written (keeping the restore and retention settings of
-/// one already there; the metrics address `metrics`, else the one there,
+/// `twin.toml` is written (keeping the restore, retention and promote
+/// settings of one already there, or of the one set aside when a
+/// switchover promoted this box; the metrics address `metrics`, else the one there,
 /// else the primary's), then `primary_config` is moved aside, last, so a
 /// crash between leaves a box that is both and is finished by running the
 /// step again. Answers the twin configuration and where the primary's
@@ -268,22 +269,30 @@ fn become_twin(
     metrics: Option<Address>,
 ) -> Result<(PathBuf, PathBuf), DaemonError> {
     let twin_path = cfg.data_dir.join(TWIN_CONFIG);
-    let mut twin = TwinConfig::load(&twin_path).unwrap_or_else(|_| TwinConfig {
-        data_dir: cfg.data_dir.clone(),
-        primary: primary.clone(),
-        primary_fingerprint: None,
-        metrics: cfg.metrics.clone(),
-        segment_bytes: cfg.segment_bytes,
-        timers: cfg.timers,
-        restore_listen: None,
-        restore_fingerprints: Vec::new(),
-        retention: Default::default(),
-        listen_as_primary: cfg.listen.clone(),
-        restore_expiry: Default::default(),
-        promote_quiet_ms: super::config::default_promote_quiet_ms(),
-    });
+    // The twin settings this box had before a switchover promoted it in
+    // place, when it has no twin.toml of its own: its restore pins,
+    // retention and promote window come back with it.
+    let before = cfg.data_dir.join(format!("{TWIN_CONFIG}.promoted"));
+    let mut twin = TwinConfig::load(&twin_path)
+        .or_else(|_| TwinConfig::load(&before))
+        .unwrap_or_else(|_| TwinConfig {
+            data_dir: cfg.data_dir.clone(),
+            primary: primary.clone(),
+            primary_fingerprint: None,
+            metrics: cfg.metrics.clone(),
+            segment_bytes: cfg.segment_bytes,
+            timers: cfg.timers,
+            restore_listen: None,
+            restore_fingerprints: Vec::new(),
+            retention: Default::default(),
+            listen_as_primary: cfg.listen.clone(),
+            restore_expiry: Default::default(),
+            promote_quiet_ms: super::config::default_promote_quiet_ms(),
+            as_primary: Default::default(),
+        });
     twin.data_dir = cfg.data_dir.clone();
     twin.listen_as_primary = cfg.listen.clone();
+    twin.as_primary = AsPrimarySection::of(cfg);
     twin.primary = primary;
     twin.primary_fingerprint = Some(fingerprint);
     if let Some(m) = metrics {
@@ -438,11 +447,11 @@ pub fn promote_in_place(
         client_fingerprints: vec![admin.fingerprint()],
         writer_fingerprints: Vec::new(),
         reader_fingerprints: Vec::new(),
-        durability: Default::default(),
+        durability: cfg.as_primary.durability.clone(),
         segment_bytes: cfg.segment_bytes,
         timers: cfg.timers,
-        retention: Default::default(),
-        limits: Default::default(),
+        retention: cfg.as_primary.retention,
+        limits: cfg.as_primary.limits,
     };
     for c in clients {
         let Ok(fp) = c.fingerprint.parse::<Fingerprint>() else {
@@ -452,7 +461,12 @@ pub fn promote_in_place(
         let list = match c.role {
             0 => &mut primary.reader_fingerprints,
             1 => &mut primary.writer_fingerprints,
-            _ => &mut primary.client_fingerprints,
+            2 => &mut primary.client_fingerprints,
+            other => {
+                // A role this build does not know is no role: never admin.
+                tracing::warn!(fingerprint = %c.fingerprint, role = other, "a handed client has an unknown role: not pinned");
+                continue;
+            }
         };
         if !list.contains(&fp) {
             list.push(fp);

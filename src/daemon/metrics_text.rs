@@ -22,6 +22,41 @@ pub(super) fn counter(out: &mut String, name: &str, help: &str, value: impl std:
     ));
 }
 
+/// What clients hold and were refused, on a primary.
+pub(super) fn client_metrics(out: &mut String, s: &crate::node::Status) {
+    gauge(
+        out,
+        "twinlog_client_connections",
+        "Client connections served now.",
+        s.client_connections,
+    );
+    gauge(
+        out,
+        "twinlog_memory_held_bytes",
+        "Bytes of the memory budget clients' requests hold now.",
+        s.memory_held,
+    );
+    gauge(
+        out,
+        "twinlog_staging_held_bytes",
+        "Bytes of staging space bodies hold now.",
+        s.staging_held,
+    );
+    counter(
+        out,
+        "twinlog_unpinned_handshakes_total",
+        "Handshakes refused because the certificate is not pinned.",
+        s.unpinned_refused,
+    );
+    let name = "twinlog_client_refusals_total";
+    out.push_str(&format!(
+        "# HELP {name} What clients were refused, by the refusal's name.\n# TYPE {name} counter\n"
+    ));
+    for (refusal, n) in &s.refusals {
+        out.push_str(&format!("{name}{{refusal=\"{refusal}\"}} {n}\n"));
+    }
+}
+
 /// A store's health as metrics named `{prefix}_…`.
 pub(super) fn store_metrics(
     out: &mut String,

@@ -32,8 +32,8 @@ use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role, TlsError};
 use crate::node::api::ClientRole;
 use crate::node::epoch::Epochs;
 use crate::node::{ClientError, Primary, PrimaryOptions, Twin, TwinOptions};
-pub use config::TwinRetentionSection;
 pub use config::{Address, ConfigError, PrimaryConfig, TwinConfig};
+pub use config::{AsPrimarySection, TwinRetentionSection};
 
 pub use crate::layout::{
     ADMIN_DIR, CERT_FILE, KEY_FILE, LOG_DIR, PRIMARY_CONFIG, SNAPSHOTS_DIR, STORE_DIR, TWIN_CONFIG,

@@ -76,6 +76,23 @@ fn erase_copies(data_dir: &Path) -> crate::store::EraseAlso {
 }
 
 /// The store beside the log, caught up with it before anything is served.
+/// Wake `applier` each time the durable head moves, then let `pause` pass
+/// before the next wake: a burst of durable batches costs one catch-up.
+pub(super) fn follow_durable(
+    applier: &crate::node::store_host::Applier,
+    mut durable: watch::Receiver<u64>,
+    pause: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    let waker = applier.waker();
+    tokio::spawn(async move {
+        waker.wake();
+        while durable.changed().await.is_ok() {
+            waker.wake();
+            tokio::time::sleep(pause).await;
+        }
+    })
+}
+
 pub(super) async fn open_store(
     log: &Arc<Log>,
     data_dir: &Path,

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The least time between two wakes of the primary's store applier: the
+/// store requests apply their own frames before they answer, so this only
+/// walks past the others, and a status a little behind costs nothing.
+const PRIMARY_APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Run a primary until `shutdown`.
 pub async fn serve_primary(
     cfg: PrimaryConfig,
@@ -92,6 +97,12 @@ pub async fn serve_primary(
         |d| d.is_some(),
         DEPOSED_GRACE,
     );
+    // The store follows the durable head here as on the twin, through the
+    // application frames no store request applies, so both boxes' status
+    // says how far their store has gone through the log alike. Off the
+    // write path, a catch-up at most every `PRIMARY_APPLY_PAUSE`.
+    let applier = crate::node::store_host::Applier::start(store.clone())?;
+    let follow = follow_durable(&applier, node.watch_durable(), PRIMARY_APPLY_PAUSE);
     let status_node = node.clone();
     let metrics_node = node.clone();
     let status_server = serve_status(
@@ -253,6 +264,7 @@ pub async fn serve_primary(
                 "1 while the frame at the twin's position is no longer retained.",
                 u8::from(s.twin_below_floor),
             );
+            client_metrics(out, s);
             if let Some(h) = &s.store {
                 store_metrics(out, "twinlog_store", "This box's store", h);
             }
@@ -285,6 +297,11 @@ pub async fn serve_primary(
         c.abort();
     }
     log.sync()?;
+    follow.abort();
+    let _ = follow.await;
+    tokio::task::spawn_blocking(move || applier.stop())
+        .await
+        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
     let _ = status_server.await;
     tracing::info!(head = log.head_seq(), "primary stopped");
     let new_primary = deposed.borrow().clone();

@@ -99,15 +99,7 @@ pub async fn serve_twin(
     // thread switches and segment opens, for frames that are mostly not
     // the store's: after a wake, the next waits out `APPLY_PAUSE`.
     let applier = crate::node::store_host::Applier::start(store)?;
-    let waker = applier.waker();
-    let mut durable = node.durable();
-    let follow = tokio::spawn(async move {
-        waker.wake();
-        while durable.changed().await.is_ok() {
-            waker.wake();
-            tokio::time::sleep(APPLY_PAUSE).await;
-        }
-    });
+    let follow = follow_durable(&applier, node.durable(), APPLY_PAUSE);
     let status_node = node.clone();
     let status_server = serve_status(
         &cfg.metrics,

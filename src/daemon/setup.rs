@@ -166,6 +166,7 @@ pub fn init_twin(
         listen_as_primary: config::default_listen_as_primary(),
         restore_expiry: Default::default(),
         promote_quiet_ms: super::config::default_promote_quiet_ms(),
+        as_primary: Default::default(),
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))

@@ -203,11 +203,22 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
         out.push_str(&format!("last twin disconnect: {e}\n"));
     }
     out.push_str(&format!(
-        "clients: {} connected, {:.1} MiB of the memory budget held, {:.1} MiB of bodies staged\n",
+        "clients: {} connected, {} requests in progress, {:.1} MiB of the memory budget held, {:.1} MiB of bodies staged\n",
         s.client_connections,
+        s.client_requests,
         s.memory_held as f64 / (1 << 20) as f64,
         s.staging_held as f64 / (1 << 20) as f64
     ));
+    if !s.refusals.is_empty() {
+        let named: Vec<String> = s.refusals.iter().map(|(n, c)| format!("{n} {c}")).collect();
+        out.push_str(&format!("clients refused: {}\n", named.join(", ")));
+    }
+    if s.unpinned_refused > 0 {
+        out.push_str(&format!(
+            "handshakes of unpinned certificates refused: {}\n",
+            s.unpinned_refused
+        ));
+    }
     for r in &s.refused_peers {
         out.push_str(&format!(
             "refused a certificate that is not pinned: {} at {} (pin it with `primary pin-twin` or `pin-client` if it is yours)\n",

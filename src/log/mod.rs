@@ -45,7 +45,7 @@ pub use guard::{FreezeGuard, MutationGuard};
 pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};
 pub use pending::Pending;
-pub use read::{Entry, Located};
+pub use read::{BlobReader, Entry, Located};
 #[cfg(any(test, feature = "testing"))]
 pub use sim::{CrashMode, SimStorage};
 pub use tail::{Tail, TailFrame};
@@ -60,6 +60,13 @@ use write::Writer;
 pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 /// The smallest segment size accepted.
 pub const MIN_SEGMENT_BYTES: u64 = 256;
+/// The largest blob a frame written here may hold: 1 TiB. Every writer
+/// (a client's append, a twin applying its primary's stream, a restore)
+/// is refused past it ([`Error::TooLarge`]) before anything touches the
+/// disk; a length that large is a peer's mistake or its lie, and no
+/// reservation for it could succeed on the disks this runs on. Frames
+/// already on disk are read up to the format's own bound.
+pub const MAX_BLOB: u64 = 1 << 40;
 
 /// A log's history id: minted when the log is created, kept in its
 /// directory. Two logs with the same id descend from one log.

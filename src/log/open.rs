@@ -51,6 +51,9 @@ pub struct Recovery {
     pub repaired: Vec<String>,
     /// A half-made segment (from a crash during a roll) removed.
     pub removed_incomplete: Option<PathBuf>,
+    /// An open segment holding no frame, sized past the segment size (for
+    /// a frame that never came), shrunk back to a new segment's size.
+    pub shrunk_empty: Option<PathBuf>,
     /// A reset or restart that a crash interrupted, finished at this sequence.
     pub finished_restart: Option<u64>,
     /// A `truncate_after` that a crash interrupted, finished: the head it cut to.
@@ -468,7 +471,25 @@ impl Log {
             log_file.write_all_at(&header.encode(), 0)?;
             log_file.sync_all()?;
         }
-        let file_len = log_file.len()?;
+        let mut file_len = log_file.len()?;
+        if scanned.offsets.is_empty()
+            && (header.capacity > self.segment_bytes || file_len > self.segment_bytes)
+        {
+            // An empty open segment needs no more room than a new one. One
+            // sized for a frame that never came (a reservation refused, or
+            // an append aborted) is shrunk back: its size is only what it
+            // asked the disk for, and asking again could fail for ever.
+            tracing::warn!(
+                segment = %path.display(), capacity = header.capacity, file_len,
+                "an open segment without frames shrunk to the segment size"
+            );
+            log_file.set_len(SEGMENT_HEADER_LEN as u64)?;
+            header.capacity = self.segment_bytes;
+            log_file.write_all_at(&header.encode(), 0)?;
+            log_file.sync_all()?;
+            recovery.shrunk_empty = Some(path.clone());
+            file_len = SEGMENT_HEADER_LEN as u64;
+        }
         let capacity = header.capacity.max(self.segment_bytes).max(scanned.end);
         let next_seq = first + scanned.offsets.len() as u64;
         if let Some(reason) = &scanned.damage {

@@ -32,14 +32,7 @@ impl Log {
         }
         let mut w = self.writer_locked();
         self.check_writable(&w)?;
-        self.check_frame(kind, meta)?;
-        if blob_len > i64::MAX as u64 {
-            return Err(Error::TooLarge {
-                what: "blob",
-                len: blob_len,
-                max: i64::MAX as u64,
-            });
-        }
+        self.check_frame(kind, meta, blob_len)?;
         let seq = Self::check_seq(&w, seq)?;
         let frame_len = FRAME_HEADER_LEN as u64 + meta.len() as u64 + blob_len;
         self.make_room(&mut w, frame_len)?;

@@ -267,64 +267,117 @@ impl Log {
         if piece == 0 {
             return Err(invalid("a piece of 0 bytes".into()).into());
         }
+        let mut reader = self.blob_reader_from(seq, from)?;
+        let mut buf = vec![0u8; piece.min(reader.left() as usize)];
+        loop {
+            let (n, last) = reader.next_piece(&mut buf)?;
+            each(reader.located(), &buf[..n], last)?;
+            if last {
+                return Ok(reader.loc);
+            }
+        }
+    }
+
+    /// A frame's blob to read a piece at a time, as the caller asks for
+    /// each ([`BlobReader`]), from byte `from` on (with the crc checks and
+    /// refusals of [`Log::read_pieces_from`]).
+    pub fn blob_reader_from(&self, seq: u64, from: u64) -> Result<BlobReader> {
         let (file, loc) = self.locate_in(seq)?;
         if loc.is_erased() {
             if from != 0 {
                 return Err(invalid(format!(
                     "frame {seq} is erased: no byte {from} to resume at"
-                ))
-                .into());
+                )));
             }
-            each(&loc, &[], true)?;
-            return Ok(loc);
-        }
-        if from > loc.blob_len {
+        } else if from > loc.blob_len {
             return Err(invalid(format!(
                 "byte {from} is past the end of frame {seq}'s blob of {} bytes",
                 loc.blob_len
-            ))
-            .into());
+            )));
         }
-        let checked = from == 0;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&loc.meta);
-        let verify = |crc: crc32fast::Hasher| -> Result<()> {
-            if crc.finalize() == loc.payload_crc {
-                Ok(())
-            } else {
-                Err(Error::corrupt(
-                    &loc.segment,
-                    loc.blob_offset,
-                    format!("payload crc of {seq}"),
-                ))
-            }
-        };
-        if from == loc.blob_len {
-            if checked {
-                verify(crc)?;
-            }
-            each(&loc, &[], true)?;
-            return Ok(loc);
-        }
-        let mut buf = vec![0u8; piece.min((loc.blob_len - from) as usize)];
-        let mut pos = from;
-        while pos < loc.blob_len {
-            let n = (piece as u64).min(loc.blob_len - pos) as usize;
-            file.read_exact_at(&mut buf[..n], loc.blob_offset + pos)
-                .map_err(|e| Error::corrupt(&loc.segment, loc.blob_offset + pos, e))?;
-            let last = pos + n as u64 == loc.blob_len;
-            if checked {
-                crc.update(&buf[..n]);
-                if last {
-                    verify(crc.clone())?;
-                }
-            }
-            each(&loc, &buf[..n], last)?;
-            pos += n as u64;
-        }
-        Ok(loc)
+        let crc = (from == 0 && !loc.is_erased()).then(|| {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&loc.meta);
+            crc
+        });
+        let pos = if loc.is_erased() { loc.blob_len } else { from };
+        Ok(BlobReader {
+            file,
+            loc,
+            pos,
+            crc,
+            done: false,
+        })
+    }
+}
+
+/// A frame's blob, read a piece at a time by whoever holds it: between two
+/// pieces nothing waits, so a reader that hands each piece to a slow peer
+/// parks no thread meanwhile. Memory is the caller's buffer. The last
+/// piece is handed out only once the payload crc checked (from byte 0);
+/// an erased frame is one empty last piece.
+pub struct BlobReader {
+    file: Arc<dyn StorageFile>,
+    loc: Located,
+    pos: u64,
+    crc: Option<crc32fast::Hasher>,
+    done: bool,
+}
+
+impl std::fmt::Debug for BlobReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlobReader")
+            .field("seq", &self.loc.seq)
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+impl BlobReader {
+    /// The frame's header, meta and place.
+    pub fn located(&self) -> &Located {
+        &self.loc
     }
 
+    /// Blob bytes not read yet (none for an erased frame).
+    pub fn left(&self) -> u64 {
+        self.loc.blob_len - self.pos
+    }
+
+    /// Read the next piece into `buf`, at most its length: how many bytes,
+    /// and whether they are the last (then the crc checked, or the frame is
+    /// [`Error::Corrupt`]). Called again after the last, it answers `(0,
+    /// true)`.
+    pub fn next_piece(&mut self, buf: &mut [u8]) -> Result<(usize, bool)> {
+        if self.done {
+            return Ok((0, true));
+        }
+        let n = (buf.len() as u64).min(self.left()) as usize;
+        if n == 0 && self.left() > 0 {
+            return Err(invalid("a piece of 0 bytes".into()));
+        }
+        let at = self.loc.blob_offset + self.pos;
+        self.file
+            .read_exact_at(&mut buf[..n], at)
+            .map_err(|e| Error::corrupt(&self.loc.segment, at, e))?;
+        self.pos += n as u64;
+        let last = self.left() == 0;
+        if let Some(crc) = self.crc.as_mut() {
+            crc.update(&buf[..n]);
+            if last && crc.clone().finalize() != self.loc.payload_crc {
+                return Err(Error::corrupt(
+                    &self.loc.segment,
+                    self.loc.blob_offset,
+                    format!("payload crc of {}", self.loc.seq),
+                ));
+            }
+        }
+        self.done = last;
+        Ok((n, last))
+    }
+}
+
+impl Log {
     /// Walk every retained frame's header and meta, oldest first, without
     /// its blob: one open and one sequential buffered read per segment, each
     /// blob skipped inside the buffer, one meta buffer reused for every

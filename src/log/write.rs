@@ -112,7 +112,7 @@ impl Log {
         Ok(())
     }
 
-    pub(super) fn check_frame(&self, kind: u16, meta: &[u8]) -> Result<()> {
+    pub(super) fn check_frame(&self, kind: u16, meta: &[u8], blob_len: u64) -> Result<()> {
         if kind == 0 {
             return Err(Error::InvalidKind(0));
         }
@@ -121,6 +121,13 @@ impl Log {
                 what: "meta",
                 len: meta.len() as u64,
                 max: MAX_META_LEN as u64,
+            });
+        }
+        if blob_len > super::MAX_BLOB {
+            return Err(Error::TooLarge {
+                what: "blob",
+                len: blob_len,
+                max: super::MAX_BLOB,
             });
         }
         Ok(())
@@ -176,7 +183,7 @@ impl Log {
     ) -> Result<u64> {
         let mut w = self.writer_locked();
         self.check_writable(&w)?;
-        self.check_frame(Kind::Redacted.as_u16(), meta)?;
+        self.check_frame(Kind::Redacted.as_u16(), meta, blob_len)?;
         let seq = Self::check_seq(&w, Some(seq))?;
         let header = FrameHeader {
             seq,
@@ -275,7 +282,7 @@ impl Log {
         blob: &[u8],
     ) -> Result<FrameHeader> {
         self.check_writable(w)?;
-        self.check_frame(kind, meta)?;
+        self.check_frame(kind, meta, blob.len() as u64)?;
         let seq = Self::check_seq(w, seq)?;
         let header = FrameHeader {
             seq,
@@ -325,9 +332,10 @@ impl Log {
             let files = w.files()?.clone();
             let grow = w.end + len - w.capacity;
             // A failed allocation changed nothing a reader or a restart
-            // sees: out of space, the append fails and the log goes on.
+            // sees: with no room for the frame, the append fails and the
+            // log goes on.
             files.log.allocate(w.capacity, grow).map_err(|e| {
-                if is_out_of_space(&e) {
+                if cannot_reserve(&e) {
                     Error::Io(e)
                 } else {
                     self.poison_io("allocate", e)
@@ -367,7 +375,7 @@ impl Log {
         let first = w.next_seq;
         let new_files = match self.try_create_segment(first, capacity) {
             Ok(f) => f,
-            Err(e) if is_out_of_space(&e) => {
+            Err(e) if cannot_reserve(&e) => {
                 // The old segment is sealed and durable, cut to its frames,
                 // and nothing names the new one: drop it and stay on the
                 // old, full, segment. Nothing was lost or half written, so
@@ -377,10 +385,15 @@ impl Log {
                 w.capacity = w.end;
                 self.set_open_bytes(w.end);
                 self.publish(w, staged);
-                tracing::warn!(dir = %self.dir.display(), error = %e, "no space for a new segment: appends wait for space");
+                tracing::warn!(dir = %self.dir.display(), capacity, error = %e, "no room for a new segment: the append is refused");
                 return Err(Error::Io(e));
             }
-            Err(e) => return Err(self.poison_io("create segment", e)),
+            Err(e) => {
+                // Never left half made, whatever failed: a restart would
+                // take it for the open segment.
+                self.discard_segment(first);
+                return Err(self.poison_io("create segment", e));
+            }
         };
         let sealed_bytes = w.end;
         w.files = Some(new_files);
@@ -438,8 +451,10 @@ impl Log {
             history: self.history().0,
             capacity,
         };
-        log.write_all_at(&header.encode(), 0)?;
+        // The room first, then the header: a segment whose capacity could
+        // not be reserved never has a header that names it.
         log.allocate(0, capacity)?;
+        log.write_all_at(&header.encode(), 0)?;
         log.sync_all()?;
         let idx = self.fs.open(&self.index_file(first), OpenMode::CreateNew)?;
         idx.write_all_at(&format::encode_index_header(first), 0)?;
@@ -506,9 +521,14 @@ impl Log {
     }
 }
 
-/// ENOSPC or EDQUOT: the file system has no room, which passes.
-fn is_out_of_space(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+/// A reservation the file system refused without writing anything: no
+/// room (ENOSPC, EDQUOT: which passes), or a length it cannot hold (EFBIG,
+/// EINVAL, or one past `off_t`). The log is not poisoned by it.
+fn cannot_reserve(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EINVAL)
+    ) || e.kind() == std::io::ErrorKind::InvalidInput
 }
 
 /// The open segment as `release` left it.

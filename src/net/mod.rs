@@ -64,6 +64,10 @@ pub enum NetError {
     Message(#[from] DecodeError),
     #[error("the peer is not pinned")]
     Unpinned,
+    /// The peer took none of what was written to it within the deadline:
+    /// the stream was reset.
+    #[error("the peer took nothing for {after_ms} ms: the stream was reset")]
+    SendStalled { after_ms: u64 },
 }
 
 /// Why a lost connection was lost, for the messages that only say it was.
@@ -135,6 +139,42 @@ impl Liveness {
         Liveness {
             keep_alive: (deadline / 3).min(Duration::from_secs(1)),
             idle_timeout: deadline,
+        }
+    }
+}
+
+/// A warning that anyone outside can cause, said at most once an interval
+/// with the count of those it stands for, so a flood cannot fill the logs.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    /// When the next may be said, in ms since the Unix epoch.
+    next_ms: std::sync::atomic::AtomicU64,
+    /// Held back since the last said.
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl Throttle {
+    /// Whether to say this one now: the number it stands for (itself and
+    /// those held back since the last), or None to hold it back.
+    pub fn allow(&self, every: Duration) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let now = crate::repl::Now::system().unix_ms;
+        let next = self.next_ms.load(Ordering::Relaxed);
+        let due = now >= next
+            && self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now + every.as_millis() as u64,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        if due {
+            Some(self.held.swap(0, Ordering::Relaxed) + 1)
+        } else {
+            self.held.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 }
@@ -290,6 +330,35 @@ pub async fn read_msg<T: DeserializeOwned>(recv: &mut RecvStream) -> Result<Opti
     recv.read_exact(&mut body).await?;
     let msg = postcard::from_bytes(&body).map_err(|e| DecodeError::Malformed(e.to_string()))?;
     Ok(Some(msg))
+}
+
+/// [`read_msg`], waiting for the message's first byte as long as it takes
+/// and for the rest at most `rest`: a peer between messages may be quiet,
+/// one that began a message must finish it. Past `rest` the error is an
+/// I/O `TimedOut`.
+pub async fn read_msg_within<T: DeserializeOwned>(
+    recv: &mut RecvStream,
+    rest: Duration,
+) -> Result<Option<T>, NetError> {
+    let mut prefix = [0u8; 4];
+    // One read takes what has arrived of the prefix (all of it, mostly).
+    let got = match recv.read(&mut prefix).await {
+        Ok(Some(n)) => n,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(quinn::ReadExactError::ReadError(e).into()),
+    };
+    let whole = async {
+        recv.read_exact(&mut prefix[got..]).await?;
+        let len = msg::announced_len(prefix)?;
+        let mut body = vec![0u8; len];
+        recv.read_exact(&mut body).await?;
+        postcard::from_bytes(&body)
+            .map_err(|e| NetError::from(DecodeError::Malformed(e.to_string())))
+    };
+    match tokio::time::timeout(rest, whole).await {
+        Ok(msg) => msg.map(Some),
+        Err(_) => Err(NetError::Io(std::io::ErrorKind::TimedOut.into())),
+    }
 }
 
 /// Read control messages into `tx` until the stream ends or fails (the

@@ -102,10 +102,16 @@ pub enum Role {
 /// The peers a box accepts, by fingerprint, each with its role; and the
 /// last certificates it refused, so a status can say who knocked.
 #[derive(Clone, Debug, Default)]
-pub struct Pins(
-    HashMap<Fingerprint, (Role, Option<u64>)>,
-    Arc<std::sync::Mutex<Vec<Refused>>>,
-);
+pub struct Pins(HashMap<Fingerprint, (Role, Option<u64>)>, Arc<RefusedLog>);
+
+/// The certificates refused: the last few, how many in all, and the
+/// warnings about them, at most one a second however many knock.
+#[derive(Debug, Default)]
+pub struct RefusedLog {
+    last: std::sync::Mutex<Vec<Refused>>,
+    total: std::sync::atomic::AtomicU64,
+    warn: super::Throttle,
+}
 
 /// A certificate refused because it is not pinned.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -122,12 +128,30 @@ const REFUSALS_KEPT: usize = 8;
 impl Pins {
     /// The last certificates refused, oldest first, each once.
     pub fn refused(&self) -> Vec<Refused> {
-        self.1.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.1
+            .last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Handshakes refused because the certificate is not pinned, since
+    /// start.
+    pub fn refused_total(&self) -> u64 {
+        self.1.total.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn note_refused(&self, fp: &Fingerprint) {
+        self.1
+            .total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // An outsider may knock as often as it likes: the log says so once
+        // a second, with how many it stands for.
+        if let Some(knocks) = self.1.warn.allow(std::time::Duration::from_secs(1)) {
+            tracing::warn!(fingerprint = %fp, knocks, "refused a certificate that is not pinned");
+        }
         let at_ms = crate::repl::Now::system().unix_ms;
-        let mut r = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.1.last.lock().unwrap_or_else(|e| e.into_inner());
         let fingerprint = fp.to_string();
         r.retain(|x| x.fingerprint != fingerprint);
         r.push(Refused { fingerprint, at_ms });
@@ -160,6 +184,12 @@ impl Pins {
             Some(until) if crate::repl::Now::system().unix_ms >= until => None,
             _ => Some(role),
         }
+    }
+
+    /// When a pinned peer's pin expires (ms since the Unix epoch); None
+    /// for a pin without an expiry, or no pin.
+    pub fn expiry(&self, fp: &Fingerprint) -> Option<u64> {
+        self.0.get(fp).and_then(|&(_, until)| until)
     }
 
     /// Whether any peer is pinned in `role`.
@@ -255,7 +285,6 @@ impl PinnedVerifier {
         if self.pins.role(&fp).is_some() {
             Ok(())
         } else {
-            tracing::warn!(fingerprint = %fp, "refused a certificate that is not pinned");
             self.pins.note_refused(&fp);
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::ApplicationVerificationFailure,

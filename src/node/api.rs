@@ -472,6 +472,46 @@ pub enum ApiError {
     /// was written.
     #[error("no twin is configured on this primary, so nothing can be durable on it: nothing was written. Append with `--durability local`, or pin a twin (`primary pin-twin`) and restart")]
     NoTwin,
+    /// The client sent fewer than `min_bytes` of a request's body in
+    /// `after_ms`, the least rate a body must keep: the request was cut
+    /// off and nothing of it was written.
+    #[error("the body came too slowly: {received} of {expected} bytes arrived, fewer than {min_bytes} in the last {after_ms} ms; nothing was written")]
+    BodyTooSlow {
+        received: u64,
+        expected: u64,
+        min_bytes: u64,
+        after_ms: u64,
+    },
+}
+
+impl ApiError {
+    /// The error's name, as the metrics count it; a write or read
+    /// refusal's names its kind too (`Refused.TooLarge`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            ApiError::Refused(w) => w.name(),
+            ApiError::Read(r) => r.name(),
+            ApiError::TwinTimeout { .. } => "TwinTimeout",
+            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::NoRepo(_) => "NoRepo",
+            ApiError::RepoExists(_) => "RepoExists",
+            ApiError::RefMoved { .. } => "RefMoved",
+            ApiError::BadPush(_) => "BadPush",
+            ApiError::Store(_) => "Store",
+            ApiError::NotOnTwin { .. } => "NotOnTwin",
+            ApiError::StoreStalled { .. } => "StoreStalled",
+            ApiError::NotApplied { .. } => "NotApplied",
+            ApiError::SkipRefused { .. } => "SkipRefused",
+            ApiError::NoDoc(_) => "NoDoc",
+            ApiError::NotCarriedOutOnTwin { .. } => "NotCarriedOutOnTwin",
+            ApiError::Fenced { .. } => "Fenced",
+            ApiError::BodyStalled { .. } => "BodyStalled",
+            ApiError::SwitchoverRefused { .. } => "SwitchoverRefused",
+            ApiError::NoTwin => "NoTwin",
+            ApiError::BodyTooSlow { .. } => "BodyTooSlow",
+        }
+    }
 }
 
 impl From<crate::store::StoreError> for ApiError {
@@ -571,6 +611,9 @@ pub struct Status {
     /// Client connections open now.
     #[serde(default)]
     pub client_connections: u64,
+    /// Client requests in progress now (a tail counts while it runs).
+    #[serde(default)]
+    pub client_requests: u64,
     /// Bytes of streamed bodies staged now, waiting to be whole.
     #[serde(default)]
     pub staging_held: u64,
@@ -580,6 +623,14 @@ pub struct Status {
     /// The last verify of the twin's frames against this log.
     #[serde(default)]
     pub last_verify: Option<crate::node::verify::VerifyReport>,
+    /// What clients were refused since start, by the refusal's name
+    /// (`ApiError::name`, or how a connection or stream was cut).
+    #[serde(default)]
+    pub refusals: std::collections::BTreeMap<String, u64>,
+    /// Handshakes refused since start because the certificate is not
+    /// pinned.
+    #[serde(default)]
+    pub unpinned_refused: u64,
 }
 
 /// Why a primary is fenced, as its refusals say.

@@ -151,6 +151,15 @@ pub(crate) async fn read_announced(
     Ok(out)
 }
 
+/// How long [`Client::close`] gives its close to go out.
+const CLOSE_WAIT: Duration = Duration::from_millis(100);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.conn.close(0u32.into(), b"the client is done");
+    }
+}
+
 /// How long a restore waits for its handshake with the twin.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -240,6 +249,16 @@ impl Client {
     /// The longest wait on the primary.
     pub fn deadline(&self) -> Duration {
         self.deadline
+    }
+
+    /// Close the connection and give the close a moment to reach the
+    /// primary, which frees this client's connection there at once rather
+    /// than at its idle timeout. A client that is dropped closes too, but
+    /// a process that exits right after may not send it: a command line
+    /// calls this before it exits.
+    pub async fn close(&self) {
+        self.conn.close(0u32.into(), b"the client is done");
+        let _ = tokio::time::timeout(CLOSE_WAIT, self._endpoint.wait_idle()).await;
     }
 
     /// `fut`, a wait on the primary, within the deadline.
@@ -593,7 +612,70 @@ pub struct Tailing {
     deadline: Duration,
 }
 
+/// A frame's head, as [`Tailing::next_streamed`] hands it over before its
+/// blob.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrameHead {
+    pub seq: u64,
+    pub kind: u16,
+    pub meta: Vec<u8>,
+    pub blob_len: u64,
+    pub payload_crc: u32,
+}
+
 impl Tailing {
+    /// The next frame, its blob handed to `each` a piece at a time as it
+    /// arrives (each piece within the deadline), never held whole: a frame
+    /// of any size is exported in memory of one piece. The primary checks
+    /// the frame's crc as it sends and cuts the stream short, an error
+    /// here, when it fails. None when the primary ended the tail.
+    pub async fn next_streamed(
+        &mut self,
+        mut each: impl FnMut(&FrameHead, &[u8]) -> std::io::Result<()>,
+    ) -> Result<Option<FrameHead>, ClientError> {
+        let next = net::read_msg::<Response>(&mut self.recv)
+            .await
+            .map_err(|e| silent(&self.conn, self.deadline, e.into()))?;
+        let head = match next {
+            None => return Ok(None),
+            Some(Response::Frame {
+                seq,
+                kind,
+                meta,
+                blob_len,
+                payload_crc,
+            }) => FrameHead {
+                seq,
+                kind,
+                meta,
+                blob_len,
+                payload_crc,
+            },
+            Some(Response::Error(e)) => return Err(e.into()),
+            Some(other) => return Err(ClientError::Unexpected(format!("{other:?}"))),
+        };
+        let mut got = 0u64;
+        while got < head.blob_len {
+            let want = (head.blob_len - got).min(BODY_PIECE as u64) as usize;
+            let recv = &mut self.recv;
+            let chunk = timed(&self.conn, self.deadline, async {
+                recv.read_chunk(want, true)
+                    .await
+                    .map_err(|e| NetError::Io(std::io::Error::other(e.to_string())))
+            })
+            .await?;
+            let Some(chunk) = chunk else {
+                return Err(ClientError::Unexpected(format!(
+                    "frame {}: the server announced {} bytes and sent {got}",
+                    head.seq, head.blob_len
+                )));
+            };
+            each(&head, &chunk.bytes).map_err(NetError::from)?;
+            got += chunk.bytes.len() as u64;
+        }
+        Ok(Some(head))
+    }
+
     /// The next frame; None when the primary ended the tail.
     pub async fn next(&mut self) -> Result<Option<Entry>, ClientError> {
         let next = net::read_msg::<Response>(&mut self.recv)

@@ -23,7 +23,7 @@ pub mod twin_retention;
 pub mod verify;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
-pub use client::{Appended, Client, ClientError, ClientOptions, Tailing};
+pub use client::{Appended, Client, ClientError, ClientOptions, FrameHead, Tailing};
 pub use primary::{Primary, PrimaryOptions, TwinPolicy};
 pub use refusal::{ReadRefusal, WriteRefusal};
 pub use twin::{Twin, TwinOptions, TwinStatus};

@@ -59,6 +59,28 @@ pub enum WriteRefusal {
     Log { why: String },
 }
 
+impl WriteRefusal {
+    /// Its name, as the metrics count it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WriteRefusal::Follower => "Refused.Follower",
+            WriteRefusal::Poisoned { .. } => "Refused.Poisoned",
+            WriteRefusal::Released => "Refused.Released",
+            WriteRefusal::TooLarge { .. } => "Refused.TooLarge",
+            WriteRefusal::BlobLength { .. } => "Refused.BlobLength",
+            WriteRefusal::InvalidKind { .. } => "Refused.InvalidKind",
+            WriteRefusal::BadMeta { .. } => "Refused.BadMeta",
+            WriteRefusal::NoSpace { .. } => "Refused.NoSpace",
+            WriteRefusal::Io { .. } => "Refused.Io",
+            WriteRefusal::TwinNotPast { .. } => "Refused.TwinNotPast",
+            WriteRefusal::StoreNotPast { .. } => "Refused.StoreNotPast",
+            WriteRefusal::Staging { .. } => "Refused.Staging",
+            WriteRefusal::Stopping { .. } => "Refused.Stopping",
+            WriteRefusal::Log { .. } => "Refused.Log",
+        }
+    }
+}
+
 impl From<LogError> for WriteRefusal {
     fn from(e: LogError) -> WriteRefusal {
         match e {
@@ -106,6 +128,15 @@ pub enum ReadRefusal {
 }
 
 impl ReadRefusal {
+    /// Its name, as the metrics count it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReadRefusal::BelowFloor { .. } => "Read.BelowFloor",
+            ReadRefusal::PastHead { .. } => "Read.PastHead",
+            ReadRefusal::Unreadable { .. } => "Read.Unreadable",
+        }
+    }
+
     /// The log's failure to read frame `seq`, by name.
     pub fn of(seq: u64, e: LogError) -> ReadRefusal {
         match e {

@@ -53,6 +53,10 @@ pub enum RestoreError {
     Refused(String),
     #[error("restore protocol: {0}")]
     Protocol(String),
+    /// A frame whose announced lengths cannot be: refused before any of
+    /// it is written.
+    #[error("the twin announced frame {seq} with {what}")]
+    BadLength { seq: u64, what: String },
 }
 
 /// Where to restore from and into.
@@ -503,6 +507,25 @@ fn pull(
                 "frame {seq} from byte {}, {want_from} was asked",
                 h.from
             )));
+        }
+        if h.from > h.blob_len || (h.erased && h.from > 0) {
+            return Err(RestoreError::BadLength {
+                seq,
+                what: format!(
+                    "its blob of {} bytes resumed at byte {}",
+                    h.blob_len, h.from
+                ),
+            });
+        }
+        if h.blob_len > log::MAX_BLOB {
+            return Err(RestoreError::BadLength {
+                seq,
+                what: format!(
+                    "a blob of {} bytes, past the log's limit of {}",
+                    h.blob_len,
+                    log::MAX_BLOB
+                ),
+            });
         }
         if h.erased {
             log.stage_erased_at(seq, &h.meta, h.blob_len, h.payload_crc)?;

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use super::epoch::Epochs;
 use super::snapshot_transfer::{SnapshotReq, SnapshotSource};
 use crate::log::{Error as LogError, Log};
-use crate::net::{self, NetError, Pins, Role};
+use crate::net::{self, Fingerprint, NetError, Pins, Role};
 use crate::store::install;
 
 /// The piece a restored frame's blob moves in.
@@ -112,7 +112,7 @@ pub async fn serve(
                     match net::peer(&conn, &pins) {
                         Ok((fp, Role::Restore)) => {
                             tracing::info!(peer = %fp, addr = %conn.remote_address(), "restore connected");
-                            connection(source, conn).await;
+                            connection(source, conn, &pins, fp).await;
                         }
                         Ok((_, role)) => conn.close(2u32.into(), format!("{role:?} is not served here").as_bytes()),
                         Err(e) => {
@@ -128,14 +128,54 @@ pub async fn serve(
     endpoint.close(0u32.into(), b"shutdown");
 }
 
-async fn connection(source: Arc<RestoreSource>, conn: Connection) {
-    while let Ok((send, mut recv)) = conn.accept_bi().await {
+/// How long a stream's request may take to arrive once the stream is
+/// open.
+const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The application close code of a restore connection whose pin expired
+/// while it was open.
+pub const CLOSE_PIN_EXPIRED: u32 = 6;
+
+/// Serve one restore peer's requests until it goes, or its pin expires:
+/// an expiry ends an open connection as it refuses a new handshake.
+async fn connection(source: Arc<RestoreSource>, conn: Connection, pins: &Pins, fp: Fingerprint) {
+    let expired = async {
+        match pins.expiry(&fp) {
+            Some(until_ms) => {
+                let left = until_ms.saturating_sub(crate::repl::Now::system().unix_ms);
+                tokio::time::sleep(std::time::Duration::from_millis(left)).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(expired);
+    loop {
+        let accepted = tokio::select! {
+            a = conn.accept_bi() => a,
+            () = &mut expired => {
+                tracing::warn!(peer = %fp, "a restore pin expired: its connection is closed");
+                conn.close(CLOSE_PIN_EXPIRED.into(), b"the restore pin expired");
+                return;
+            }
+        };
+        let Ok((send, mut recv)) = accepted else {
+            return;
+        };
+        if pins.role(&fp) != Some(Role::Restore) {
+            conn.close(CLOSE_PIN_EXPIRED.into(), b"the restore pin expired");
+            return;
+        }
         let source = source.clone();
         tokio::spawn(async move {
-            let req = match net::read_msg::<RestoreReq>(&mut recv).await {
-                Ok(Some(r)) => r,
-                Ok(None) => return,
-                Err(e) => return tracing::warn!(error = %e, "a restore request does not decode"),
+            let read =
+                tokio::time::timeout(REQUEST_DEADLINE, net::read_msg::<RestoreReq>(&mut recv));
+            let req = match read.await {
+                Ok(Ok(Some(r))) => r,
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) => {
+                    return tracing::warn!(error = %e, "a restore request does not decode")
+                }
+                Err(_) => return tracing::warn!("a restore request did not arrive in time"),
             };
             if let Err(e) = answer(&source, req, send).await {
                 tracing::warn!(error = %e, "a restore request failed");

@@ -464,17 +464,9 @@ pub struct Extent {
 }
 
 impl Extent {
-    /// The bytes in pieces of at most `piece`; memory is one piece.
-    pub fn read(&self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let mut buf = vec![0u8; piece.min(self.len as usize).max(1)];
-        let mut pos = 0;
-        while pos < self.len {
-            let n = (buf.len() as u64).min(self.len - pos) as usize;
-            self.file.read_exact_at(&mut buf[..n], self.offset + pos)?;
-            each(&buf[..n])?;
-            pos += n as u64;
-        }
-        Ok(())
+    /// `buf.len()` bytes from `pos` on.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+        Ok(self.file.read_exact_at(buf, self.offset + pos)?)
     }
 }
 

@@ -300,6 +300,7 @@ impl Lfs {
             len,
             path,
             oid: *oid,
+            sha: Some(ring::digest::Context::new(&ring::digest::SHA256)),
         }))
     }
 
@@ -339,36 +340,50 @@ impl LfsPut {
     }
 }
 
-/// A large object open for reading ([`Lfs::open_object`]).
+/// A large object open for reading ([`Lfs::open_object`]), read a piece
+/// at a time as its holder asks for each: nothing waits between two.
 pub struct LfsObject {
     file: File,
     pub len: u64,
     path: PathBuf,
     oid: [u8; LFS_OID_LEN],
+    /// Taken when the hash is checked, at the end of the file.
+    sha: Option<ring::digest::Context>,
 }
 
 impl LfsObject {
     /// Its bytes in pieces of at most `piece`, its SHA-256 checked at the
     /// end. Memory is one piece.
     pub fn read(mut self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
         let mut buf = vec![0u8; piece.max(1)];
         loop {
-            let n = self.file.read(&mut buf)?;
-            if n == 0 {
-                break;
+            match self.next_piece(&mut buf)? {
+                0 => return Ok(()),
+                n => each(&buf[..n])?,
             }
-            sha.update(&buf[..n]);
-            each(&buf[..n])?;
         }
-        if sha.finish().as_ref() != self.oid {
+    }
+
+    /// Read the next bytes into `buf`, at most its length: how many; 0 at
+    /// the end, once the object hashed to its name (an error otherwise).
+    pub fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let Some(sha) = self.sha.as_mut() else {
+            return Ok(0);
+        };
+        let n = self.file.read(buf)?;
+        if n > 0 {
+            sha.update(&buf[..n]);
+            return Ok(n);
+        }
+        let sha = self.sha.take().map(|s| s.finish());
+        if sha.as_ref().map(|d| d.as_ref()) != Some(&self.oid[..]) {
             return Err(StoreError::Corrupt {
-                path: self.path,
+                path: self.path.clone(),
                 at: 0,
                 what: "a large object that does not hash to its name".into(),
             });
         }
-        Ok(())
+        Ok(0)
     }
 }
 

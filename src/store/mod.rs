@@ -34,7 +34,8 @@ use crate::pushlog::{Push, PushLogError, RefUpdate};
 
 pub(crate) use archive::punch;
 pub use frames::{FrameParts, PackBuilder, RepoOp};
-pub use repo::Repo;
+pub use lfs::LfsObject;
+pub use repo::{GitObjectReader, Repo};
 pub use skips::SkipRecord;
 pub use snapshot::{Manifest, ManifestFile};
 
@@ -842,9 +843,21 @@ impl Store {
 
     /// A control document.
     pub fn doc(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let Some(mut file) = self.open_doc(name)? else {
+            return Ok(None);
+        };
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut b)?;
+        Ok(Some(b))
+    }
+
+    /// A control document opened for reading: once open it reads without
+    /// the store, as it was (a put replaces it by rename, and the open
+    /// file keeps what it opened).
+    pub fn open_doc(&self, name: &str) -> Result<Option<File>> {
         frames::check_doc_name(name)?;
-        match std::fs::read(self.dir.join("docs").join(name)) {
-            Ok(b) => Ok(Some(b)),
+        match File::open(self.dir.join("docs").join(name)) {
+            Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }

@@ -415,26 +415,66 @@ impl GitObject {
         self.extent.len == 0
     }
 
-    /// Its bytes in pieces of at most `piece`, hashed on the way: an
-    /// object that does not hash to its id (an erase zeroed it meanwhile,
-    /// or the disk did) is an error after the last piece. Memory is one
-    /// piece.
-    pub fn read(&self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let mut hasher = super::frames::OidHasher::new(self.obj_type, self.extent.len);
-        self.extent.read(piece, &mut |bytes| {
-            hasher.update(bytes);
-            each(bytes)
-        })?;
-        if hasher.finish() != self.oid {
-            return Err(StoreError::Corrupt {
-                path: self.extent.path.clone(),
-                at: self.extent.offset,
-                what: format!(
-                    "object {} does not hash to its id",
-                    super::frames::hex(&self.oid)
-                ),
-            });
+    /// Its bytes in pieces of at most `piece` (see [`GitObjectReader`]).
+    /// Memory is one piece.
+    pub fn read(self, piece: usize, each: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut buf = vec![0u8; piece.min(self.extent.len as usize).max(1)];
+        let mut reader = self.reader();
+        loop {
+            match reader.next_piece(&mut buf)? {
+                0 => return Ok(()),
+                n => each(&buf[..n])?,
+            }
         }
-        Ok(())
+    }
+
+    /// Its bytes, a piece at a time as the caller asks for each.
+    pub fn reader(self) -> GitObjectReader {
+        let hasher = super::frames::OidHasher::new(self.obj_type, self.extent.len);
+        GitObjectReader {
+            object: self,
+            pos: 0,
+            hasher: Some(hasher),
+        }
+    }
+}
+
+/// A git object's bytes read a piece at a time, hashed on the way: the
+/// last piece is handed out only once the object hashes to its id (an
+/// erase zeroed it meanwhile, or the disk did, is an error instead).
+/// Nothing waits between two pieces.
+pub struct GitObjectReader {
+    object: GitObject,
+    pos: u64,
+    /// Taken when the hash is checked.
+    hasher: Option<super::frames::OidHasher>,
+}
+
+impl GitObjectReader {
+    /// Read the next bytes into `buf`, at most its length: how many; 0 at
+    /// the end.
+    pub fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let o = &self.object;
+        let n = (buf.len() as u64).min(o.extent.len - self.pos) as usize;
+        o.extent.read_at(self.pos, &mut buf[..n])?;
+        self.pos += n as u64;
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(&buf[..n]);
+        }
+        if self.pos == o.extent.len {
+            if let Some(h) = self.hasher.take() {
+                if h.finish() != o.oid {
+                    return Err(StoreError::Corrupt {
+                        path: o.extent.path.clone(),
+                        at: o.extent.offset,
+                        what: format!(
+                            "object {} does not hash to its id",
+                            super::frames::hex(&o.oid)
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(n)
     }
 }

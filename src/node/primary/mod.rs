@@ -4,11 +4,14 @@
 //!
 //! Here: the state, its status, the endpoint and each connection's role.
 //! `twin_session` serves the twin's connection, `requests` a client's,
-//! `pipeline` a client's piped requests and `store_requests` the store's;
-//! `appender` is the thread small appends
-//! queue to; `body`, `budget` and `stage` bound what a request body may
-//! hold; `retain`, `switchover` and `twin_seat` are the rest of the
-//! lifecycle.
+//! `pipeline` a client's piped requests, `store_requests` the store's and
+//! `answer` what is sent back in pieces; `appender` is the thread small
+//! appends queue to. What one client may hold is bounded and shared
+//! fairly: `seats` (connections), `shares` (memory and staging space),
+//! `body` (a body's deadlines), `stage` (bodies staged before any writer
+//! is taken) and `pool` (blocking threads); `refusals` counts what
+//! clients were refused. `retain`, `switchover` and `twin_seat` are the
+//! rest of the lifecycle.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,12 +30,16 @@ use crate::net::{self, NetError, Pins, Role};
 use crate::repl::apply;
 use crate::repl::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
 
+mod answer;
 mod appender;
 mod body;
-mod budget;
 mod pipeline;
+mod pool;
+mod refusals;
 mod requests;
 mod retain;
+mod seats;
+mod shares;
 mod stage;
 mod store_requests;
 mod switchover;
@@ -40,11 +47,29 @@ mod twin_seat;
 mod twin_session;
 mod verify;
 
-use twin_session::{publish, send_blocking};
+use twin_session::publish;
+
+pub use pool::CLIENT_THREADS;
+pub use seats::{ADMIN_RESERVE, CLOSE_RECLAIMED};
+pub use shares::Split;
 
 /// Appends up to this size are read whole and appended in one call (and
 /// share fdatasyncs with concurrent appends); larger blobs stream.
 const SMALL_BLOB: u64 = 1 << 20;
+/// The largest single charge to the memory budget: a control document
+/// read whole. One client's share is never less.
+const LARGEST_CHARGE: u64 = crate::store::frames::MAX_DOC_BYTES;
+
+/// A client being served: who it is, in which role, its parts of the
+/// memory budget and of the staging space, and what its connection is
+/// doing.
+#[derive(Clone)]
+pub(super) struct Caller {
+    holder: shares::Holder,
+    memory: shares::Share,
+    staging: shares::Share,
+    activity: Arc<seats::Activity>,
+}
 /// The piece a frame's blob moves in.
 pub const PIECE: usize = 256 * 1024;
 
@@ -61,14 +86,15 @@ pub struct PrimaryOptions {
     /// byte: past it the request is cut off (`BodyStalled`), so no client
     /// holds the log's writer or the store.
     pub body_piece_deadline: Duration,
-    /// The memory request bodies and whole answers may hold together
-    /// (see `budget`).
+    /// The memory request bodies and answers in hand may hold together
+    /// (see `shares`).
     pub memory_budget: u64,
-    /// Client connections served at once; more are closed at once
-    /// (`CLOSE_TOO_MANY`). The twin is never counted.
+    /// Connections of non-admin clients served at once (see `seats`);
+    /// more are closed at once (`CLOSE_TOO_MANY`). The twin is never
+    /// counted.
     pub max_clients: usize,
-    /// Streamed bodies up to this size are staged whole before the log's
-    /// writer or the store is taken (see `stage`); 0 stages none.
+    /// The largest body a request may carry past 1 MiB, staged whole
+    /// before the log's writer or the store is taken (see `stage`).
     pub stage_max_body: u64,
     /// The disk space staged bodies share.
     pub staging_space: u64,
@@ -81,7 +107,7 @@ impl Default for PrimaryOptions {
             timers: Timers::default(),
             epoch: 0,
             body_piece_deadline: body::DEFAULT_PIECE_DEADLINE,
-            memory_budget: budget::DEFAULT_BUDGET_BYTES,
+            memory_budget: shares::DEFAULT_BUDGET_BYTES,
             max_clients: 64,
             stage_max_body: stage::DEFAULT_STAGE_MAX_BYTES,
             staging_space: stage::DEFAULT_STAGING_BYTES,
@@ -99,12 +125,16 @@ pub struct Primary {
     twin_configured: bool,
     /// A planned switchover's state.
     switch: Arc<switchover::Switch>,
-    /// The memory requests hold whole, bounded.
-    budget: budget::Budget,
+    /// The memory requests hold, bounded and shared.
+    budget: shares::Shares,
     /// Where streamed bodies wait, whole, for their writer.
     staging: stage::Staging,
-    /// Client connections open now.
-    clients: std::sync::atomic::AtomicUsize,
+    /// Client connections open now, bounded and shared.
+    seats: seats::Seats,
+    /// The blocking threads clients' requests may take.
+    pool: pool::ClientPool,
+    /// What clients were refused, by name.
+    refusals: refusals::Refusals,
     log: Arc<Log>,
     pins: Arc<Pins>,
     cfg: PrimaryOptions,
@@ -159,6 +189,10 @@ pub struct Primary {
     /// The thread small appends queue to (none when it could not start:
     /// each append then takes a blocking task).
     appender: Option<appender::Appender>,
+    /// Warnings of refused client connections and handshakes, at most one
+    /// a second.
+    seat_refusals: net::Throttle,
+    handshake_refusals: net::Throttle,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -262,9 +296,14 @@ impl Primary {
             epochs,
             twin_configured,
             switch: Default::default(),
-            budget: budget::Budget::new(cfg.memory_budget),
+            budget: shares::Shares::new(Split::of(
+                cfg.memory_budget,
+                (cfg.memory_budget / 4).max(LARGEST_CHARGE),
+            )),
             staging: stage::Staging::new(log.dir(), cfg.stage_max_body, cfg.staging_space),
-            clients: std::sync::atomic::AtomicUsize::new(0),
+            seats: seats::Seats::new(cfg.max_clients),
+            pool: Default::default(),
+            refusals: Default::default(),
             log,
             pins,
             cfg,
@@ -292,6 +331,8 @@ impl Primary {
             twin_streams: watch::channel(false).0,
             verifier: Mutex::new(None),
             last_verify: Mutex::new(None),
+            seat_refusals: Default::default(),
+            handshake_refusals: Default::default(),
         })
     }
 
@@ -320,6 +361,11 @@ impl Primary {
         &self.log
     }
 
+    /// The durable head as it moves.
+    pub fn watch_durable(&self) -> watch::Receiver<u64> {
+        self.durable.subscribe()
+    }
+
     /// From each publication to the twin's ack covering it, since start.
     pub fn ack_delay(&self) -> &crate::metrics::Histogram {
         &self.ack_delay
@@ -330,7 +376,10 @@ impl Primary {
         let mut s = lock(&self.status).clone();
         s.memory_held = self.budget.in_use();
         s.staging_held = self.staging.in_use();
-        s.client_connections = self.clients.load(std::sync::atomic::Ordering::SeqCst) as u64;
+        s.client_connections = self.seats.count() as u64;
+        s.client_requests = *self.inflight.borrow() as u64;
+        s.refusals = self.refusals.snapshot();
+        s.unpinned_refused = self.pins.refused_total();
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.twin_acked = *self.acked.borrow();
@@ -406,7 +455,11 @@ impl Primary {
                     tokio::spawn(async move {
                         match incoming.await {
                             Ok(conn) => me.connection(conn).await,
-                            Err(e) => tracing::warn!(error = %e, "handshake refused"),
+                            Err(e) => {
+                                if let Some(n) = me.handshake_refusals.allow(Duration::from_secs(1)) {
+                                    tracing::warn!(error = %e, refused = n, "handshake refused");
+                                }
+                            }
                         }
                     });
                 }
@@ -468,11 +521,15 @@ impl Primary {
         let peer = match net::peer(&conn, &self.pins) {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(error = %e, "connection without a pinned peer");
+                if let Some(n) = self.handshake_refusals.allow(Duration::from_secs(1)) {
+                    tracing::warn!(error = %e, refused = n, "connection without a pinned peer");
+                }
                 return conn.close(1u32.into(), b"not pinned");
             }
         };
-        tracing::info!(peer = %peer.0, role = ?peer.1, addr = %conn.remote_address(), "connected");
+        if peer.1 != Role::Client {
+            tracing::info!(peer = %peer.0, role = ?peer.1, addr = %conn.remote_address(), "connected");
+        }
         match peer.1 {
             Role::Twin => {
                 // Held until this session's end is recorded below, so the
@@ -499,24 +556,40 @@ impl Primary {
                 });
             }
             Role::Client => {
-                let clients = self
-                    .clients
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if clients >= self.cfg.max_clients {
-                    tracing::warn!(peer = %peer.0, max = self.cfg.max_clients, "too many client connections: refused");
-                    conn.close(
-                        net::CLOSE_TOO_MANY.into(),
-                        format!(
-                            "this primary serves at most {} client connections",
-                            self.cfg.max_clients
-                        )
-                        .as_bytes(),
-                    );
-                } else {
-                    self.clone().client_session(conn).await;
+                let (fp, _) = peer;
+                let name: Arc<str> = fp.to_string().into();
+                // A client pinned through `Pins` alone, by a library user,
+                // is an admin; the daemon names every client's role.
+                let role = self
+                    .client_roles
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&fp)
+                    .copied()
+                    .unwrap_or(ClientRole::Admin);
+                let (seat, reclaimed) = match self.seats.take(&name, role, &conn) {
+                    Ok(seated) => seated,
+                    Err(why) => {
+                        self.refusals.note(why.name());
+                        if let Some(n) = self.seat_refusals.allow(Duration::from_secs(1)) {
+                            tracing::warn!(client = %name, %role, refused = n, "client connection refused: {why}");
+                        }
+                        return conn.close(net::CLOSE_TOO_MANY.into(), why.to_string().as_bytes());
+                    }
+                };
+                if reclaimed {
+                    self.refusals.note(refusals::Cut::Reclaimed.name());
                 }
-                self.clients
-                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                tracing::debug!(client = %name, %role, addr = %conn.remote_address(), "client connected");
+                let holder = shares::Holder { name, role };
+                let caller = Caller {
+                    memory: self.budget.share(&holder),
+                    staging: self.staging.share(&holder),
+                    holder,
+                    activity: seat.activity.clone(),
+                };
+                self.clone().client_session(conn, caller).await;
+                drop(seat);
             }
             other => conn.close(
                 2u32.into(),

@@ -15,6 +15,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::refusals::Cut;
 use super::*;
 use crate::node::api::{Piped, PipedAnswer, PIPED_BODY_MAX};
 
@@ -43,7 +44,17 @@ struct Arrived {
     id: u64,
     req: Request,
     body: Carried,
-    _room: [Option<OwnedSemaphorePermit>; 3],
+    _room: Room,
+}
+
+/// What a piped request holds until it is answered: its place among the
+/// connection's requests in flight, and its blob's bytes there and in the
+/// client's memory share.
+#[derive(Default)]
+struct Room {
+    _request: Option<OwnedSemaphorePermit>,
+    _bytes: Option<OwnedSemaphorePermit>,
+    _budget: Option<shares::Held>,
 }
 
 /// What came with a request.
@@ -58,6 +69,9 @@ enum Carried {
         bytes: u64,
         _writing: Option<switchover::Writing>,
     },
+    /// Refused before its body was read or anything charged (the body,
+    /// 1 MiB at most, was read and dropped); the pipeline goes on.
+    Refused(ApiError),
     /// Why it could not be taken; the pipeline ends after it.
     Failed(ApiError),
 }
@@ -74,7 +88,7 @@ impl Primary {
     /// request it sent is answered.
     pub(super) async fn pipeline(
         self: Arc<Self>,
-        role: ClientRole,
+        caller: &Caller,
         room: Arc<PipeRoom>,
         mut send: SendStream,
         recv: RecvStream,
@@ -83,17 +97,25 @@ impl Primary {
             in_flight: PIPELINE_IN_FLIGHT,
             body_bytes: PIPELINE_BODY_BYTES,
         };
-        net::write_msg(&mut send, &opened).await?;
+        self.send_msg(&mut send, &opened).await?;
         let (tx, mut rx) = mpsc::channel(PIPELINE_IN_FLIGHT as usize);
-        let reader = tokio::spawn(read_pipeline(self.clone(), role, room, recv, tx));
+        let reader = tokio::spawn(read_pipeline(self.clone(), caller.clone(), room, recv, tx));
         let mut in_flight = FuturesUnordered::new();
         let mut reading = true;
         let mut ended_by = None;
         let mut out = Vec::new();
+        // The connection is busy while any piped request is in flight.
+        let mut busy = None;
         let result = loop {
+            if in_flight.is_empty() {
+                busy = None;
+            }
             tokio::select! {
                 read = rx.recv(), if reading => match read {
-                    Some(Read::Request(arrived)) => in_flight.push(self.piped(role, *arrived)),
+                    Some(Read::Request(arrived)) => {
+                        busy.get_or_insert_with(|| caller.activity.busy());
+                        in_flight.push(self.piped(caller.holder.role, *arrived));
+                    }
                     Some(Read::End(why)) => {
                         ended_by = why;
                         reading = false;
@@ -107,8 +129,8 @@ impl Primary {
                     while let Some(Some(more)) = in_flight.next().now_or_never() {
                         crate::repl::msg::encode_into(&mut out, &more);
                     }
-                    if let Err(e) = send.write_all(&out).await {
-                        break Err(NetError::from(e));
+                    if let Err(e) = self.send_within(&mut send, &out).await {
+                        break Err(e);
                     }
                 }
                 else => break Ok(()),
@@ -119,9 +141,9 @@ impl Primary {
             if let Some(why) = ended_by {
                 let answer = PipedAnswer {
                     id: 0,
-                    resp: Response::Error(why),
+                    resp: self.refusals.answered(Response::Error(why)),
                 };
-                net::write_msg(&mut send, &answer).await?;
+                self.send_msg(&mut send, &answer).await?;
             }
             let _ = send.finish();
         }
@@ -135,7 +157,10 @@ impl Primary {
         let resp = match self.piped_response(role, req, body).await {
             Ok(resp) | Err(resp) => resp,
         };
-        PipedAnswer { id, resp }
+        PipedAnswer {
+            id,
+            resp: self.refusals.answered(resp),
+        }
     }
 
     async fn piped_response(
@@ -147,7 +172,7 @@ impl Primary {
         let refused = |e: ApiError| Response::Error(e);
         let blob = match body {
             Carried::Blob(blob) => blob,
-            Carried::Failed(e) => return Err(refused(e)),
+            Carried::Refused(e) | Carried::Failed(e) => return Err(refused(e)),
             Carried::Appended { seq, bytes, .. } => {
                 let durability = req.durability().unwrap_or(Durability::Local);
                 return Ok(self.acknowledge(seq, bytes, durability).await);
@@ -179,28 +204,40 @@ impl Primary {
 }
 
 /// Read piped requests and their blobs off `recv`, each holding its room
-/// (in the connection's pipelines and in the primary's memory budget)
-/// from before its blob is read until it is answered. An append past
-/// [`PIPED_BODY_MAX`] streams into the log here, as on a stream of its
-/// own, and the next request is read once it is durable.
+/// (in the connection's pipelines and in the client's memory share) from
+/// before its blob is read until it is answered; a request the client may
+/// not make is refused before either. An append past [`PIPED_BODY_MAX`]
+/// streams into the log here, as on a stream of its own, and the next
+/// request is read once it is durable.
 async fn read_pipeline(
     primary: Arc<Primary>,
-    role: ClientRole,
+    caller: Caller,
     room: Arc<PipeRoom>,
     mut recv: RecvStream,
     tx: mpsc::Sender<Read>,
 ) {
+    let deadline = primary.cfg.body_piece_deadline;
     let end = loop {
         let Ok(request_room) = room.requests.clone().acquire_owned().await else {
             break None;
         };
-        let Piped { id, req } = match net::read_msg::<Piped>(&mut recv).await {
+        // A pipeline may wait for its next request as long as it likes;
+        // one begun must arrive whole within the deadline.
+        let Piped { id, req } = match net::read_msg_within::<Piped>(&mut recv, deadline).await {
             Ok(Some(piped)) => piped,
             Ok(None) => break None,
             Err(NetError::Message(e)) => {
+                primary.refusals.note(Cut::Undecodable.name());
                 break Some(ApiError::BadRequest(format!(
                     "a piped request did not decode: {e}"
-                )))
+                )));
+            }
+            Err(NetError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                primary.refusals.note(Cut::RequestLate.name());
+                break Some(ApiError::BadRequest(format!(
+                    "a piped request did not arrive whole within {} ms",
+                    deadline.as_millis()
+                )));
             }
             Err(e) => {
                 tracing::debug!(error = %e, "a pipeline's stream failed");
@@ -213,36 +250,55 @@ async fn read_pipeline(
             ));
         }
         let len = req.body_len();
-        let (body, room_held) = if len > PIPED_BODY_MAX {
+        let role = caller.holder.role;
+        let (body, room_held) = if let Err(why) = primary.taken_on_pipeline(&req, role) {
+            // Refused before its body is read or anything is charged; a
+            // small body is taken off the stream, and dropped, so the
+            // pipeline goes on.
+            let body = match len <= PIPED_BODY_MAX {
+                true => match body::Body::exact(&mut recv, len, deadline).discard().await {
+                    Ok(()) => Carried::Refused(why),
+                    Err(e) => Carried::Failed(e),
+                },
+                false => Carried::Failed(why),
+            };
+            (body, Room::default())
+        } else if len > PIPED_BODY_MAX {
             let body = match &req {
                 Request::Append { kind, meta, .. } => {
                     let (kind, meta) = (*kind, meta.clone());
                     primary
-                        .append_piped_stream(role, &req, kind, meta, &mut recv)
+                        .append_piped_stream(&caller, &req, kind, meta, &mut recv)
                         .await
                 }
-                _ => Carried::Failed(ApiError::Refused(WriteRefusal::TooLarge {
-                    what: "a piped request's body other than an append's".into(),
-                    len,
-                    max: PIPED_BODY_MAX,
-                })),
+                _ => unreachable_taken(),
             };
-            (body, [Some(request_room), None, None])
+            (body, Room::default())
         } else {
-            let (byte_room, budget) = if len > 0 {
+            let (bytes, budget) = if len > 0 {
                 let Ok(bytes) = room.bytes.clone().acquire_many_owned(len as u32).await else {
                     break None;
                 };
-                (Some(bytes), Some(primary.budget.charge(len).await))
+                (Some(bytes), Some(caller.memory.charge(len).await))
             } else {
                 (None, None)
             };
-            let deadline = primary.cfg.body_piece_deadline;
             let body = match body::Body::exact(&mut recv, len, deadline).read_all().await {
                 Ok(blob) => Carried::Blob(blob),
                 Err(e) => Carried::Failed(e),
             };
-            (body, [Some(request_room), byte_room, budget])
+            (
+                body,
+                Room {
+                    _request: None,
+                    _bytes: bytes,
+                    _budget: budget,
+                },
+            )
+        };
+        let room_held = Room {
+            _request: Some(request_room),
+            ..room_held
         };
         // A body not taken whole leaves the framing lost: the pipeline ends
         // after it.
@@ -260,24 +316,65 @@ async fn read_pipeline(
     let _ = tx.send(Read::End(end)).await;
 }
 
+/// `taken_on_pipeline` lets through no other request past
+/// [`PIPED_BODY_MAX`] than an append.
+#[cold]
+fn unreachable_taken() -> Carried {
+    Carried::Failed(ApiError::BadRequest(
+        "a piped request's body past 1 MiB other than an append's".into(),
+    ))
+}
+
+impl Primary {
+    /// Whether a pipeline takes `req` from a client of `role`: what is
+    /// refused here is refused before its body is read or any of it is
+    /// charged.
+    fn taken_on_pipeline(&self, req: &Request, role: ClientRole) -> Result<(), ApiError> {
+        if req.needs() > role {
+            return Err(ApiError::Forbidden(format!(
+                "this needs the {} role; this client's role is {role}",
+                req.needs()
+            )));
+        }
+        let len = req.body_len();
+        match req {
+            Request::Append { kind, .. } => {
+                self.may_append(*kind)?;
+                self.body_fits("an append's blob", len)
+            }
+            Request::Status => Ok(()),
+            _ if len > PIPED_BODY_MAX => Err(ApiError::Refused(WriteRefusal::TooLarge {
+                what: "a piped request's body other than an append's".into(),
+                len,
+                max: PIPED_BODY_MAX,
+            })),
+            other => Err(ApiError::BadRequest(format!(
+                "{} is not taken on a pipeline: it takes a stream of its own",
+                request_name(other)
+            ))),
+        }
+    }
+}
+
 impl Primary {
     /// A piped append past [`PIPED_BODY_MAX`]: admitted, then its body
     /// streamed into the log exactly (the next request follows it).
     async fn append_piped_stream(
         &self,
-        role: ClientRole,
+        caller: &Caller,
         req: &Request,
         kind: u16,
         meta: Vec<u8>,
         recv: &mut RecvStream,
     ) -> Carried {
         let _counted = InFlight::enter(&self.inflight);
+        let _busy = caller.activity.busy();
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Carried::Failed(ApiError::Refused(WriteRefusal::Stopping {
                 why: "the primary is stopping".into(),
             }));
         }
-        let writing = match self.gate(req, role).await {
+        let writing = match self.gate(req, caller.holder.role).await {
             Ok(writing) => writing,
             Err(e) => return Carried::Failed(e),
         };
@@ -285,10 +382,9 @@ impl Primary {
             return Carried::Failed(e);
         }
         let len = req.body_len();
-        let _held = self.budget.charge(budget::STREAMED_BODY_BYTES).await;
         let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len()) as u64 + len;
         let body = body::Body::exact(recv, len, self.cfg.body_piece_deadline);
-        match self.append_streamed(kind, meta, body).await {
+        match self.append_streamed(caller, kind, meta, body).await {
             Ok(seq) => Carried::Appended {
                 seq,
                 bytes,

@@ -1,6 +1,7 @@
 //! A client's requests: each on its own stream (or piped, `pipeline`),
 //! admitted, dispatched, and answered as durable as it asked.
 
+use super::refusals::Cut;
 use super::*;
 
 impl Primary {
@@ -34,19 +35,7 @@ impl Primary {
         }
     }
 
-    pub(super) async fn client_session(self: Arc<Self>, conn: Connection) {
-        let (client, role): (Arc<str>, ClientRole) = match net::peer(&conn, &self.pins) {
-            Ok((fp, _)) => (
-                fp.to_string().into(),
-                self.client_roles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&fp)
-                    .copied()
-                    .unwrap_or(ClientRole::Admin),
-            ),
-            Err(_) => ("(unpinned)".into(), ClientRole::Read),
-        };
+    pub(super) async fn client_session(self: Arc<Self>, conn: Connection, caller: Caller) {
         let room = Arc::new(pipeline::PipeRoom::new());
         loop {
             if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -60,29 +49,50 @@ impl Primary {
                 }
             };
             let me = self.clone();
-            let client = client.clone();
+            let caller = caller.clone();
             let room = room.clone();
             tokio::spawn(async move {
-                if let Err(e) = me.stream(&client, role, room, send, recv).await {
-                    tracing::warn!(error = %e, "client request failed");
+                if let Err(e) = me.stream(&caller, room, send, recv).await {
+                    tracing::debug!(client = %caller.holder.name, error = %e, "client request failed");
                 }
             });
         }
     }
 
-    /// A client's stream: one request, or a pipeline of them.
+    /// A client's stream: one request, or a pipeline of them. The request
+    /// must arrive within the piece deadline of the stream's opening.
     async fn stream(
         self: Arc<Self>,
-        client: &str,
-        role: ClientRole,
+        caller: &Caller,
         room: Arc<pipeline::PipeRoom>,
-        send: SendStream,
+        mut send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), NetError> {
-        match net::read_msg::<Request>(&mut recv).await? {
-            None => Ok(()),
-            Some(Request::Pipeline) => self.pipeline(role, room, send, recv).await,
-            Some(req) => self.request(client, role, req, send, recv).await,
+        let first = tokio::time::timeout(
+            self.cfg.body_piece_deadline,
+            net::read_msg::<Request>(&mut recv),
+        );
+        let req = match first.await {
+            Ok(Ok(Some(req))) => req,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(NetError::Message(e))) => {
+                self.refusals.note(Cut::Undecodable.name());
+                let why = ApiError::BadRequest(format!("the request did not decode: {e}"));
+                return self.answer_with(&mut send, Response::Error(why)).await;
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                self.cut(&mut send, Cut::RequestLate);
+                let _ = recv.stop(Cut::RequestLate.code().into());
+                return Ok(());
+            }
+        };
+        match req {
+            Request::Pipeline => self.pipeline(caller, room, send, recv).await,
+            req => {
+                let _busy = caller.activity.busy();
+                self.request(caller, req, send, recv).await
+            }
         }
     }
 
@@ -118,20 +128,15 @@ impl Primary {
 
     pub(super) async fn request(
         self: Arc<Self>,
-        client: &str,
-        role: ClientRole,
+        caller: &Caller,
         req: Request,
         mut send: SendStream,
         mut recv: RecvStream,
     ) -> Result<(), NetError> {
         let _counted = InFlight::enter(&self.inflight);
-        let _writing = match self.gate(&req, role).await {
+        let _writing = match self.gate(&req, caller.holder.role).await {
             Ok(writing) => writing,
-            Err(why) => {
-                net::write_msg(&mut send, &Response::Error(why)).await?;
-                let _ = send.finish();
-                return Ok(());
-            }
+            Err(why) => return self.answer_with(&mut send, Response::Error(why)).await,
         };
         let response = match req {
             Request::Switchover { wait_ms } => {
@@ -143,6 +148,7 @@ impl Primary {
             Request::Fence { epoch } => {
                 // A hold: the epoch is the operator's note, proven by no
                 // box, so it fences this box and is told to nobody.
+                let client = &caller.holder.name;
                 let why = match epoch {
                     0 => format!("held by the admin client {client}"),
                     e => format!(
@@ -167,11 +173,11 @@ impl Primary {
                 blob_len,
                 durability,
             } => {
-                self.append(kind, meta, blob_len, durability, &mut recv)
+                self.append(caller, kind, meta, blob_len, durability, &mut recv)
                     .await
             }
-            Request::Read { seq } => return self.read(seq, send).await,
-            Request::Tail { from } => return self.tail(from, send).await,
+            Request::Read { seq } => return self.read(caller, seq, send).await,
+            Request::Tail { from } => return self.tail(caller, from, send).await,
             Request::Status => Response::Status(Box::new(self.status())),
             Request::CreateRepo { repo, durability } => self.create_repo(repo, durability).await,
             Request::Push {
@@ -180,7 +186,7 @@ impl Primary {
                 updates,
                 durability,
             } => {
-                self.push(repo, pack_len, updates, durability, &mut recv)
+                self.push(caller, repo, pack_len, updates, durability, &mut recv)
                     .await
             }
             Request::Erase {
@@ -198,7 +204,7 @@ impl Primary {
             }
             Request::RetainFrom { seq, force } => {
                 let me = self.clone();
-                match tokio::task::spawn_blocking(move || me.retain_from(seq, force)).await {
+                match self.pool.run(move || me.retain_from(seq, force)).await {
                     Ok(Ok(first)) => Response::Retained { first },
                     Ok(Err(e)) => Response::Error(e),
                     Err(e) => Response::Error(ApiError::Refused(WriteRefusal::Stopping {
@@ -211,19 +217,25 @@ impl Primary {
                 oid,
                 len,
                 durability,
-            } => self.lfs_put(repo, oid, len, durability, &mut recv).await,
+            } => {
+                self.lfs_put(caller, repo, oid, len, durability, &mut recv)
+                    .await
+            }
             Request::LfsDelete {
                 repo,
                 oid,
                 durability,
             } => self.lfs_delete(repo, oid, durability).await,
-            Request::LfsGet { repo, oid } => return self.lfs_get(repo, oid, send).await,
-            Request::ReadObject { repo, oid } => return self.read_object(repo, oid, send).await,
+            Request::LfsGet { repo, oid } => return self.lfs_get(caller, repo, oid, send).await,
+            Request::ReadObject { repo, oid } => {
+                return self.read_object(caller, repo, oid, send).await
+            }
+            Request::GetDoc { name } => return self.get_doc(caller, name, send).await,
             Request::PutDoc {
                 name,
                 len,
                 durability,
-            } => self.put_doc(name, len, durability, &mut recv).await,
+            } => self.put_doc(caller, name, len, durability, &mut recv).await,
             Request::StoreRetry => self.store_retry().await,
             Request::DeleteRepo { repo, durability } => {
                 self.store_write(move |host| host.delete_repo(&repo), durability)
@@ -242,20 +254,18 @@ impl Primary {
             Request::Refs { .. }
             | Request::PushHistory { .. }
             | Request::Have { .. }
-            | Request::GetDoc { .. }
             | Request::ListRepos
-            | Request::ListDocs => return self.store_read(req, send).await,
+            | Request::ListDocs => return self.store_read(caller, req, send).await,
             Request::Pipeline => Response::Error(ApiError::BadRequest(
                 "a pipeline is asked for as a stream's first request".into(),
             )),
         };
-        net::write_msg(&mut send, &response).await?;
-        let _ = send.finish();
-        Ok(())
+        self.answer_with(&mut send, response).await
     }
 
     pub(super) async fn append(
         &self,
+        caller: &Caller,
         kind: u16,
         meta: Vec<u8>,
         blob_len: u64,
@@ -265,11 +275,8 @@ impl Primary {
         if let Err(e) = self.may_append(kind) {
             return Response::Error(e);
         }
-        let _held = self
-            .budget
-            .charge(blob_len.min(SMALL_BLOB.max(budget::STREAMED_BODY_BYTES)))
-            .await;
         if blob_len <= SMALL_BLOB {
+            let _held = caller.memory.charge(blob_len).await;
             return match body::Body::new(recv, blob_len, self.cfg.body_piece_deadline)
                 .read_all()
                 .await
@@ -280,7 +287,7 @@ impl Primary {
         }
         let meta_len = meta.len() as u64;
         let body = body::Body::new(recv, blob_len, self.cfg.body_piece_deadline);
-        match self.append_streamed(kind, meta, body).await {
+        match self.append_streamed(caller, kind, meta, body).await {
             Ok(seq) => {
                 self.acknowledge(
                     seq,
@@ -291,6 +298,20 @@ impl Primary {
             }
             Err(e) => Response::Error(e),
         }
+    }
+
+    /// A body of `len` bytes, past what is read whole, is taken only up to
+    /// the staging bound: refused by name before a byte of it is read.
+    pub(super) fn body_fits(&self, what: &str, len: u64) -> Result<(), ApiError> {
+        let max = self.staging.max_body().max(SMALL_BLOB);
+        if len > max {
+            return Err(ApiError::Refused(WriteRefusal::TooLarge {
+                what: what.into(),
+                len,
+                max,
+            }));
+        }
+        Ok(())
     }
 
     /// Raw appends of the store's kinds are the store requests' alone.
@@ -321,13 +342,16 @@ impl Primary {
         }
         let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len() + blob.len()) as u64;
         let log = self.log.clone();
-        let appended =
-            match tokio::task::spawn_blocking(move || log.append_raw(kind, &meta, &blob)).await {
-                Ok(r) => r.map_err(|e| ApiError::Refused(e.into())),
-                Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
-                    why: e.to_string(),
-                })),
-            };
+        let appended = match self
+            .pool
+            .run(move || log.append_raw(kind, &meta, &blob))
+            .await
+        {
+            Ok(r) => r.map_err(|e| ApiError::Refused(e.into())),
+            Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
+                why: e.to_string(),
+            })),
+        };
         match appended {
             Ok(seq) => self.acknowledge(seq, bytes, durability).await,
             Err(e) => Response::Error(e),
@@ -373,14 +397,14 @@ impl Primary {
         }
     }
 
-    /// A large blob, staged whole when it is small enough and then written
-    /// through a `Pending` on a blocking thread; memory is a few pieces
-    /// whatever the size. The log's writer is taken only once the body is
-    /// in hand (or, past the staging bound, its first piece), and a client
-    /// that stops sending is cut off after the piece deadline: the entry is
-    /// dropped, nothing of it is visible, and the other writers go on.
+    /// A large blob, staged whole and then written through a `Pending` on a
+    /// blocking thread; memory is a few pieces whatever the size. The log's
+    /// writer is taken only once the body is in hand: a client that stops
+    /// sending or trickles is cut off, nothing of its entry is visible, and
+    /// the other writers never wait on it.
     pub(super) async fn append_streamed(
         &self,
+        caller: &Caller,
         kind: u16,
         meta: Vec<u8>,
         body: body::Body<'_>,
@@ -388,8 +412,7 @@ impl Primary {
         let log = self.log.clone();
         let blob_len = body.expected();
         let written = self
-            .staging
-            .feed(body, move |pieces| {
+            .staged(caller, "an append's blob", body, move |pieces| {
                 let mut p = log.begin(None, kind, &meta, blob_len)?;
                 for piece in pieces {
                     p.write(&piece)?;
@@ -399,6 +422,28 @@ impl Primary {
             })
             .await?;
         written.map_err(|e| ApiError::Refused(e.into()))
+    }
+
+    /// A streamed body: refused by name past the staging bound before a
+    /// byte of it is read; otherwise its pieces in hand charged to the
+    /// client, staged whole, and handed to `write` on a blocking thread
+    /// (see `Staging::feed`).
+    pub(super) async fn staged<T, E>(
+        &self,
+        caller: &Caller,
+        what: &str,
+        body: body::Body<'_>,
+        write: impl FnOnce(&mut dyn Iterator<Item = bytes::Bytes>) -> Result<T, E> + Send + 'static,
+    ) -> Result<Result<T, E>, ApiError>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.body_fits(what, body.expected())?;
+        let _held = caller.memory.charge(shares::STREAMED_BODY_BYTES).await;
+        self.staging
+            .feed(&caller.staging, &self.pool, body, write)
+            .await
     }
 
     pub(super) async fn wait_for_twin(&self, seq: u64) -> Response {
@@ -474,114 +519,4 @@ impl Primary {
             Waited::Closed
         }
     }
-
-    pub(super) async fn read(&self, seq: u64, mut send: SendStream) -> Result<(), NetError> {
-        match self.write_frame(seq, &mut send).await? {
-            FrameSent::Whole => {
-                let _ = send.finish();
-            }
-            FrameSent::Nothing(e) => {
-                net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
-                let _ = send.finish();
-            }
-            FrameSent::Cut => {}
-        }
-        Ok(())
-    }
-
-    /// Frames from `from` on, each as it becomes durable, until the client
-    /// goes or the primary stops.
-    pub(super) async fn tail(&self, from: u64, mut send: SendStream) -> Result<(), NetError> {
-        let first = self.log.first_seq();
-        let mut next = from.max(1);
-        if next < first {
-            let e = ReadRefusal::BelowFloor { seq: next, first };
-            net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
-            let _ = send.finish();
-            return Ok(());
-        }
-        let mut head_rx = self.durable.subscribe();
-        loop {
-            while next <= self.log.head_seq() {
-                match self.write_frame(next, &mut send).await? {
-                    FrameSent::Whole => next += 1,
-                    FrameSent::Nothing(e) => {
-                        net::write_msg(&mut send, &Response::Error(ApiError::Read(e))).await?;
-                        let _ = send.finish();
-                        return Ok(());
-                    }
-                    FrameSent::Cut => return Ok(()),
-                }
-            }
-            if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                let _ = send.finish();
-                return Ok(());
-            }
-            tokio::select! {
-                changed = head_rx.changed() => if changed.is_err() { return Ok(()) },
-                // Wakes a tail now and then to notice a shutdown.
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            }
-        }
-    }
-
-    /// One frame as `Response::Frame` and its blob, read in pieces by a
-    /// blocking reader.
-    pub(super) async fn write_frame(
-        &self,
-        seq: u64,
-        send: &mut SendStream,
-    ) -> Result<FrameSent, NetError> {
-        let (tx, mut rx) = mpsc::channel::<Result<Vec<u8>, ReadRefusal>>(4);
-        let log = self.log.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut first = true;
-            let read = log.read_pieces(seq, PIECE, |loc, piece, _last| {
-                if first {
-                    first = false;
-                    let head = Response::Frame {
-                        seq,
-                        kind: loc.kind,
-                        meta: loc.meta.clone(),
-                        blob_len: if loc.is_erased() { 0 } else { loc.blob_len },
-                        payload_crc: loc.payload_crc,
-                    };
-                    send_blocking(&tx, Ok(crate::repl::msg::encode(&head)))?;
-                }
-                if !piece.is_empty() {
-                    send_blocking(&tx, Ok(piece.to_vec()))?;
-                }
-                Ok::<(), LogError>(())
-            });
-            if let Err(e) = read {
-                let _ = tx.blocking_send(Err(ReadRefusal::of(seq, e)));
-            }
-        });
-        let mut sent_any = false;
-        while let Some(item) = rx.recv().await {
-            match item {
-                Ok(bytes) => {
-                    sent_any = true;
-                    send.write_all(&bytes).await?;
-                }
-                Err(e) if !sent_any => return Ok(FrameSent::Nothing(e)),
-                // The frame failed after its head was sent: cut the stream so
-                // the client never takes a short frame for a whole one.
-                Err(_) => {
-                    let _ = send.reset(3u32.into());
-                    return Ok(FrameSent::Cut);
-                }
-            }
-        }
-        Ok(FrameSent::Whole)
-    }
-}
-
-/// How a frame went out on a client stream.
-pub(super) enum FrameSent {
-    Whole,
-    /// Nothing was sent: the read failed before the frame's head.
-    Nothing(ReadRefusal),
-    /// The stream was reset after a partial frame.
-    Cut,
 }

@@ -1,12 +1,10 @@
-//! A streamed body reaches its writer whole or not at all: a body up to a
-//! bound is staged in an unnamed file first, and the log's writer (or the
-//! store) is taken only once every byte is in hand. A client that stalls
-//! mid-body then holds nothing but its own staging space, and is cut off
-//! after the piece deadline as before; the other writers never wait on it.
-//!
-//! A body past the bound streams into its writer as it arrives, each piece
-//! within the deadline: staging it would double its disk traffic, and a
-//! body that large is a bulk load whose client sends at speed.
+//! A streamed body reaches its writer whole or not at all: every body past
+//! what is read whole into memory is staged in an unnamed file first, and
+//! the log's writer (or the store) is taken only once every byte is in
+//! hand. A client that stalls or trickles mid-body then holds nothing but
+//! its own staging space until it is cut off; the other writers never wait
+//! on it, and no thread waits on it either: each piece is written to the
+//! file by a short task of its own once it has arrived.
 //!
 //! The staging file is opened with `O_TMPFILE` in the log's directory, so
 //! it has no name and a crash leaves nothing behind. Where the file system
@@ -20,43 +18,47 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::body::Body;
-use super::budget::Budget;
+use super::pool::ClientPool;
+use super::shares::{Holder, Share, Shares, Split};
 use super::PIECE;
 use crate::node::api::ApiError;
 use crate::node::WriteRefusal;
 
-/// Bodies up to this size are staged by default.
-pub const DEFAULT_STAGE_MAX_BYTES: u64 = 64 << 20;
+/// The largest body taken by default (all of it staged).
+pub const DEFAULT_STAGE_MAX_BYTES: u64 = 1 << 30;
 /// The staging space all bodies share by default.
-pub const DEFAULT_STAGING_BYTES: u64 = 1 << 30;
+pub const DEFAULT_STAGING_BYTES: u64 = 2 << 30;
 
-/// What the async side hands the blocking side.
-enum Piece {
-    Bytes(Bytes),
-    /// The whole body arrived.
-    End,
-}
+/// Pieces gathered before one write to the staging file.
+const WRITE_BYTES: u64 = 1 << 20;
 
 /// Where bodies wait for their writer, and how much of that there is.
 #[derive(Debug)]
 pub(super) struct Staging {
     dir: PathBuf,
     max_body: u64,
-    space: Budget,
+    space: Shares,
 }
 
 impl Staging {
-    /// Staging in `dir` for bodies up to `max_body` bytes (0: none is
-    /// staged), `space` bytes of them at once.
+    /// Staging in `dir` for bodies up to `max_body` bytes, `space` bytes
+    /// of them at once, shared among clients (one client may hold half of
+    /// it, or one largest body when that is more).
     pub(super) fn new(dir: &Path, max_body: u64, space: u64) -> Staging {
+        let space = space.max(1);
+        let max_body = max_body.min(space);
         Staging {
             dir: dir.to_owned(),
-            max_body: max_body.min(space),
-            space: Budget::new(space.max(1)),
+            max_body,
+            space: Shares::new(Split::of(space, (space / 2).max(max_body))),
         }
+    }
+
+    /// The largest body taken.
+    pub(super) fn max_body(&self) -> u64 {
+        self.max_body
     }
 
     /// Bytes of staging held now.
@@ -64,13 +66,19 @@ impl Staging {
         self.space.in_use()
     }
 
-    /// Hand `len` bytes of `recv` to `write` on a blocking thread, as an
-    /// iterator of pieces: after the whole body is staged when it is small
-    /// enough, else as the pieces arrive. The outer error is why the body
-    /// did not arrive whole (then `write` ran on a short body, which it
-    /// must refuse, or did not run at all); the inner result is `write`'s.
+    /// `holder`'s part of the staging space.
+    pub(super) fn share(&self, holder: &Holder) -> Share {
+        self.space.share(holder)
+    }
+
+    /// Stage the body whole, then hand it to `write` on a blocking thread
+    /// as an iterator of pieces. The outer error is why the body did not
+    /// arrive whole or could not be staged (then `write` did not run); the
+    /// inner result is `write`'s.
     pub(super) async fn feed<T, E>(
         &self,
+        share: &Share,
+        pool: &ClientPool,
         mut body: Body<'_>,
         write: impl FnOnce(&mut dyn Iterator<Item = Bytes>) -> Result<T, E> + Send + 'static,
     ) -> Result<Result<T, E>, ApiError>
@@ -82,28 +90,50 @@ impl Staging {
         // The first piece is awaited before anything is held: a client
         // that announces a body and sends nothing costs nothing.
         let first = body.next().await?;
-        let staged = len > 0 && len <= self.max_body;
-        let _space = match staged {
-            true => Some(self.space.charge(len).await),
-            false => None,
+        let _space = match len {
+            0 => None,
+            _ => Some(share.charge(len).await),
         };
-        let (tx, mut rx) = mpsc::channel::<Piece>(4);
+        body.resume();
         let dir = self.dir.clone();
-        let worker = tokio::task::spawn_blocking(move || -> Result<Result<T, E>, ApiError> {
-            if staged {
-                let mut file = stage_file(&dir).map_err(staging_failed)?;
-                loop {
-                    match rx.blocking_recv() {
-                        Some(Piece::Bytes(b)) => file.write_all(&b).map_err(staging_failed)?,
-                        Some(Piece::End) => break,
-                        // Cut off: `write` never sees the body.
-                        None => {
-                            return Err(ApiError::Refused(WriteRefusal::Staging {
-                                why: "the body was cut off".into(),
-                            }))
-                        }
+        let mut file = pool
+            .run(move || stage_file(&dir))
+            .await
+            .map_err(stopped)?
+            .map_err(staging_failed)?;
+        let mut pieces: Vec<Bytes> = first.into_iter().collect();
+        loop {
+            let mut gathered: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+            let mut whole = false;
+            while gathered < WRITE_BYTES {
+                match body.next().await? {
+                    Some(p) => {
+                        gathered += p.len() as u64;
+                        pieces.push(p);
+                    }
+                    None => {
+                        whole = true;
+                        break;
                     }
                 }
+            }
+            let batch = std::mem::take(&mut pieces);
+            file = pool
+                .run(move || -> std::io::Result<File> {
+                    for p in batch {
+                        file.write_all(&p)?;
+                    }
+                    Ok(file)
+                })
+                .await
+                .map_err(stopped)?
+                .map_err(staging_failed)?;
+            if whole {
+                break;
+            }
+        }
+        let written = pool
+            .run(move || -> Result<Result<T, E>, ApiError> {
                 file.seek(SeekFrom::Start(0)).map_err(staging_failed)?;
                 let mut pieces = StagedPieces {
                     file,
@@ -115,45 +145,17 @@ impl Staging {
                     Some(e) => Err(staging_failed(e)),
                     None => Ok(written),
                 }
-            } else {
-                let mut pieces = std::iter::from_fn(|| match rx.blocking_recv() {
-                    Some(Piece::Bytes(b)) => Some(b),
-                    Some(Piece::End) | None => None,
-                });
-                Ok(write(&mut pieces))
-            }
-        });
-        let mut piece = first;
-        let mut cut = None;
-        loop {
-            let msg = match piece {
-                Some(b) => Piece::Bytes(b),
-                None => Piece::End,
-            };
-            let end = matches!(msg, Piece::End);
-            if tx.send(msg).await.is_err() || end {
-                break;
-            }
-            piece = match body.next().await {
-                Ok(p) => p,
-                Err(e) => {
-                    cut = Some(e);
-                    break;
-                }
-            };
-        }
-        drop(tx);
-        let done = worker.await;
-        if let Some(e) = cut {
-            return Err(e);
-        }
-        match done {
-            Ok(r) => r,
-            Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
-                why: format!("the body's writer failed: {e}"),
-            })),
-        }
+            })
+            .await
+            .map_err(stopped)?;
+        written
     }
+}
+
+fn stopped(e: tokio::task::JoinError) -> ApiError {
+    ApiError::Refused(WriteRefusal::Stopping {
+        why: format!("the body's writer failed: {e}"),
+    })
 }
 
 fn staging_failed(e: std::io::Error) -> ApiError {

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use quinn::{RecvStream, SendStream};
 
-use super::{Primary, PIECE};
-use crate::net::{self, NetError};
+use super::answer::{DocPieces, Opened};
+use super::{Caller, Primary};
+use crate::net::NetError;
 use crate::node::api::{ApiError, Durability, RefMove, Request, Response};
 use crate::node::store_host::StoreHost;
 
@@ -33,7 +34,7 @@ impl Primary {
             Ok(h) => h,
             Err(e) => return Response::Error(e),
         };
-        let seq = match tokio::task::spawn_blocking(move || write(&host)).await {
+        let seq = match self.pool.run(move || write(&host)).await {
             Ok(Ok(seq)) => seq,
             Ok(Err(e)) => return Response::Error(e.into()),
             Err(e) => return Response::Error(ApiError::Store(e.to_string())),
@@ -167,6 +168,7 @@ impl Primary {
     /// blocking writer, a piece at a time.
     pub(super) async fn push(
         &self,
+        caller: &Caller,
         repo: String,
         pack_len: u64,
         updates: Vec<RefMove>,
@@ -188,13 +190,11 @@ impl Primary {
         let at_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
+        let body = super::body::Body::new(recv, pack_len, self.cfg.body_piece_deadline);
         let pushed = self
-            .staging
-            .feed(
-                super::body::Body::new(recv, pack_len, self.cfg.body_piece_deadline),
-                move |pieces| host.push(&repo, pack_len, &updates, at_ms, pieces),
-            )
+            .staged(caller, "a push's pack", body, move |pieces| {
+                host.push(&repo, pack_len, &updates, at_ms, pieces)
+            })
             .await;
         let done = match pushed {
             Ok(Ok(done)) => done,
@@ -224,6 +224,7 @@ impl Primary {
     /// writer, which hashes them on the way into the log.
     pub(super) async fn lfs_put(
         &self,
+        caller: &Caller,
         repo: String,
         oid: [u8; 32],
         len: u64,
@@ -234,13 +235,11 @@ impl Primary {
             Ok(h) => h,
             Err(e) => return Response::Error(e),
         };
-        let _held = self.budget.charge(super::budget::STREAMED_BODY_BYTES).await;
+        let body = super::body::Body::new(recv, len, self.cfg.body_piece_deadline);
         let put = self
-            .staging
-            .feed(
-                super::body::Body::new(recv, len, self.cfg.body_piece_deadline),
-                move |pieces| host.lfs_put(&repo, oid, len, pieces),
-            )
+            .staged(caller, "a large object", body, move |pieces| {
+                host.lfs_put(&repo, oid, len, pieces)
+            })
             .await;
         let seq = match put {
             Ok(Ok(seq)) => seq,
@@ -254,6 +253,7 @@ impl Primary {
     /// appended and applied.
     pub(super) async fn put_doc(
         &self,
+        caller: &Caller,
         name: String,
         len: u64,
         durability: Durability,
@@ -265,7 +265,7 @@ impl Primary {
                 "a document of {len} bytes; at most {max}"
             )));
         }
-        let _held = self.budget.charge(len).await;
+        let _held = caller.memory.charge(len).await;
         let content = match super::body::Body::new(recv, len, self.cfg.body_piece_deadline)
             .read_all()
             .await
@@ -284,7 +284,7 @@ impl Primary {
             Err(e) => return Response::Error(e),
         };
         let h2 = host.clone();
-        match tokio::task::spawn_blocking(move || h2.retry()).await {
+        match self.pool.run(move || h2.retry()).await {
             Ok(Ok(_)) | Ok(Err(crate::store::StoreError::Stalled { .. })) => {
                 Response::Store(host.health())
             }
@@ -341,130 +341,61 @@ impl Primary {
             .await
     }
 
-    /// A large object read out (see [`Primary::stream_object`]).
+    /// A large object read out (see [`Primary::send_object`]).
     pub(super) async fn lfs_get(
         &self,
+        caller: &Caller,
         repo: String,
         oid: [u8; 32],
         send: SendStream,
     ) -> Result<(), NetError> {
-        self.stream_object(send, move |store| {
+        self.send_object(caller, send, move |store| {
             Ok(store.repo(&repo)?.lfs().open_object(&oid)?.map(|o| Opened {
                 obj_type: 0,
                 len: o.len,
-                read: Box::new(move |piece, each| o.read(piece, each)),
+                pieces: Box::new(o),
             }))
         })
         .await
     }
 
-    /// A git object read out (see [`Primary::stream_object`]).
+    /// A git object read out (see [`Primary::send_object`]).
     pub(super) async fn read_object(
         &self,
+        caller: &Caller,
         repo: String,
         oid: [u8; 20],
         send: SendStream,
     ) -> Result<(), NetError> {
-        self.stream_object(send, move |store| {
+        self.send_object(caller, send, move |store| {
             Ok(store.repo(&repo)?.open_object(&oid)?.map(|o| Opened {
                 obj_type: o.obj_type.as_u8(),
                 len: o.len(),
-                read: Box::new(move |piece, each| o.read(piece, each)),
+                pieces: Box::new(o.reader()),
             }))
         })
         .await
     }
 
-    /// An object read out: `Object` with its length, then its bytes in
-    /// pieces from a blocking reader (memory is a few pieces), its hash
-    /// checked at the end; a failure past the head resets the stream. The
-    /// object is opened under the store's lock and read without it, so a
-    /// client that reads slowly holds no one up.
-    async fn stream_object(
+    /// A control document read out as it was when opened (see
+    /// [`Primary::send_object`]).
+    pub(super) async fn get_doc(
         &self,
-        mut send: SendStream,
-        open: impl FnOnce(&crate::store::Store) -> Result<Option<Opened>, crate::store::StoreError>
-            + Send
-            + 'static,
+        caller: &Caller,
+        name: String,
+        send: SendStream,
     ) -> Result<(), NetError> {
-        let host = match self.store() {
-            Ok(h) => h,
-            Err(e) => {
-                net::write_msg(&mut send, &Response::Error(e)).await?;
-                let _ = send.finish();
-                return Ok(());
-            }
-        };
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Response, Vec<u8>>>(4);
-        tokio::task::spawn_blocking(move || {
-            let fail = |e: crate::store::StoreError| Ok(Response::Error(e.into()));
-            let opened = host.lock().and_then(|store| open(&store));
-            let object = match opened {
-                Ok(Some(o)) => o,
-                Ok(None) => return drop(tx.blocking_send(Ok(Response::Absent))),
-                Err(e) => return drop(tx.blocking_send(fail(e))),
+        self.send_object(caller, send, move |store| {
+            let Some(file) = store.open_doc(&name)? else {
+                return Ok(None);
             };
-            if tx
-                .blocking_send(Ok(Response::Object {
-                    obj_type: object.obj_type,
-                    len: object.len,
-                }))
-                .is_err()
-            {
-                return;
-            }
-            let read = (object.read)(PIECE, &mut |piece| {
-                tx.blocking_send(Err(piece.to_vec()))
-                    .map_err(|_| crate::store::StoreError::Closed("the client left".into()))
-            });
-            if let Err(e) = read {
-                tracing::error!(error = %e, "an object read failed");
-                let _ = tx.blocking_send(Ok(Response::Error(e.into())));
-            }
-        });
-        let mut started = false;
-        while let Some(out) = rx.recv().await {
-            match out {
-                Ok(Response::Error(e)) if started => {
-                    tracing::warn!(error = %e, "cutting an object read short");
-                    let _ = send.reset(1u32.into());
-                    return Ok(());
-                }
-                Ok(resp) => {
-                    started = matches!(resp, Response::Object { .. });
-                    net::write_msg(&mut send, &resp).await?;
-                }
-                Err(bytes) => send.write_all(&bytes).await.map_err(NetError::from)?,
-            }
-        }
-        let _ = send.finish();
-        Ok(())
-    }
-
-    /// The store's read requests: answered from the state the store has
-    /// applied, which includes every store write acknowledged before.
-    pub(super) async fn store_read(
-        &self,
-        req: Request,
-        mut send: SendStream,
-    ) -> Result<(), NetError> {
-        let answer = match self.store() {
-            Err(e) => Err(e),
-            Ok(host) => tokio::task::spawn_blocking(move || store_answer(&host, req))
-                .await
-                .unwrap_or_else(|e| Err(ApiError::Store(e.to_string()))),
-        };
-        match answer {
-            Ok((resp, trailer)) => {
-                net::write_msg(&mut send, &resp).await?;
-                if !trailer.is_empty() {
-                    send.write_all(&trailer).await.map_err(NetError::from)?;
-                }
-            }
-            Err(e) => net::write_msg(&mut send, &Response::Error(e)).await?,
-        }
-        let _ = send.finish();
-        Ok(())
+            Ok(Some(Opened {
+                obj_type: 0,
+                len: file.metadata()?.len(),
+                pieces: Box::new(DocPieces(file)),
+            }))
+        })
+        .await
     }
 }
 
@@ -477,20 +408,6 @@ fn short_is_bad_push(e: ApiError) -> ApiError {
     }
 }
 
-/// An object opened under the store's lock: its head, and how to read its
-/// bytes without the lock.
-pub(super) struct Opened {
-    obj_type: u8,
-    len: u64,
-    read: ReadPieces,
-}
-
-/// Reads an opened object's bytes in pieces of at most the size given.
-type ReadPieces = Box<
-    dyn FnOnce(usize, &mut dyn FnMut(&[u8]) -> crate::store::Result<()>) -> crate::store::Result<()>
-        + Send,
->;
-
 /// Kinds whose frames the store applies; a raw append of one could hold
 /// anything, and the store would stop at it.
 pub(super) fn is_store_kind(kind: u16) -> bool {
@@ -498,7 +415,10 @@ pub(super) fn is_store_kind(kind: u16) -> bool {
 }
 
 /// A store read's response and the bytes that follow it.
-fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), ApiError> {
+pub(super) fn store_answer(
+    host: &StoreHost,
+    req: Request,
+) -> Result<(Response, Vec<u8>), ApiError> {
     use crate::node::api::{PushRecord, MAX_HAVE};
     let store = host.lock()?;
     let listing = |bytes: Vec<u8>| {
@@ -539,16 +459,6 @@ fn store_answer(host: &StoreHost, req: Request) -> Result<(Response, Vec<u8>), A
                 .collect();
             listing(encode(&history)?)
         }
-        Request::GetDoc { name } => match store.doc(&name)? {
-            Some(content) => (
-                Response::Object {
-                    obj_type: 0,
-                    len: content.len() as u64,
-                },
-                content,
-            ),
-            None => (Response::Absent, Vec::new()),
-        },
         Request::Have { repo, oids } => {
             if oids.len() > MAX_HAVE {
                 return Err(ApiError::BadRequest(format!(
