@@ -984,8 +984,13 @@ async fn verify_names_the_first_frame_the_twin_holds_otherwise() {
             .expect("append");
         assert_eq!(d, Durability::Twin);
     }
-    let clean = client.verify(0, 0).await.expect("verify");
+    let clean = client.verify(0, 0, 0).await.expect("verify");
     assert_eq!((clean.from, clean.through), (1, 20), "{clean:?}");
+    assert_eq!(
+        clean.mib_per_s,
+        twinlog::node::verify::VERIFY_MIB_PER_S,
+        "0 asks for the default pace"
+    );
     assert_eq!((clean.first_difference, clean.stopped), (None, None));
     assert!(clean.bytes >= 20 * 300);
 
@@ -1009,8 +1014,13 @@ async fn verify_names_the_first_frame_the_twin_holds_otherwise() {
         p.primary.status().twin_acked == 20
     })
     .await;
-    let found = client.verify(0, 0).await.expect("verify");
+    let found = client.verify(0, 0, u32::MAX).await.expect("verify");
     assert_eq!(found.first_difference, Some(10), "{found:?}");
+    assert_eq!(
+        found.mib_per_s,
+        twinlog::node::verify::MAX_VERIFY_MIB_PER_S,
+        "a pace past the bound is held to it"
+    );
     let s = p.primary.status();
     assert_eq!(
         s.last_verify.and_then(|r| r.first_difference),

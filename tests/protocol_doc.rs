@@ -104,6 +104,7 @@ fn documented_indices_are_the_encoder_s() {
                 from: 1,
                 through: 1,
                 step: 1,
+                mib_per_s: 64,
             },
         ),
     ];
@@ -325,6 +326,7 @@ fn documented_client_indices_are_the_encoder_s() {
             Request::Verify {
                 from: 0,
                 through: 0,
+                mib_per_s: 0,
             },
         ),
     ];

@@ -264,7 +264,7 @@ enum Cmd {
     /// Compare the twin's frames with this primary's while both serve.
     ///
     /// Both boxes digest ranges of their logs (sequence, kind, epoch, meta
-    /// and blob of every frame), paced at 256 MiB/s, and the primary
+    /// and blob of every frame), each at --mib-per-s, and the primary
     /// narrows a range that differs down to the first frame that differs.
     /// Covers the frames both hold, up to what the twin acknowledged and
     /// both stores applied, or --from/--to. Exit 1 when a frame differs or
@@ -280,6 +280,10 @@ enum Cmd {
         /// The last frame to compare (default: the last both hold)
         #[arg(long, value_name = "SEQ")]
         to: Option<u64>,
+        /// The pace each box reads its log at, MiB/s (at most 4096): a
+        /// share of the disk and CPU left to the writes
+        #[arg(long, default_value_t = twinlog::node::verify::VERIFY_MIB_PER_S, value_name = "MIB")]
+        mib_per_s: u32,
         /// How long the whole verify may take, beyond --timeout
         #[arg(long, default_value = "1h", value_parser = args::duration, value_name = "DURATION")]
         within: std::time::Duration,
@@ -677,13 +681,14 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             from,
             to,
             within,
+            mib_per_s,
             json,
         } => {
             let mut options = timeout.options();
             options.deadline += within;
             let client = daemon::load::admin_client_with(&config.load()?, options).await?;
             let r = client
-                .verify(from.unwrap_or(0), to.unwrap_or(0))
+                .verify(from.unwrap_or(0), to.unwrap_or(0), mib_per_s.max(1))
                 .await
                 .map_err(DaemonError::request("verify"))?;
             if json {

@@ -239,7 +239,12 @@ pub enum Request {
     Pipeline,
     /// Compare the twin's frames `from..=through` with this primary's, by
     /// digests of ranges (0, 0: every frame both hold): `Verified`.
-    Verify { from: u64, through: u64 },
+    Verify {
+        from: u64,
+        through: u64,
+        /// The pace each box digests at (0: the default).
+        mib_per_s: u32,
+    },
 }
 
 /// A request on a pipeline, named by the client's `id` (not 0).

@@ -581,21 +581,29 @@ impl Client {
         }
     }
 
-    /// Tell the primary of a newer epoch: it fences itself, durably, and
-    /// acknowledges no write from then on (admin). Answers its status.
-    /// Compare the twin's frames with the primary's (admin): what it found.
-    /// The answer waits as long as the verify takes, `timeout` at most.
+    /// Compare the twin's frames with the primary's (admin), each box
+    /// digesting at `mib_per_s` (0: the default): what it found. The
+    /// answer waits as long as the verify takes, `timeout` at most.
     pub async fn verify(
         &self,
         from: u64,
         through: u64,
+        mib_per_s: u32,
     ) -> Result<crate::node::verify::VerifyReport, ClientError> {
-        match self.call(&Request::Verify { from, through }, &[]).await?.0 {
+        let req = Request::Verify {
+            from,
+            through,
+            mib_per_s,
+        };
+        match self.call(&req, &[]).await?.0 {
             Response::Verified(r) => Ok(r),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }
 
+    /// Hold the primary (admin): it fences itself, durably, and
+    /// acknowledges no write until `primary unfence`; `epoch` is the
+    /// operator's note (0: none), proven by no box. Answers its status.
     pub async fn fence(&self, epoch: u64) -> Result<Status, ClientError> {
         match self.call(&Request::Fence { epoch }, &[]).await?.0 {
             Response::Status(s) => Ok(*s),

@@ -594,11 +594,11 @@ impl Twin {
                             self.set_status(|s| s.last_error = Some(e.clone()));
                         }
                     }
-                    TwinAction::Digest { id, ask } => {
+                    TwinAction::Digest { id, ask, mib_per_s } => {
                         let (log, epochs, tx) =
                             (self.log.clone(), self.epochs.history(), digest_tx.clone());
                         tokio::spawn(async move {
-                            let rate = super::verify::VERIFY_MIB_PER_S << 20;
+                            let rate = super::verify::verify_rate(mib_per_s);
                             let d = super::verify::digests(log, epochs, ask, rate).await;
                             let _ = tx.send((id, d.map(|(d, _)| d)));
                         });

@@ -28,10 +28,27 @@ pub struct VerifyReport {
     /// When it ended, ms since the Unix epoch, and how long it took.
     pub ended_ms: u64,
     pub took_ms: u64,
+    /// The pace each box read at, MiB/s.
+    #[serde(default)]
+    pub mib_per_s: u32,
 }
 
-/// The pace a verify reads at by default: a share of the disk, not all.
-pub const VERIFY_MIB_PER_S: u64 = 256;
+/// The pace a verify reads at by default, on each box: a share of the
+/// disk and of the CPU (SHA-256), not all of either.
+pub const VERIFY_MIB_PER_S: u32 = 64;
+
+/// The fastest pace a verify may ask for.
+pub const MAX_VERIFY_MIB_PER_S: u32 = 4096;
+
+/// Bytes a second for a verify asked at `mib_per_s` (0: the default),
+/// within [`MAX_VERIFY_MIB_PER_S`].
+pub fn verify_rate(mib_per_s: u32) -> u64 {
+    let mib = match mib_per_s {
+        0 => VERIFY_MIB_PER_S,
+        n => n.min(MAX_VERIFY_MIB_PER_S),
+    };
+    u64::from(mib) << 20
+}
 
 /// Reading at most `rate` bytes a second, on average, by sleeping when
 /// ahead (on the blocking thread that reads).

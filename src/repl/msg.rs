@@ -143,6 +143,8 @@ pub enum PrimaryMsg {
         from: u64,
         through: u64,
         step: u64,
+        /// The pace to digest at, MiB/s (the twin bounds it).
+        mib_per_s: u32,
     },
 }
 
@@ -234,12 +236,14 @@ impl std::fmt::Debug for PrimaryMsg {
                 from,
                 through,
                 step,
+                mib_per_s,
             } => f
                 .debug_struct("Verify")
                 .field("id", id)
                 .field("from", from)
                 .field("through", through)
                 .field("step", step)
+                .field("mib_per_s", mib_per_s)
                 .finish(),
         }
     }

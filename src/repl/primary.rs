@@ -418,9 +418,10 @@ impl PrimaryCore {
         }
     }
 
-    /// Ask the twin for the digests of `ask` (a verify, `id`). Answers
+    /// Ask the twin for the digests of `ask` (a verify, `id`), read at
+    /// `mib_per_s`. Answers
     /// whether it was queued: only to a twin that streams.
-    pub fn verify(&mut self, id: u64, ask: super::verify::Ask) -> bool {
+    pub fn verify(&mut self, id: u64, ask: super::verify::Ask, mib_per_s: u32) -> bool {
         if self.state != PrimaryState::Streaming {
             return false;
         }
@@ -429,6 +430,7 @@ impl PrimaryCore {
             from: ask.from,
             through: ask.through,
             step: ask.step,
+            mib_per_s,
         });
         true
     }

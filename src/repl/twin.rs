@@ -58,7 +58,12 @@ pub enum TwinAction {
     CutAfter { after: u64, crc: Option<u32> },
     /// Digest this log's frames as asked (a verify, `id`), then answer
     /// with [`TwinCore::digests`].
-    Digest { id: u64, ask: super::verify::Ask },
+    Digest {
+        id: u64,
+        ask: super::verify::Ask,
+        /// The pace the primary asked for, MiB/s (bounded by the node).
+        mib_per_s: u32,
+    },
     /// End the connection.
     Close(Refusal),
 }
@@ -319,6 +324,7 @@ impl TwinCore {
                 from,
                 through,
                 step,
+                mib_per_s,
             } => {
                 let ranges = (through.saturating_sub(from) + 1).div_ceil(step.max(1));
                 let why = if self.state != TwinState::Streaming {
@@ -348,6 +354,7 @@ impl TwinCore {
                             through,
                             step,
                         },
+                        mib_per_s,
                     }),
                 }
             }

@@ -142,9 +142,11 @@ impl Primary {
             Request::Switchover { wait_ms } => {
                 self.switchover(Duration::from_millis(wait_ms)).await
             }
-            Request::Verify { from, through } => {
-                Response::Verified(self.verify(from, through).await)
-            }
+            Request::Verify {
+                from,
+                through,
+                mib_per_s,
+            } => Response::Verified(self.verify(from, through, mib_per_s).await),
             Request::Fence { epoch } => {
                 // A hold: the epoch is the operator's note, proven by no
                 // box, so it fences this box and is told to nobody.

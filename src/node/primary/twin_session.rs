@@ -233,14 +233,14 @@ impl Primary {
                     seen_bytes = bytes;
                 }
                 _ = tokio::time::sleep_until(deadline) => core.handle_timeout(crate::node::clock::now()),
-                Some((ask, reply)) = async {
+                Some((ask, mib_per_s, reply)) = async {
                     match questions.as_mut() {
                         Some(q) => q.recv().await,
                         None => std::future::pending().await,
                     }
                 } => {
                     next_question += 1;
-                    if core.verify(next_question, ask) {
+                    if core.verify(next_question, ask, mib_per_s) {
                         answers.insert(next_question, reply);
                     } else {
                         let _ = reply.send(Err("the twin does not stream".into()));

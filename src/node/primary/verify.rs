@@ -7,14 +7,15 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Primary;
-use crate::node::verify::{self, VerifyReport, VERIFY_MIB_PER_S};
+use crate::node::verify::{self, VerifyReport};
 use crate::repl::verify::{Ask, Digest, Found, Search};
 
 /// Where the twin's digests for a question go.
 pub(super) type VerifyReply = oneshot::Sender<Result<Vec<Digest>, String>>;
 
-/// A question for the twin, and where its digests go.
-pub(super) type VerifyCall = (Ask, VerifyReply);
+/// A question for the twin, the pace to read at (MiB/s), and where its
+/// digests go.
+pub(super) type VerifyCall = (Ask, u32, VerifyReply);
 
 /// Frames per digest at first: a difference costs about three more
 /// questions to find.
@@ -30,8 +31,10 @@ impl Primary {
 
     /// Compare the twin's frames `from..=through` with this log's (0, 0:
     /// every frame both hold, up to what the twin acknowledged and both
-    /// stores applied), and keep the report for `status`.
-    pub async fn verify(&self, from: u64, through: u64) -> VerifyReport {
+    /// stores applied), each box reading at `mib_per_s` (0: the default),
+    /// and keep the report for `status`.
+    pub async fn verify(&self, from: u64, through: u64, mib_per_s: u32) -> VerifyReport {
+        let mib_per_s = (verify::verify_rate(mib_per_s) >> 20) as u32;
         let started = Instant::now();
         let seq_cst = std::sync::atomic::Ordering::SeqCst;
         let mut hi = self.log.head_seq().min(*self.acked.borrow());
@@ -53,13 +56,14 @@ impl Primary {
         let mut report = VerifyReport {
             from: lo,
             through: hi,
+            mib_per_s,
             ..VerifyReport::default()
         };
         if lo <= hi {
             let mut search = Search::new(lo, hi, FIRST_STEP);
             let mut found = search.step();
             while let Found::Ask(ask) = found {
-                match self.compare(ask, &mut report).await {
+                match self.compare(ask, mib_per_s, &mut report).await {
                     Ok((ours, theirs)) => found = search.answer(&ours, &theirs),
                     Err(why) => {
                         report.stopped = Some(why);
@@ -93,6 +97,7 @@ impl Primary {
     async fn compare(
         &self,
         ask: Ask,
+        mib_per_s: u32,
         report: &mut VerifyReport,
     ) -> Result<(Vec<Digest>, Vec<Digest>), String> {
         let (tx, rx) = oneshot::channel();
@@ -101,7 +106,7 @@ impl Primary {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|v| v.send((ask, tx)).is_ok());
+            .is_some_and(|v| v.send((ask, mib_per_s, tx)).is_ok());
         if !sent {
             return Err("no twin streams from this primary".into());
         }
@@ -109,7 +114,7 @@ impl Primary {
             self.log.clone(),
             self.epochs.history(),
             ask,
-            VERIFY_MIB_PER_S << 20,
+            verify::verify_rate(mib_per_s),
         );
         let (ours, theirs) = tokio::join!(ours, rx);
         let (ours, bytes) = ours.map_err(|e| format!("this log: {e}"))?;
