@@ -6,7 +6,9 @@
 #   outside Arrow reader;
 # - git: the import tests build real repositories;
 # - systemd-analyze: primary/tests/systemd.rs verifies the shipped units;
-# - mkfs.ext4: tests/full_disk.rs fills a small loop-mounted file system.
+# - mkfs.ext4: tests/full_disk.rs fills a small loop-mounted file system;
+# - etcd (Debian's etcd-server): the failover arbiter the tests start on
+#   loopback (testkit::etcd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,7 @@ missing=()
 command -v git >/dev/null || missing+=(git)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
+[ -x "${ETCD_BIN:-/usr/bin/etcd}" ] || missing+=(etcd-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}" >&2
   as_root apt-get update -qq

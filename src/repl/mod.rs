@@ -29,6 +29,7 @@ pub mod apply;
 pub mod cluster;
 pub mod epochs;
 pub mod in_hand;
+pub mod lease;
 #[cfg(any(test, feature = "testing"))]
 mod link;
 pub mod msg;

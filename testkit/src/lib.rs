@@ -1,11 +1,13 @@
 //! What the tests, benches and drills share to run daemons: free loopback
 //! ports, child processes that are killed when their owner lets go of
-//! them, what a process spends, and waits on state instead of sleeps.
+//! them, what a process spends, waits on state instead of sleeps, and a
+//! real etcd on loopback for the failover tests.
 //!
 //! A harness, not a product: its functions panic with a message where a
 //! test would, except where a drill needs the error to report it.
 
 pub mod child;
+pub mod etcd;
 pub mod ports;
 pub mod procfs;
 pub mod wait;
