@@ -28,7 +28,11 @@
 //! `primary_fdatasyncs`/`twin_fdatasyncs` the frame syncs each daemon's
 //! `/metrics` counted; `udp_datagrams`/`udp_drops` the machine's UDP
 //! datagrams received and dropped for a full socket buffer (loss QUIC had to
-//! recover), from `/proc/net/snmp`.
+//! recover), from `/proc/net/snmp`; `switches_primary`/`switches_twin`
+//! the context switches, voluntary and not, of every thread of each daemon
+//! (`/proc/<pid>/task/*/status`). The small-append cases add
+//! `cpu_us_per_append` (the whole machine's busy CPU per append) and
+//! `switches_per_append` (both daemons'), so a change shows what it saved.
 //!
 //! `raw_seq_write_1mib` is `benches/log.rs`'s case at the bulk cases' size
 //! (1 GiB, quick 128 MiB), so the ratios compare the same amount of data.

@@ -159,6 +159,8 @@ impl WithUsage for Line {
             .int("twin_fdatasyncs", u.syncs[1])
             .int("udp_datagrams", u.udp[0])
             .int("udp_drops", u.udp[1])
+            .int("switches_primary", u.switches[0])
+            .int("switches_twin", u.switches[1])
     }
 }
 
@@ -201,6 +203,27 @@ pub(crate) fn thread_ns(pid: u32) -> HashMap<u64, u64> {
             let tid = t.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
             Some((tid, stat.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Context switches (voluntary and not) of each of a process's threads,
+/// by thread id: `/proc/<pid>/status` counts the main thread's only.
+pub(crate) fn thread_switches(pid: u32) -> HashMap<u64, u64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let tid = t.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+            let n: u64 = status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum();
+            Some((tid, n))
         })
         .collect()
 }
@@ -303,6 +326,8 @@ pub(crate) struct Usage {
     cpu: [f64; 4],
     syncs: [u64; 2],
     udp: [u64; 2],
+    /// Context switches of the primary's and the twin's threads.
+    switches: [u64; 2],
 }
 
 impl Usage {
@@ -323,6 +348,7 @@ impl Usage {
         for i in 0..2 {
             self.syncs[i] += other.syncs[i];
             self.udp[i] += other.udp[i];
+            self.switches[i] += other.switches[i];
         }
     }
 }
@@ -335,6 +361,8 @@ pub(crate) struct Probe {
     idle_secs: f64,
     syncs: [u64; 2],
     udp: [u64; 2],
+    /// The threads' context switches of the primary and the twin.
+    switches: [HashMap<u64, u64>; 2],
 }
 
 impl Probe {
@@ -353,6 +381,8 @@ impl Probe {
                 frame_syncs(pair.twin_metrics),
             ],
             udp: udp_counters(),
+            switches: [&pair.primary, &pair.twin]
+                .map(|d| d.pid().map(thread_switches).unwrap_or_default()),
         }
     }
 
@@ -369,6 +399,16 @@ impl Probe {
                 (cores() as f64 * secs - (now.idle_secs - self.idle_secs)).max(0.0),
             ],
             udp: [0, 1].map(|i| now.udp[i].saturating_sub(self.udp[i])),
+            // A thread that ended meanwhile loses its count since then, as
+            // its CPU does.
+            switches: [0, 1].map(|i| {
+                now.switches[i]
+                    .iter()
+                    .map(|(tid, n)| {
+                        n.saturating_sub(self.switches[i].get(tid).copied().unwrap_or(0))
+                    })
+                    .sum()
+            }),
             // A restarted daemon counts from 0 again.
             syncs: [0, 1].map(|i| {
                 now.syncs[i]
@@ -1166,6 +1206,14 @@ impl Bench {
             .num(
                 "appends_per_primary_fdatasync",
                 t.appends as f64 / t.usage.syncs[0] as f64,
+            )
+            .num(
+                "cpu_us_per_append",
+                t.usage.machine_cpu_secs() * 1e6 / t.appends.max(1) as f64,
+            )
+            .num(
+                "switches_per_append",
+                (t.usage.switches[0] + t.usage.switches[1]) as f64 / t.appends.max(1) as f64,
             )
             .usage(&t.usage)
     }

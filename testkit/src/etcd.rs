@@ -164,7 +164,7 @@ impl Etcd {
             return Ok(());
         };
         let by = Instant::now() + Duration::from_secs(10);
-        while !all_stopped(pid) {
+        while !crate::procfs::all_threads_stopped(pid) {
             if Instant::now() >= by {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -192,20 +192,6 @@ impl Etcd {
         self.kill()?;
         self.spawn()
     }
-}
-
-/// Whether every thread of `pid` is stopped (state `T` in its stat).
-fn all_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-            // The state follows the command name, which is in parentheses.
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-        })
-    })
 }
 
 /// Two distinct free ports on loopback, both held while chosen.
