@@ -90,12 +90,20 @@ pub async fn digests(
     rate: u64,
 ) -> Result<(Vec<Digest>, u64), String> {
     tokio::task::spawn_blocking(move || {
-        let mut pace = Pace::new(rate);
-        let d = verify::digests(&log, &epochs, ask.from, ask.through, ask.step, |n| {
-            pace.read(n)
-        })
+        let (mut pace, mut blob_bytes) = (Pace::new(rate), 0u64);
+        let d = verify::digests(
+            &log,
+            &epochs,
+            ask.from,
+            ask.through,
+            ask.step,
+            |frames, bytes| {
+                blob_bytes += bytes;
+                pace.read(bytes + frames * verify::FRAME_COST)
+            },
+        )
         .map_err(|e| e.to_string())?;
-        Ok((d, pace.bytes()))
+        Ok((d, blob_bytes))
     })
     .await
     .map_err(|e| e.to_string())?

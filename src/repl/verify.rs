@@ -15,21 +15,27 @@ use crate::log::{Error as LogError, Log};
 /// A range's digest.
 pub type Digest = [u8; 16];
 
+/// What reading and digesting one frame costs besides its blob, in bytes
+/// of a pace: about a page read and a digest update.
+pub const FRAME_COST: u64 = 4096;
+
 /// The most digests one answer carries: 16 KiB, well inside a control
 /// message.
 pub const MAX_DIGESTS: u64 = 1024;
 
 /// The digests of frames `from..=through` of `log`, one per `step`
 /// frames (the last range may be shorter), the epochs from `epochs`.
-/// Reads the blobs in pieces; `read` is told each piece's length, so the
-/// caller can pace the reading.
+/// Reads the blobs in pieces; `read(frames, bytes)` is told of each frame
+/// begun and each piece read, so the caller can pace the reading by what
+/// it costs: a log of small frames costs its frames more than its bytes
+/// (see [`FRAME_COST`]).
 pub fn digests(
     log: &Log,
     epochs: &EpochHistory,
     from: u64,
     through: u64,
     step: u64,
-    mut read: impl FnMut(u64),
+    mut read: impl FnMut(u64, u64),
 ) -> Result<Vec<Digest>, LogError> {
     let step = step.max(1);
     let mut out = Vec::new();
@@ -39,6 +45,7 @@ pub fn digests(
         let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
         for seq in at..=end {
             let epoch = epochs.epoch_of(seq).unwrap_or(0);
+            read(1, 0);
             // The frame's identity opens its bytes, once.
             let mut tagged = false;
             let loc = log.read_pieces::<LogError>(seq, 1 << 20, |loc, piece, _last| {
@@ -46,7 +53,7 @@ pub fn digests(
                     tagged = true;
                     ctx.update(&frame_tag(seq, loc.kind, epoch, &loc.meta, loc.blob_len));
                 }
-                read(piece.len() as u64);
+                read(0, piece.len() as u64);
                 ctx.update(piece);
                 Ok(())
             })?;
