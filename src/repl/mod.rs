@@ -25,6 +25,7 @@
 
 pub mod ack;
 pub mod apply;
+pub mod arbiter;
 #[cfg(any(test, feature = "testing"))]
 pub mod cluster;
 pub mod epochs;
