@@ -2,6 +2,13 @@
 //! numbers. The decisions are [`TwinCore`]'s; a dedicated writer thread
 //! owns the log's streaming appends and makes one sync per batch (whatever
 //! arrived while the previous sync ran); this moves bytes between them.
+//!
+//! Owns the twin's session with its primary, its writer thread and its
+//! retention. May not touch: the rules of following (the [`TwinCore`]),
+//! the primary's side, or the failover files (those are
+//! [`super::failover`]'s; it calls them).
+
+pub mod retention;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -10,11 +17,11 @@ use std::time::Duration;
 use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
-use super::epoch::Epochs;
-use super::snapshot_transfer as snapshot;
-use super::store_host::StoreHost;
 use crate::log::{Error as LogError, HistoryId, Log};
 use crate::net::{self, NetError};
+use crate::node::epoch::Epochs;
+use crate::node::snapshot_transfer as snapshot;
+use crate::node::store_host::StoreHost;
 use crate::repl::apply::{self, Applier, Write};
 use crate::repl::{Backoff, Position, Refusal, Timers, TwinAction, TwinCore, TwinState, TwinView};
 use crate::store::install::{self, InstallPaths, SnapshotBase};
@@ -50,7 +57,7 @@ pub struct TwinStatus {
     pub build: String,
     /// The twin's retention: its limits, the log's bytes, what it dropped.
     #[serde(default)]
-    pub retention: super::twin_retention::TwinRetentionStatus,
+    pub retention: retention::TwinRetentionStatus,
     /// Bytes received from primaries since start, as QUIC counted them on
     /// the wire (UDP payloads: frames, snapshots, control messages and
     /// their framing): what following cost the network, which is how a
@@ -105,7 +112,7 @@ pub struct Twin {
     /// refuses it.
     fingerprint: Mutex<Option<String>>,
     /// The retention that drops old segments here, once set.
-    retainer: Mutex<Option<Arc<super::twin_retention::TwinRetainer>>>,
+    retainer: Mutex<Option<Arc<retention::TwinRetainer>>>,
     /// What a planned switchover runs to make this box a primary.
     handover: Mutex<Option<Arc<Handover>>>,
     /// Turns true once a switchover made this box a primary: the twin
@@ -167,8 +174,8 @@ impl Twin {
     }
 
     /// The retention whose state the status shows (its pass runs on its
-    /// own, see [`super::twin_retention::TwinRetainer::run`]).
-    pub fn set_retainer(&self, r: Arc<super::twin_retention::TwinRetainer>) {
+    /// own, see [`retention::TwinRetainer::run`]).
+    pub fn set_retainer(&self, r: Arc<retention::TwinRetainer>) {
         *self.retainer.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     }
 
@@ -303,7 +310,7 @@ impl Twin {
             .clone();
         s.retention = match retainer {
             Some(r) => r.status(),
-            None => super::twin_retention::TwinRetentionStatus {
+            None => retention::TwinRetentionStatus {
                 log_bytes: self.log.bytes(),
                 ..Default::default()
             },
@@ -402,7 +409,7 @@ impl Twin {
         let dir = {
             let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());
             if h.1
-                .is_some_and(|at| now < at + super::predecessor::HEARD_EVERY)
+                .is_some_and(|at| now < at + crate::node::predecessor::HEARD_EVERY)
             {
                 return;
             }
@@ -411,7 +418,7 @@ impl Twin {
         };
         if let Some(dir) = dir {
             tokio::task::spawn_blocking(move || {
-                if let Err(e) = super::predecessor::record_heard(&dir) {
+                if let Err(e) = crate::node::predecessor::record_heard(&dir) {
                     tracing::warn!(error = %e, "recording when the primary was last heard");
                 }
             });
@@ -447,14 +454,14 @@ impl Twin {
             }
             let saved = match &snapshots {
                 Some(s) => {
-                    let tail = super::divergent::Tail {
+                    let tail = crate::node::divergent::Tail {
                         log: &log,
                         fork: after,
                         epoch,
                         new_epoch: epoch,
                         primary,
                     };
-                    let (_, path) = super::divergent::save(&s.paths.data, &tail)
+                    let (_, path) = crate::node::divergent::save(&s.paths.data, &tail)
                         .map_err(|e| format!("saving frames {}..={head}: {e}", after + 1))?;
                     path.display().to_string()
                 }
@@ -598,8 +605,8 @@ impl Twin {
                         let (log, epochs, tx) =
                             (self.log.clone(), self.epochs.history(), digest_tx.clone());
                         tokio::spawn(async move {
-                            let rate = super::verify::verify_rate(mib_per_s);
-                            let d = super::verify::digests(log, epochs, ask, rate).await;
+                            let rate = crate::node::verify::verify_rate(mib_per_s);
+                            let d = crate::node::verify::digests(log, epochs, ask, rate).await;
                             let _ = tx.send((id, d.map(|(d, _)| d)));
                         });
                     }

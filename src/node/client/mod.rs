@@ -11,40 +11,29 @@
 //! frames, open. A write's answer also waits a second per MiB of its body,
 //! the time to make it durable and ship it to the twin, which starts once
 //! the primary has it whole.
+//!
+//! The folder owns the client side and the wire it shares with the
+//! primary: [`api`] (requests and answers), [`refusal`] (refusals by name),
+//! the pipe of small requests, the store's calls ([`store_client`]). May
+//! not touch the daemons: nothing here serves, only asks.
+
+pub mod api;
+mod error;
+mod pipe;
+pub mod refusal;
+pub mod store_client;
+
+pub use error::ClientError;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
-use super::pipe::Pipe;
 use crate::log::Entry;
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
-
-/// What a client call fails at.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error(transparent)]
-    Net(#[from] NetError),
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("unexpected answer: {0}")]
-    Unexpected(String),
-    /// Reading the git repository to import failed.
-    #[error("import: {0}")]
-    Import(String),
-    /// The primary did not answer, or did not move a piece of a transfer,
-    /// within the deadline: it is stopped, overloaded or cut off. What was
-    /// asked may have been done all the same.
-    #[error(
-        "no answer from the primary within {after:?} (the client's deadline, --timeout): it may \
-         be stopped, overloaded or cut off, and what was asked may have been done all the same \
-         (a `twin` write, for one, may be durable on the primary and waiting for its twin: \
-         see `primary status`)"
-    )]
-    Deadline { after: Duration },
-}
+use api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
+use pipe::Pipe;
 
 /// How long a client waits for the primary unless told otherwise.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
