@@ -629,6 +629,58 @@ impl PrimaryConfig {
         load(path)
     }
 
+    /// A primary whose one client is the admin `admin`, every other
+    /// setting at its default.
+    pub fn new(
+        data_dir: PathBuf,
+        listen: Address,
+        metrics: Address,
+        twin_fingerprint: Option<Fingerprint>,
+        admin: Fingerprint,
+    ) -> PrimaryConfig {
+        PrimaryConfig {
+            data_dir,
+            listen,
+            metrics,
+            twin_fingerprint,
+            client_fingerprints: vec![admin],
+            writer_fingerprints: Vec::new(),
+            reader_fingerprints: Vec::new(),
+            durability: DurabilitySection::default(),
+            segment_bytes: default_segment_bytes(),
+            timers: TimersSection::default(),
+            retention: RetentionSection::default(),
+            limits: LimitsSection::default(),
+        }
+    }
+
+    /// What the twin `twin` serves as once it is made the primary: [`new`]
+    /// with the twin's log settings and its `[as_primary]` sections.
+    ///
+    /// [`new`]: PrimaryConfig::new
+    pub fn of_twin(
+        twin: &TwinConfig,
+        listen: Address,
+        metrics: Address,
+        twin_fingerprint: Option<Fingerprint>,
+        admin: Fingerprint,
+    ) -> PrimaryConfig {
+        PrimaryConfig {
+            durability: twin.as_primary.durability.clone(),
+            segment_bytes: twin.segment_bytes,
+            timers: twin.timers,
+            retention: twin.as_primary.retention,
+            limits: twin.as_primary.limits,
+            ..PrimaryConfig::new(
+                twin.data_dir.clone(),
+                listen,
+                metrics,
+                twin_fingerprint,
+                admin,
+            )
+        }
+    }
+
     /// The file, with a comment on every key.
     pub fn render(&self) -> String {
         let fp = |f: &Option<Fingerprint>| f.map(|f| f.to_string()).unwrap_or_default();
