@@ -8,6 +8,7 @@
 //! the primary's side, or the failover files (those are
 //! [`super::failover`]'s; it calls them).
 
+mod ended;
 mod repair;
 pub mod retention;
 mod session;
@@ -303,7 +304,7 @@ impl Twin {
                      certificate: is a second twin running with this key? Retrying in {:?}",
                     self.cfg.backoff_cap
                 ),
-                Ok(why) => why,
+                Ok(why) => why.to_string(),
                 Err(e) if net::refused_by_peer(&e) => {
                     let fp = self
                         .fingerprint

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use quinn::Connection;
 
+use super::ended::{CutError, Ended};
 use super::{Twin, TwinSnapshots};
 use crate::node::snapshot_transfer as snapshot;
 use crate::store::install;
@@ -14,7 +15,7 @@ use crate::store::install;
 impl Twin {
     /// Fetch the primary's snapshot over `conn` (resuming a staged one),
     /// install it and restart the log after it.
-    pub(super) async fn take_snapshot(&self, conn: &Connection, s: &Arc<TwinSnapshots>) -> String {
+    pub(super) async fn take_snapshot(&self, conn: &Connection, s: &Arc<TwinSnapshots>) -> Ended {
         let mut last_report = std::time::Instant::now();
         let status = &self.status;
         let mut progress = |held: u64, total: u64| {
@@ -29,7 +30,7 @@ impl Twin {
         };
         let fetched = match snapshot::fetch(conn, &s.paths, &mut progress).await {
             Ok(f) => f,
-            Err(e) => return format!("snapshot fetch interrupted: {e}"),
+            Err(e) => return Ended::SnapshotFetch(e),
         };
         tracing::info!(
             total = fetched.total,
@@ -50,16 +51,16 @@ impl Twin {
                     st.snapshot_at = at;
                     st.below_floor = false;
                 });
-                format!("snapshot installed at {at}: following from {}", at + 1)
+                Ended::SnapshotInstalled { at }
             }
             Ok(Err(e)) => {
                 // A staged snapshot that does not check is fetched anew.
                 if matches!(e, crate::store::StoreError::BadSnapshot { .. }) {
                     let _ = std::fs::remove_dir_all(s.paths.staging());
                 }
-                format!("snapshot install failed: {e}")
+                Ended::SnapshotInstall(e)
             }
-            Err(e) => format!("snapshot install: {e}"),
+            Err(e) => Ended::SnapshotInstallStopped(e),
         }
     }
 
@@ -68,26 +69,24 @@ impl Twin {
     /// frame at `after` against the primary's `crc`, save the frames past
     /// it (under the data directory's `divergent/`, as a rejoin does), move
     /// the store back to `after`, and cut them.
-    pub(super) async fn cut_lost(&self, after: u64, crc: Option<u32>) -> Result<String, String> {
+    pub(super) async fn cut_lost(&self, after: u64, crc: Option<u32>) -> Result<String, CutError> {
         let log = self.log.clone();
         let base = *self.base.lock().unwrap_or_else(|e| e.into_inner());
         let snapshots = self.snapshots();
         let store = self.store();
         let epoch = self.epochs.newest();
         let primary = self.primary.to_string();
-        let cut = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let cut = tokio::task::spawn_blocking(move || -> Result<String, CutError> {
             let head = log.head_seq();
             if after >= head {
                 return Ok(format!("nothing past {after} to cut"));
             }
             if let Some(theirs) = crc {
                 let here = install::crc_of_frame(&log, base.as_ref(), after)
-                    .map_err(|e| format!("this log's frame {after} does not read: {e}"))?;
+                    .map_err(|error| CutError::Unreadable { after, error })?;
                 let erased = log.locate_blob(after).is_ok_and(|l| l.is_erased());
                 if here != theirs && !erased {
-                    return Err(format!(
-                        "this log's frame {after} (crc {here:08x}) is not the primary's ({theirs:08x}): the logs share no checked past, nothing is cut. Restore this box"
-                    ));
+                    return Err(CutError::NotThePrimarys { after, here, theirs });
                 }
             }
             let saved = match &snapshots {
@@ -100,16 +99,23 @@ impl Twin {
                         primary,
                     };
                     let (_, path) = crate::node::divergent::save(&s.paths.data, &tail)
-                        .map_err(|e| format!("saving frames {}..={head}: {e}", after + 1))?;
+                        .map_err(|error| CutError::Save {
+                            from: after + 1,
+                            head,
+                            error,
+                        })?;
                     path.display().to_string()
                 }
                 None => "nowhere (no data directory)".into(),
             };
             let truncate = || log.truncate_after(after);
             let moved = match &store {
-                Some(host) => host.rewound_for_cut(after, truncate).map_err(|e| e.to_string())?.0,
+                Some(host) => host
+                    .rewound_for_cut(after, truncate)
+                    .map_err(CutError::Store)?
+                    .0,
                 None => {
-                    truncate().map_err(|e| e.to_string())?;
+                    truncate().map_err(CutError::Log)?;
                     None
                 }
             };
@@ -119,7 +125,7 @@ impl Twin {
             ))
         })
         .await
-        .map_err(|e| e.to_string())??;
+        .map_err(CutError::Stopped)??;
         tracing::warn!(after, "{cut}");
         self.durable.send_replace(self.log.head_seq());
         Ok(cut)

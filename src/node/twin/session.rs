@@ -7,6 +7,7 @@ use std::time::Duration;
 use quinn::Connection;
 use tokio::sync::{mpsc, watch};
 
+use super::ended::Ended;
 use super::writer::{self, Written, WRITE_BATCHES};
 use super::Twin;
 use crate::log::HistoryId;
@@ -69,7 +70,7 @@ impl Twin {
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
         end: &mut SessionEnd,
-    ) -> Result<String, NetError> {
+    ) -> Result<Ended, NetError> {
         let mut session = Session::open(self, endpoint).await?;
         let result = session.follow(backoff, shutdown).await;
         let (conn, below_floor, counted) = session.close(end).await;
@@ -154,7 +155,7 @@ impl<'t> Session<'t> {
         &mut self,
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<String, NetError> {
+    ) -> Result<Ended, NetError> {
         loop {
             self.report_store();
             self.transmit().await?;
@@ -208,14 +209,14 @@ impl<'t> Session<'t> {
 
     /// Carry out the core's actions; answers why the session closes, when
     /// one of them closes it.
-    async fn act(&mut self) -> Option<String> {
+    async fn act(&mut self) -> Option<Ended> {
         let twin = self.twin;
         let mut closed = None;
         while let Some(action) = self.core.poll_action() {
             match action {
                 TwinAction::AdoptHistory(h) => {
                     if let Err(e) = twin.log.adopt_history(HistoryId(h)) {
-                        closed = Some(format!("adopting the primary's history: {e}"));
+                        closed = Some(Ended::AdoptHistory(e));
                     }
                 }
                 TwinAction::AdoptEpochs(h) => {
@@ -224,7 +225,7 @@ impl<'t> Session<'t> {
                         s.follow(h);
                         Ok(())
                     }) {
-                        closed = Some(format!("recording epoch {epoch}: {err}"));
+                        closed = Some(Ended::RecordEpoch { epoch, error: err });
                     }
                 }
                 TwinAction::BelowFloor {
@@ -233,16 +234,17 @@ impl<'t> Session<'t> {
                 } => {
                     self.below_floor = true;
                     twin.set_status(|s| s.below_floor = true);
-                    closed = Some(format!(
-                        "below the primary's retention floor {first} (primary head {primary_head}): a snapshot is needed"
-                    ));
+                    closed = Some(Ended::BelowFloor {
+                        first,
+                        primary_head,
+                    });
                 }
                 TwinAction::CutAfter { after, crc } => {
                     // The Close that follows ends this session; the next
                     // Hello reports the cut log.
                     if let Err(e) = twin.cut_lost(after, crc).await {
                         tracing::error!(after, error = %e, "cutting the frames the primary lost");
-                        twin.set_status(|s| s.last_error = Some(e.clone()));
+                        twin.set_status(|s| s.last_error = Some(e.to_string()));
                     }
                 }
                 TwinAction::Digest { id, ask, mib_per_s } => {
@@ -258,8 +260,8 @@ impl<'t> Session<'t> {
                     });
                 }
                 TwinAction::Close(why) => {
-                    closed = Some(why.to_string());
-                    twin.set_status(|s| s.refusal = Some(why));
+                    twin.set_status(|s| s.refusal = Some(why.clone()));
+                    closed = Some(Ended::Refused(why));
                 }
                 TwinAction::Promote { head, clients } => {
                     closed = Some(self.promote(head, clients).await);
@@ -271,7 +273,7 @@ impl<'t> Session<'t> {
 
     /// A switchover hands this box the primary's role: run the handover
     /// and tell the old primary how it went; answers why the session ends.
-    async fn promote(&mut self, head: u64, clients: Vec<crate::repl::HandedClient>) -> String {
+    async fn promote(&mut self, head: u64, clients: Vec<crate::repl::HandedClient>) -> Ended {
         let twin = self.twin;
         let hook = twin
             .handover
@@ -288,7 +290,7 @@ impl<'t> Session<'t> {
                 self.core.promoted(twin.epochs.history(), listen);
                 self.transmit_regardless().await;
                 twin.promoted.send_replace(true);
-                format!("promoted to epoch {epoch} at a switchover")
+                Ended::Promoted { epoch }
             }
             Err(e) => {
                 // Nothing changed here: the old primary may take writes
@@ -296,7 +298,7 @@ impl<'t> Session<'t> {
                 self.core
                     .handover_refused(format!("the twin's promotion failed: {e}"));
                 self.transmit_regardless().await;
-                format!("the switchover's promotion failed: {e}")
+                Ended::PromotionFailed(e)
             }
         }
     }
@@ -336,7 +338,7 @@ impl<'t> Session<'t> {
     async fn next_event(
         &mut self,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Option<Result<String, NetError>> {
+    ) -> Option<Result<Ended, NetError>> {
         let deadline = crate::node::clock::wake_at(self.core.poll_timeout());
         tokio::select! {
             msg = self.msgs.recv() => match msg {
@@ -345,7 +347,7 @@ impl<'t> Session<'t> {
                     self.core.handle_message(m, crate::node::clock::now())
                 }
                 Some(Err(e)) => return Some(Err(e)),
-                None => return Some(Ok("the primary closed the control stream".into())),
+                None => return Some(Ok(Ended::ControlClosed)),
             },
             chunk = self.chunks.recv() => match chunk {
                 // A refusal is queued in the core and ends the session.
@@ -354,12 +356,12 @@ impl<'t> Session<'t> {
                     let _ = writer::feed(&mut self.core, &bytes, &self.write_tx).await;
                 }
                 Some(Err(e)) => return Some(Err(e)),
-                None => return Some(Ok("the frame stream ended".into())),
+                None => return Some(Ok(Ended::FrameStreamOver)),
             },
             Some((id, d)) = self.digested.recv() => self.core.digests(id, d),
             done = self.written.recv() => match done {
                 Some(done) => self.handle_written(done),
-                None => return Some(Ok("the writer stopped".into())),
+                None => return Some(Ok(Ended::WriterStopped)),
             },
             _ = tokio::time::sleep_until(deadline) => {
                 self.core.handle_timeout(crate::node::clock::now())
@@ -375,7 +377,7 @@ impl<'t> Session<'t> {
                     self.store_health = None;
                 }
             }
-            _ = shutdown.changed() => return Some(Ok("shutting down".into())),
+            _ = shutdown.changed() => return Some(Ok(Ended::ShuttingDown)),
         }
         None
     }
