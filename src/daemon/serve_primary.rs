@@ -119,12 +119,10 @@ fn predecessor_caller(
         crate::node::predecessor::Caller,
         crate::node::predecessor::PredecessorFile,
     )>,
-    String,
+    crate::node::predecessor::CallError,
 > {
-    use crate::node::predecessor::{Caller, PredecessorFile};
-    let Some(file) = PredecessorFile::load(&cfg.data_dir)
-        .map_err(|e| format!("reading {}: {e}", crate::layout::PREDECESSOR_FILE))?
-    else {
+    use crate::node::predecessor::{CallError, Caller, PredecessorFile};
+    let Some(file) = PredecessorFile::load(&cfg.data_dir).map_err(CallError::File)? else {
         return Ok(None);
     };
     let caller = Caller {
