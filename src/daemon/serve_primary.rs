@@ -86,14 +86,7 @@ pub async fn serve_primary(
     if let Some(c) = calling {
         c.abort();
     }
-    log.sync()?;
-    follow.abort();
-    let _ = follow.await;
-    tokio::task::spawn_blocking(move || applier.stop())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
-    let _ = status_server.await;
-    tracing::info!(head = log.head_seq(), "primary stopped");
+    wind_down(&log, follow, applier, status_server, "primary").await?;
     let new_primary = deposed.borrow().clone();
     match new_primary {
         Some(np) => {

@@ -85,14 +85,7 @@ pub async fn serve_twin(
     ));
     let promoted = node.watch_promoted();
     node.run(endpoint, shutdown).await;
-    log.sync()?;
-    follow.abort();
-    let _ = follow.await;
-    tokio::task::spawn_blocking(move || applier.stop())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
-    let _ = status_server.await;
-    tracing::info!(head = log.head_seq(), "twin stopped");
+    wind_down(&log, follow, applier, status_server, "twin").await?;
     if *promoted.borrow() {
         return Ok(Served::Promoted {
             primary_config: failover::promoted_config(&cfg),
