@@ -34,12 +34,11 @@ mod relay;
 use children::{fast, Daemon};
 use testkit::{free_tcp, free_udp};
 
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+
 const KIND: u16 = 0x8000;
 const T1: u64 = 1 << LIFE_BITS;
-
-async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
-    testkit::until(what, Duration::from_secs(20), f).await
-}
 
 fn pstatus(metrics: SocketAddr) -> Option<Status> {
     daemon::fetch_status::<Status>(metrics)
@@ -107,7 +106,7 @@ impl Pair {
     async fn streaming(&self, n: u64) -> (Daemon, Daemon) {
         let a = Daemon::start("primary", &self.a_cfg, &self.logs.join("a.log"));
         let b = Daemon::start("twin", &self.b_cfg, &self.logs.join("b.log"));
-        until("B streams from A", || {
+        testkit::until("B streams from A", WAIT, || {
             pstatus(self.a_metrics).filter(|s| s.twin_connected)
         })
         .await;
@@ -161,7 +160,7 @@ async fn a_power_cut_then_repeated_payloads_lose_no_twin_acknowledgement() {
     }
 
     let mut a = Daemon::start("primary", &p.a_cfg, &p.logs.join("a.log"));
-    until("A serves", || pstatus(p.a_metrics)).await;
+    testkit::until("A serves", WAIT, || pstatus(p.a_metrics)).await;
     let c = Arc::new(p.a_client().await);
     let mut waiting = Vec::new();
     for (n, b) in [(11, blob("d", 11)), (12, blob("e", 12)), (13, blob("c", 0))] {
@@ -170,7 +169,7 @@ async fn a_power_cut_then_repeated_payloads_lose_no_twin_acknowledgement() {
             (n, c.append(KIND, b"", &b, Durability::Twin).await)
         }));
         // In order: each is staged before the next is sent.
-        until("the append is staged", || {
+        testkit::until("the append is staged", WAIT, || {
             pstatus(p.a_metrics).filter(|s| s.head >= n)
         })
         .await;
@@ -180,7 +179,7 @@ async fn a_power_cut_then_repeated_payloads_lose_no_twin_acknowledgement() {
         let (n, got) = w.await.expect("join");
         assert_eq!(got.expect("twin append"), (n, Durability::Twin));
     }
-    let s = until("the refusal is shown", || {
+    let s = testkit::until("the refusal is shown", WAIT, || {
         pstatus(p.a_metrics).filter(|s| s.twin_connected)
     })
     .await;
@@ -216,9 +215,9 @@ async fn a_fence_naming_a_phantom_epoch_fences_only_its_own_box() {
     let promoted = daemon::failover::promote(&p.b_cfg, b_listen, b_pmetrics, Some(p.a_fp), true)
         .expect("promote");
     let mut b = Daemon::start("primary", &promoted.config, &p.logs.join("b.log"));
-    until("B serves", || pstatus(b_pmetrics)).await;
+    testkit::until("B serves", WAIT, || pstatus(b_pmetrics)).await;
     let mut a = Daemon::start("primary", &p.a_cfg, &p.logs.join("a.log"));
-    until("A serves", || pstatus(p.a_metrics)).await;
+    testkit::until("A serves", WAIT, || pstatus(p.a_metrics)).await;
     // An operator fences A by hand, naming an epoch nobody serves.
     {
         let c = p.a_client().await;
@@ -241,7 +240,7 @@ async fn a_fence_naming_a_phantom_epoch_fences_only_its_own_box() {
         .metrics;
     let a_tmetrics: SocketAddr = a_tmetrics.to_string().parse().expect("addr");
     let mut a = Daemon::start("twin", &a_twin_cfg, &p.logs.join("a.log"));
-    until("A follows B", || {
+    testkit::until("A follows B", WAIT, || {
         tstatus(a_tmetrics).filter(|s| s.connected)
     })
     .await;
@@ -270,7 +269,7 @@ async fn a_primary_killed_while_its_switchover_is_answered_comes_back_fenced() {
     let relay = relay::Relay::start(relay_at, a_listen).await;
     let p = init_pair(root.path(), a_listen, relay_at);
     let (mut a, _b) = p.streaming(5).await;
-    until("B acknowledged A's head", || {
+    testkit::until("B acknowledged A's head", WAIT, || {
         pstatus(p.a_metrics).filter(|s| s.twin_acked == 5)
     })
     .await;
@@ -280,12 +279,12 @@ async fn a_primary_killed_while_its_switchover_is_answered_comes_back_fenced() {
     let admin = daemon::load::admin_client(&a_cfg).await.expect("A's admin");
     let switching =
         tokio::spawn(async move { admin.switchover(Duration::from_secs(10)).await.map(|_| ()) });
-    until("B took over", || pstatus(p.b_metrics)).await;
+    testkit::until("B took over", WAIT, || pstatus(p.b_metrics)).await;
     a.kill();
     switching.abort();
 
     let mut a = Daemon::start("primary", &p.a_cfg, &p.logs.join("a.log"));
-    until("A serves", || pstatus(p.a_metrics)).await;
+    testkit::until("A serves", WAIT, || pstatus(p.a_metrics)).await;
     let c = p.a_client().await;
     match c.append(KIND, b"", b"late", Durability::Local).await {
         Err(ClientError::Api(ApiError::Fenced { seq: None, .. })) => {}
@@ -307,7 +306,7 @@ async fn a_promoted_box_fences_its_restarted_predecessor() {
     let p = init_pair(root.path(), a_listen, a_listen);
     let (mut a, mut b) = p.streaming(5).await;
     a.kill();
-    until("B heard A lately", || {
+    testkit::until("B heard A lately", WAIT, || {
         twinlog::node::predecessor::heard_primary(&p.b_dir)
     })
     .await;
@@ -321,9 +320,9 @@ async fn a_promoted_box_fences_its_restarted_predecessor() {
         .expect("forced");
     assert_eq!(promoted.epoch, T1);
     let mut b = Daemon::start("primary", &promoted.config, &p.logs.join("b.log"));
-    until("B serves", || pstatus(b_pmetrics)).await;
+    testkit::until("B serves", WAIT, || pstatus(b_pmetrics)).await;
     let mut a = Daemon::start("primary", &p.a_cfg, &p.logs.join("a.log"));
-    let s = until("B's call fenced A", || {
+    let s = testkit::until("B's call fenced A", WAIT, || {
         pstatus(p.a_metrics).filter(|s| s.fenced.is_some())
     })
     .await;
@@ -334,7 +333,7 @@ async fn a_promoted_box_fences_its_restarted_predecessor() {
         Err(ClientError::Api(ApiError::Fenced { newer: T1, .. })) => {}
         other => panic!("the restarted predecessor answered {other:?}"),
     }
-    let bs = until("B shows A told", || {
+    let bs = testkit::until("B shows A told", WAIT, || {
         pstatus(b_pmetrics).filter(|s| s.predecessor.as_ref().is_some_and(|p| p.told))
     })
     .await;

@@ -16,31 +16,16 @@ use twinlog::node::{ClientError, Durability, Status, TwinStatus};
 
 use testkit::{free_tcp, free_udp};
 
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The status a daemon serves on `metrics`, when it answers.
+fn status<T: serde::de::DeserializeOwned>(metrics: &daemon::Address) -> Option<T> {
+    daemon::fetch_status::<T>(metrics).ok().map(|(_, s)| s)
+}
+
 /// The first epoch of term 1: what the first promotion takes.
 const T1: u64 = 1 << twinlog::repl::epochs::LIFE_BITS;
-
-/// Wait on a daemon's `/status` until `ok` holds (checked every 20 ms,
-/// given up after 20 s).
-async fn status_until<T: serde::de::DeserializeOwned + std::fmt::Debug>(
-    metrics: &daemon::Address,
-    mut ok: impl FnMut(&T) -> bool,
-) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut last = None;
-    loop {
-        if let Ok((_, s)) = daemon::fetch_status::<T>(metrics) {
-            if ok(&s) {
-                return s;
-            }
-            last = Some(s);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "status not reached in 20 s; the last: {last:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 struct Running {
     stop: watch::Sender<bool>,
@@ -77,7 +62,7 @@ fn twin(cfg: &TwinConfig) -> Running {
 }
 
 async fn serving(cfg: &PrimaryConfig) -> twinlog::node::Client {
-    status_until::<Status>(&cfg.metrics, |_| true).await;
+    testkit::until("status: serving", WAIT, || status::<Status>(&cfg.metrics)).await;
     daemon::load::admin_client(cfg).await.expect("admin client")
 }
 
@@ -163,7 +148,10 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     let client = serving(&a_cfg).await;
     // The twin may have dialled before A listened and wait out that attempt:
     // the `twin` appends start once it streams, not within their deadline.
-    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
+    testkit::until("status: s.twin_connected", WAIT, || {
+        status::<Status>(&a_cfg.metrics).filter(|s| s.twin_connected)
+    })
+    .await;
     append_each(&client, b'a', 1..=30, Durability::Twin).await;
     // The twin goes; A takes 12 more frames, acknowledged `local` only:
     // they are the divergent tail.
@@ -185,7 +173,10 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     // as a twin of its new term until it is heard: A fences itself,
     // durably, acknowledges nothing from then on, and still serves reads.
     let a = primary(&a_cfg);
-    let s: Status = status_until(&a_cfg.metrics, |s: &Status| s.fenced.is_some()).await;
+    let s: Status = testkit::until("status: s.fenced.is_some()", WAIT, || {
+        status::<Status>(&a_cfg.metrics).filter(|s: &Status| s.fenced.is_some())
+    })
+    .await;
     let f = s.fenced.expect("fenced");
     assert_eq!(
         (f.epoch, f.held),
@@ -193,9 +184,14 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
         "fenced by B's proven epoch: {f:?}"
     );
     assert_eq!(s.epoch, 2, "A's second served life of term 0");
-    let bs: Status = status_until(&b_cfg.metrics, |s: &Status| {
-        s.predecessor.as_ref().is_some_and(|p| p.told)
-    })
+    let bs: Status = testkit::until(
+        "status: s.predecessor.as_ref().is_some_and(|p| p.told)",
+        WAIT,
+        || {
+            status::<Status>(&b_cfg.metrics)
+                .filter(|s: &Status| s.predecessor.as_ref().is_some_and(|p| p.told))
+        },
+    )
     .await;
     assert!(bs.fenced.is_none(), "B serves on: {bs:?}");
     let a_client = serving(&a_cfg).await;
@@ -217,7 +213,7 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     drop(a_client);
     a.stop().await;
     let a = primary(&a_cfg);
-    let s: Status = status_until(&a_cfg.metrics, |_| true).await;
+    let s: Status = testkit::until("status: serving", WAIT, || status(&a_cfg.metrics)).await;
     assert!(s.fenced.is_some(), "the fence survives a restart");
     let a_client = serving(&a_cfg).await;
     assert!(matches!(
@@ -280,19 +276,30 @@ async fn kill_promote_fence_rejoin_by_truncate_to_fork() {
     let a_twin = twin(&a_tcfg);
     // Following, so that the append below waits for its ack, not for the
     // twin daemon's start and first connection.
-    status_until(&a_tcfg.metrics, |s: &TwinStatus| s.connected).await;
+    testkit::until("status: s.connected", WAIT, || {
+        status::<TwinStatus>(&a_tcfg.metrics).filter(|s: &TwinStatus| s.connected)
+    })
+    .await;
     let (seq, d) = b_client
         .append(0x8000, b"", &blob(b'b', 41), Durability::Twin)
         .await
         .expect("twin append on the new primary");
     assert_eq!((seq, d), (41, Durability::Twin));
-    let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.head == 41).await;
+    let st: TwinStatus = testkit::until("status: s.head == 41", WAIT, || {
+        status::<TwinStatus>(&a_tcfg.metrics).filter(|s: &TwinStatus| s.head == 41)
+    })
+    .await;
     assert_eq!(st.epoch, T1);
     // The rejoined twin's store applies the new primary's frames past the
     // fork, not stopped at the mark the cut frames had left.
-    let st: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| {
-        s.store.applied == 41 || s.store.stalled.is_some()
-    })
+    let st: TwinStatus = testkit::until(
+        "status: s.store.applied == 41 || s.store.stalled.is_some()",
+        WAIT,
+        || {
+            status::<TwinStatus>(&a_tcfg.metrics)
+                .filter(|s: &TwinStatus| s.store.applied == 41 || s.store.stalled.is_some())
+        },
+    )
     .await;
     assert_eq!((st.store.applied, st.store.stalled), (41, None));
     a_twin.stop().await;
@@ -359,7 +366,10 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
     let a = primary(&a_cfg);
     let b = twin(&b_tcfg);
     let client = serving(&a_cfg).await;
-    status_until::<TwinStatus>(&b_tcfg.metrics, |s| s.connected).await;
+    testkit::until("status: s.connected", WAIT, || {
+        status::<TwinStatus>(&b_tcfg.metrics).filter(|s| s.connected)
+    })
+    .await;
 
     // A writer that follows the primary wherever a switchover sends it.
     let (stop_writer, mut writer_stopped) = watch::channel(false);
@@ -400,7 +410,10 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
         }
         (acked, longest)
     });
-    status_until::<Status>(&a_cfg.metrics, |s| s.head >= 50).await;
+    testkit::until("status: s.head >= 50", WAIT, || {
+        status::<Status>(&a_cfg.metrics).filter(|s| s.head >= 50)
+    })
+    .await;
 
     let admin_client = daemon::load::admin_client(&a_cfg).await.expect("admin");
     let t0 = std::time::Instant::now();
@@ -423,10 +436,16 @@ async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
     eprintln!("A ended: {:?}", t0.elapsed());
     let a_tcfg = TwinConfig::load(&twin_config).expect("A's twin.toml");
     let a = twin(&a_tcfg);
-    let s: TwinStatus = status_until(&a_tcfg.metrics, |s: &TwinStatus| s.connected).await;
+    let s: TwinStatus = testkit::until("status: s.connected", WAIT, || {
+        status::<TwinStatus>(&a_tcfg.metrics).filter(|s: &TwinStatus| s.connected)
+    })
+    .await;
     eprintln!("A follows: {:?}", t0.elapsed());
     assert!(s.head >= head);
-    status_until::<Status>(&b_cfg.metrics, |s| s.head >= head + 50).await;
+    testkit::until("status: s.head >= head + 50", WAIT, || {
+        status::<Status>(&b_cfg.metrics).filter(|s| s.head >= head + 50)
+    })
+    .await;
     let _ = stop_writer.send(true);
     let (acked, longest) = writer.await.expect("writer");
     println!(
@@ -471,7 +490,10 @@ async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
     let a = primary(&a_cfg);
     let b = twin(&b_tcfg);
     let client = serving(&a_cfg).await;
-    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
+    testkit::until("status: s.twin_connected", WAIT, || {
+        status::<Status>(&a_cfg.metrics).filter(|s| s.twin_connected)
+    })
+    .await;
     append_each(&client, b'a', 1..=10, Durability::Twin).await;
     drop(client);
     b.stop().await;
@@ -489,18 +511,27 @@ async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
     let a = primary(&a_cfg);
     let b = twin(&b_tcfg);
     let client = serving(&a_cfg).await;
-    status_until::<Status>(&a_cfg.metrics, |s| s.twin_connected).await;
+    testkit::until("status: s.twin_connected", WAIT, || {
+        status::<Status>(&a_cfg.metrics).filter(|s| s.twin_connected)
+    })
+    .await;
     let (seq, d) = client
         .append(0x8000, b"", &blob(b'a', 11), Durability::Twin)
         .await
         .expect("append after the cut");
     assert_eq!((seq, d), (11, Durability::Twin));
-    let st: TwinStatus = status_until(&b_tcfg.metrics, |s: &TwinStatus| {
-        s.head == 11 && (s.store.applied == 11 || s.store.stalled.is_some())
-    })
+    let st: TwinStatus = testkit::until(
+        "status: s.head == 11 && (s.store.applied == 11 || s.store.stalled.is_some())",
+        WAIT,
+        || {
+            status::<TwinStatus>(&b_tcfg.metrics).filter(|s: &TwinStatus| {
+                s.head == 11 && (s.store.applied == 11 || s.store.stalled.is_some())
+            })
+        },
+    )
     .await;
     assert!(st.store.stalled.is_none(), "the store follows: {st:?}");
-    let s: Status = status_until(&a_cfg.metrics, |_| true).await;
+    let s: Status = testkit::until("status: serving", WAIT, || status(&a_cfg.metrics)).await;
     let why = s.twin_last_error.unwrap_or_default();
     assert!(why.contains("lost in its crash"), "refused by name: {why}");
     drop(client);
@@ -546,7 +577,10 @@ async fn switchovers_back_and_forth_on_a_quiet_pair_each_hand_over() {
     drop(client);
     let mut epoch = 0;
     for round in 1..=3u64 {
-        status_until::<TwinStatus>(&t_metrics, |s| s.connected).await;
+        testkit::until("status: s.connected", WAIT, || {
+            status::<TwinStatus>(&t_metrics).filter(|s| s.connected)
+        })
+        .await;
         let admin = daemon::load::admin_client(&p_cfg).await.expect("admin");
         let t0 = std::time::Instant::now();
         let (got, head, _) = admin
@@ -570,7 +604,10 @@ async fn switchovers_back_and_forth_on_a_quiet_pair_each_hand_over() {
         primary_run = primary(&p_cfg);
         twin_run = twin(&t_cfg);
     }
-    status_until::<TwinStatus>(&t_metrics, |s| s.connected).await;
+    testkit::until("status: s.connected", WAIT, || {
+        status::<TwinStatus>(&t_metrics).filter(|s| s.connected)
+    })
+    .await;
     let client = serving(&p_cfg).await;
     append_each(&client, b'q', 6..=6, Durability::Twin).await;
     drop(client);

@@ -37,12 +37,10 @@ mod children;
 use children::{fast, Daemon};
 use testkit::{free_tcp, free_udp};
 
-const KIND: u16 = 0x8000;
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
 
-/// Until `f` answers; fails naming `what` after 20 s.
-async fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
-    testkit::until(what, Duration::from_secs(20), f).await
-}
+const KIND: u16 = 0x8000;
 
 /// The first epoch of term 1: what the first promotion takes.
 const T1: u64 = 1 << twinlog::repl::epochs::LIFE_BITS;
@@ -213,7 +211,7 @@ impl Writers {
     /// Until no append is in flight, and none starts until `resume`.
     async fn pause(&self) {
         self.paused.store(true, Ordering::SeqCst);
-        until("the writers idle", || {
+        testkit::until("the writers idle", WAIT, || {
             (self.busy.load(Ordering::SeqCst) == 0).then_some(())
         })
         .await;
@@ -225,7 +223,7 @@ impl Writers {
 
     async fn more(&self, n: usize, want: Durability, what: &str) {
         let at = self.count(want) + n;
-        until(what, || (self.count(want) >= at).then_some(())).await;
+        testkit::until(what, WAIT, || (self.count(want) >= at).then_some(())).await;
     }
 
     /// Stop at once: an append in flight was not acknowledged.
@@ -275,7 +273,7 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     // the log would show.
     let mut a = Daemon::start("primary", &a_cfg, &logs.join("a.log"));
     let mut b = Daemon::start("twin", &b_twin_cfg, &logs.join("b.log"));
-    until("B follows A", || {
+    testkit::until("B follows A", WAIT, || {
         tstatus(b_twin_metrics).filter(|s| s.connected)
     })
     .await;
@@ -306,8 +304,10 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     );
     w1.more(30, Durability::Twin, "twin appends on A").await;
     b.signal(libc::SIGSTOP);
-    let frozen_at = until("A's status", || pstatus(a_metrics)).await.twin_acked;
-    until("a local tail on A past B's head", || {
+    let frozen_at = testkit::until("A's status", WAIT, || pstatus(a_metrics))
+        .await
+        .twin_acked;
+    testkit::until("a local tail on A past B's head", WAIT, || {
         pstatus(a_metrics).filter(|s| s.head >= frozen_at + 40)
     })
     .await;
@@ -336,7 +336,7 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     );
     let b_cfg = PrimaryConfig::load(&promoted.config).expect("B's primary.toml");
     let mut b = Daemon::start("primary", &promoted.config, &logs.join("b.log"));
-    until("B serves", || pstatus(b_metrics)).await;
+    testkit::until("B serves", WAIT, || pstatus(b_metrics)).await;
     let b_admin = Arc::new(daemon::load_identity(&b_dir.join(daemon::ADMIN_DIR)).expect("admin"));
     let w2 = Writers::start(
         b_admin.clone(),
@@ -350,7 +350,7 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     // A restarted as a primary: B calls it until it is heard, and A,
     // fenced by B's epoch, acknowledges nothing.
     let mut a = Daemon::start("primary", &a_cfg, &logs.join("a.log"));
-    until("B's epoch fenced A", || {
+    testkit::until("B's epoch fenced A", WAIT, || {
         pstatus(a_metrics).filter(|s| s.fenced.as_ref().is_some_and(|f| f.epoch == T1))
     })
     .await;
@@ -456,12 +456,16 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     // counts no frame in flight (B ships a group before its own sync, so
     // under load A may hold bytes past B's durable head).
     w2.pause().await;
-    let b_head_then = until("B's head", || pstatus(b_metrics)).await.head;
-    let caught_up = until("A catches up with B", || {
+    let b_head_then = testkit::until("B's head", WAIT, || pstatus(b_metrics))
+        .await
+        .head;
+    let caught_up = testkit::until("A catches up with B", WAIT, || {
         tstatus(a_twin_metrics).filter(|s| s.connected && s.head >= b_head_then)
     })
     .await;
-    let b_head_after = until("B's head", || pstatus(b_metrics)).await.head;
+    let b_head_after = testkit::until("B's head", WAIT, || pstatus(b_metrics))
+        .await
+        .head;
     w2.resume();
     w2.more(10, Durability::Twin, "twin appends on B with A as its twin")
         .await;
@@ -480,11 +484,11 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
         (epoch, np.addr.as_str()),
         (2 * T1, a_listen.to_string().as_str())
     );
-    until("A serves as the primary of epoch 2.0", || {
+    testkit::until("A serves as the primary of epoch 2.0", WAIT, || {
         pstatus(a_metrics).filter(|s| s.role == "primary" && s.epoch == 2 * T1)
     })
     .await;
-    until("B follows A", || {
+    testkit::until("B follows A", WAIT, || {
         tstatus(b_metrics).filter(|s| s.connected && s.epoch == 2 * T1)
     })
     .await;
@@ -504,8 +508,10 @@ async fn kill_promote_rejoin_and_switch_back_with_real_processes() {
     .await;
     let (w2_acked, redirects, longest_ms) = w2.halt().await;
     assert!(redirects > 0, "the writers were never redirected");
-    let a_head_final = until("A's status", || pstatus(a_metrics)).await.head;
-    until("B holds A's head", || {
+    let a_head_final = testkit::until("A's status", WAIT, || pstatus(a_metrics))
+        .await
+        .head;
+    testkit::until("B holds A's head", WAIT, || {
         tstatus(b_metrics).filter(|s| s.head >= a_head_final)
     })
     .await;

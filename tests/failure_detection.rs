@@ -12,32 +12,18 @@ use twinlog::daemon;
 use twinlog::node::{Client, ClientError, ClientOptions, Durability, Status, TwinStatus};
 
 use testkit::{free_tcp, free_udp};
+
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// The status a daemon serves on `metrics`, when it answers.
+fn status<T: serde::de::DeserializeOwned>(metrics: SocketAddr) -> Option<T> {
+    daemon::fetch_status::<T>(metrics).ok().map(|(_, s)| s)
+}
 #[path = "support/children.rs"]
 mod children;
 
 use children::Daemon;
-
-/// The status a daemon serves on `metrics`, once it answers with one that
-/// `ok` accepts; checked every few milliseconds, for at most 20 s.
-async fn status_until<T: serde::de::DeserializeOwned + Send + 'static>(
-    metrics: SocketAddr,
-    what: &str,
-    ok: impl Fn(&T) -> bool,
-) -> T {
-    let by = Instant::now() + Duration::from_secs(20);
-    loop {
-        let got = tokio::task::spawn_blocking(move || daemon::fetch_status::<T>(metrics))
-            .await
-            .expect("join");
-        if let Ok((_, s)) = got {
-            if ok(&s) {
-                return s;
-            }
-        }
-        assert!(Instant::now() < by, "{what}: not within 20 s");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 struct Pair {
     pcfg: std::path::PathBuf,
@@ -76,7 +62,10 @@ async fn a_restarted_primary_is_followed_at_once() {
     let logs = root.path();
     let mut primary = Daemon::start("primary", &p.pcfg, &logs.join("primary.log"));
     let mut twin = Daemon::start("twin", &p.tcfg, &logs.join("twin.log"));
-    status_until::<Status>(p.pmetrics, "the twin streaming", |s| s.twin_connected).await;
+    testkit::until("the twin streaming", WAIT, || {
+        status::<Status>(p.pmetrics).filter(|s| s.twin_connected)
+    })
+    .await;
     let client = Client::connect(&p.admin, p.primary_fp, p.listen)
         .await
         .expect("client");
@@ -91,7 +80,7 @@ async fn a_restarted_primary_is_followed_at_once() {
         let restarted = Instant::now();
         primary = Daemon::start("primary", &p.pcfg, &logs.join("primary.log"));
         // Serving: its endpoint is bound before its status server.
-        status_until::<Status>(p.pmetrics, "the primary serving", |_| true).await;
+        testkit::until("the primary serving", WAIT, || status::<Status>(p.pmetrics)).await;
         let serving = restarted.elapsed();
         let client = Client::connect(&p.admin, p.primary_fp, p.listen)
             .await
@@ -110,7 +99,10 @@ async fn a_restarted_primary_is_followed_at_once() {
             (acked - serving).as_millis()
         );
         // The old connection was reset, not waited out.
-        let t = status_until::<TwinStatus>(p.tmetrics, "the twin following", |s| s.connected).await;
+        let t = testkit::until("the twin following", WAIT, || {
+            status::<TwinStatus>(p.tmetrics).filter(|s| s.connected)
+        })
+        .await;
         assert!(
             t.last_error
                 .as_deref()
@@ -132,7 +124,7 @@ async fn a_call_to_a_stopped_primary_ends_at_the_client_s_deadline() {
     let root = tempfile::tempdir().expect("tempdir");
     let p = pair(root.path());
     let mut primary = Daemon::start("primary", &p.pcfg, &root.path().join("primary.log"));
-    status_until::<Status>(p.pmetrics, "the primary serving", |_| true).await;
+    testkit::until("the primary serving", WAIT, || status::<Status>(p.pmetrics)).await;
     let deadline = Duration::from_secs(1);
     let client = Client::connect_with(&p.admin, p.primary_fp, p.listen, ClientOptions { deadline })
         .await

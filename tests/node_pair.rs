@@ -16,6 +16,9 @@ use twinlog::node::{
 };
 use twinlog::repl::{Refusal, Timers};
 
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(10);
+
 struct Ids {
     primary: Identity,
     twin: Identity,
@@ -362,11 +365,12 @@ async fn a_diverged_or_ahead_twin_is_refused_by_name_and_nothing_is_written() {
         let before_twin = std::fs::read_dir(tdir.path()).expect("ls").count();
         let p = start_primary(&ids, pdir.path(), TwinPolicy::Wait);
         let (twin, stop) = start_twin(&ids, tdir.path(), p.addr);
-        until(&format!("{case}: the twin refused"), || {
+        testkit::until(&format!("{case}: the twin refused"), WAIT, || {
             let t = twin.status();
-            t.refusal.is_some()
+            (t.refusal.is_some()
                 && t.last_error.is_some()
-                && p.primary.status().twin_refusal.is_some()
+                && p.primary.status().twin_refusal.is_some())
+            .then_some(())
         })
         .await;
         let (on_twin, on_primary) = (
@@ -509,11 +513,6 @@ async fn a_client_caps_every_length_a_server_announces() {
     );
 }
 
-/// Until `cond` holds, checked every few milliseconds; fails after 10 s.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    testkit::until(what, Duration::from_secs(10), || cond().then_some(())).await
-}
-
 /// A twin connection spoken by hand: connected, its control stream open.
 async fn hand_twin(
     ids: &Ids,
@@ -571,9 +570,9 @@ async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
     }
     let (_e1, first, mut send1, mut recv1) = hand_twin(&ids, p.addr).await;
     hello(&p, &client, &mut send1, &mut recv1, 5).await;
-    until("holding the twin at 5", || {
+    testkit::until("holding the twin at 5", WAIT, || {
         let s = p.primary.status();
-        s.twin_connected && s.twin_hold == 5
+        (s.twin_connected && s.twin_hold == 5).then_some(())
     })
     .await;
 
@@ -593,19 +592,20 @@ async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
         }
         other => panic!("closed otherwise: {other}"),
     }
-    until("showing the replacement", || {
-        p.primary
+    testkit::until("showing the replacement", WAIT, || {
+        (p.primary
             .status()
             .twin_last_error
-            .is_some_and(|e| e.contains("replaced"))
+            .is_some_and(|e| e.contains("replaced")))
+        .then_some(())
     })
     .await;
     // The replacement moved nothing the twin did not say.
     assert_eq!(p.primary.status().twin_hold, 5);
 
     hello(&p, &client, &mut send2, &mut recv2, 5).await;
-    until("streaming to the new connection", || {
-        p.primary.status().twin_connected
+    testkit::until("streaming to the new connection", WAIT, || {
+        p.primary.status().twin_connected.then_some(())
     })
     .await;
     assert_eq!(p.primary.status().twin_hold, 5);
@@ -618,9 +618,9 @@ async fn a_new_twin_connection_replaces_the_old_and_the_hold_is_its_hello_s() {
         .await
         .expect("the second is replaced in turn");
     hello(&p, &client, &mut send3, &mut recv3, 3).await;
-    until("holding the twin at 3", || {
+    testkit::until("holding the twin at 3", WAIT, || {
         let s = p.primary.status();
-        s.twin_connected && s.twin_hold == 3
+        (s.twin_connected && s.twin_hold == 3).then_some(())
     })
     .await;
     let _ = p.stop.send(true);
@@ -826,11 +826,12 @@ async fn a_twin_whose_disk_fills_ends_its_session_by_name() {
             Err(e) => panic!("append {i}: {e}"),
         }
     }
-    until("the primary names the twin's failed write", || {
-        p.primary
+    testkit::until("the primary names the twin's failed write", WAIT, || {
+        (p.primary
             .status()
             .twin_last_error
-            .is_some_and(|e| e.contains("the twin failed writing or syncing"))
+            .is_some_and(|e| e.contains("the twin failed writing or syncing")))
+        .then_some(())
     })
     .await;
     let reader = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
@@ -881,10 +882,12 @@ async fn a_twin_whose_head_does_not_read_names_it_and_does_not_stream() {
     bytes[at..at + 8].copy_from_slice(&0u64.to_le_bytes());
     disk.write_file(&idx, &bytes);
     let (twin, stop_t) = start_twin_on(&ids, Arc::new(tlog), p.addr, 0);
-    until("the twin names its unreadable head", || {
-        twin.status()
+    testkit::until("the twin names its unreadable head", WAIT, || {
+        (twin
+            .status()
             .last_error
-            .is_some_and(|e| e.contains("head frame does not read"))
+            .is_some_and(|e| e.contains("head frame does not read")))
+        .then_some(())
     })
     .await;
     assert!(
@@ -925,7 +928,10 @@ async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
     p.served.await.expect("the primary's serving task");
     drop(p.primary);
     drop(client);
-    until("the twin stopped", || !twin.status().connected).await;
+    testkit::until("the twin stopped", WAIT, || {
+        (!twin.status().connected).then_some(())
+    })
+    .await;
     // What the primary shipped and lost: on the twin only.
     for seq in 4..=6u64 {
         tlog.append_at(seq, 2, b"", b"lost").expect("append_at");
@@ -944,8 +950,8 @@ async fn frames_the_primary_lost_in_a_crash_are_cut_from_the_twin() {
     assert_eq!(seq, 4);
 
     let (twin, _stop) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
-    until("the twin follows the primary's frame 4", || {
-        tlog.head_seq() == 4 && tlog.read(4).is_ok_and(|e| e.blob == b"kept")
+    testkit::until("the twin follows the primary's frame 4", WAIT, || {
+        (tlog.head_seq() == 4 && tlog.read(4).is_ok_and(|e| e.blob == b"kept")).then_some(())
     })
     .await;
     let why = p.primary.status().twin_last_error.unwrap_or_default();
@@ -995,7 +1001,10 @@ async fn verify_names_the_first_frame_the_twin_holds_otherwise() {
     assert!(clean.bytes >= 20 * 300);
 
     let _ = stop_twin.send(true);
-    until("the twin stopped", || !twin.status().connected).await;
+    testkit::until("the twin stopped", WAIT, || {
+        (!twin.status().connected).then_some(())
+    })
+    .await;
     drop(twin);
     // Frame 10 replaced by another valid frame; 11..=20 as they were.
     let plog = p.primary.log().clone();
@@ -1009,9 +1018,12 @@ async fn verify_names_the_first_frame_the_twin_holds_otherwise() {
     }
     tlog.sync().expect("sync");
     let (twin, _stop) = start_twin_on(&ids, tlog.clone(), p.addr, 0);
-    until("the twin streams again", || twin.status().connected).await;
-    until("the twin acknowledged its head", || {
-        p.primary.status().twin_acked == 20
+    testkit::until("the twin streams again", WAIT, || {
+        twin.status().connected.then_some(())
+    })
+    .await;
+    testkit::until("the twin acknowledged its head", WAIT, || {
+        (p.primary.status().twin_acked == 20).then_some(())
     })
     .await;
     let found = client.verify(0, 0, u32::MAX).await.expect("verify");

@@ -12,9 +12,8 @@ use twinlog::repl::Refusal;
 
 use testkit::{free_tcp, free_udp};
 
-async fn wait_for<T>(f: impl FnMut() -> Option<T>) -> T {
-    testkit::until("the condition", Duration::from_secs(20), f).await
-}
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
 
 /// The admin client of a primary that was just started, once it answers.
 async fn serving(cfg: &PrimaryConfig) -> twinlog::node::Client {
@@ -88,7 +87,7 @@ async fn a_promoted_twin_serves_its_frames_and_the_old_primary_is_refused() {
     // The promoted box's twin daemon, started by mistake: refused by epoch.
     let (stop_t, stopped) = watch::channel(false);
     let twin = tokio::spawn(daemon::serve_twin(tc.clone(), stopped));
-    let status: TwinStatus = wait_for(|| {
+    let status: TwinStatus = testkit::until("the condition", WAIT, || {
         daemon::fetch_status::<TwinStatus>(&tc.metrics)
             .ok()
             .map(|(_, s)| s)

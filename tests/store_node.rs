@@ -29,6 +29,9 @@ use twinlog::objects::ObjType;
 use twinlog::repl::Timers;
 use twinlog::store::{PackBuilder, StoreOptions};
 
+/// The bound of every wait on state here: only a broken system reaches it.
+const WAIT: Duration = Duration::from_secs(20);
+
 fn fast() -> Timers {
     Timers {
         heartbeat: Duration::from_millis(50),
@@ -326,11 +329,6 @@ async fn repositories_and_documents_are_listed_and_deleted_on_both_boxes() {
     assert!(ts.repo("b/two").is_err());
 }
 
-/// Wait until `cond` holds, polling state; fail with `what` after 20 s.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    testkit::until(what, Duration::from_secs(20), || cond().then_some(())).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_resolves_both() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -347,12 +345,13 @@ async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_res
     assert_eq!(stall.seq, 1);
     // The twin follows the log, its store stops at the same frame, and the
     // primary learns of it.
-    until("the twin's store stops at 1 and says so", || {
-        p.primary
+    testkit::until("the twin's store stops at 1 and says so", WAIT, || {
+        (p.primary
             .status()
             .twin_store
             .and_then(|h| h.stalled)
-            .is_some_and(|s| s.seq == 1)
+            .is_some_and(|s| s.seq == 1))
+        .then_some(())
     })
     .await;
     assert_eq!(p.twin.status().store.stalled.map(|s| s.seq), Some(1));
@@ -373,12 +372,13 @@ async fn a_frame_that_applies_nowhere_stops_both_stores_visibly_and_one_skip_res
         .await
         .expect("skip");
     assert_eq!(skipped.durability, Durability::Twin);
-    until("both stores apply again", || {
+    testkit::until("both stores apply again", WAIT, || {
         let s = p.primary.status();
-        s.store
+        (s.store
             .is_some_and(|h| h.stalled.is_none() && h.skipped == 1)
             && s.twin_store
-                .is_some_and(|h| h.stalled.is_none() && h.skipped == 1)
+                .is_some_and(|h| h.stalled.is_none() && h.skipped == 1))
+        .then_some(())
     })
     .await;
     c.create_repo("good", Durability::Twin)
@@ -474,11 +474,12 @@ async fn an_erase_is_answered_once_both_stores_carried_it_out_snapshots_included
     c.create_repo("blocked", Durability::Twin)
         .await
         .expect("create");
-    until("the twin's store stops", || {
-        p.primary
+    testkit::until("the twin's store stops", WAIT, || {
+        (p.primary
             .status()
             .twin_store
-            .is_some_and(|h| h.stalled.is_some())
+            .is_some_and(|h| h.stalled.is_some()))
+        .then_some(())
     })
     .await;
     let mut pack = PackBuilder::new();

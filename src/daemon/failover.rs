@@ -95,20 +95,7 @@ pub fn promote(
     }
     let admin = admin_identity(&cfg.data_dir)?;
     let identity = load_identity(&cfg.data_dir)?;
-    let primary = PrimaryConfig {
-        data_dir: cfg.data_dir.clone(),
-        listen,
-        metrics,
-        twin_fingerprint: twin,
-        client_fingerprints: vec![admin.fingerprint()],
-        writer_fingerprints: Vec::new(),
-        reader_fingerprints: Vec::new(),
-        durability: cfg.as_primary.durability.clone(),
-        segment_bytes: cfg.segment_bytes,
-        timers: cfg.timers,
-        retention: cfg.as_primary.retention,
-        limits: cfg.as_primary.limits,
-    };
+    let primary = PrimaryConfig::of_twin(&cfg, listen, metrics, twin, admin.fingerprint());
     write_config(&primary_config, &primary.render())?;
     tracing::warn!(epoch = %EpochName(new), head, "twin promoted to primary");
     Ok(Promoted {
@@ -439,20 +426,13 @@ pub fn promote_in_place(
         .update(|s| s.promote(head))
         .at("recording the new epoch in", &cfg.data_dir)?;
     let admin = admin_identity(&cfg.data_dir)?;
-    let mut primary = PrimaryConfig {
-        data_dir: cfg.data_dir.clone(),
-        listen: cfg.listen_as_primary.clone(),
-        metrics: cfg.metrics.clone(),
-        twin_fingerprint: cfg.primary_fingerprint,
-        client_fingerprints: vec![admin.fingerprint()],
-        writer_fingerprints: Vec::new(),
-        reader_fingerprints: Vec::new(),
-        durability: cfg.as_primary.durability.clone(),
-        segment_bytes: cfg.segment_bytes,
-        timers: cfg.timers,
-        retention: cfg.as_primary.retention,
-        limits: cfg.as_primary.limits,
-    };
+    let mut primary = PrimaryConfig::of_twin(
+        cfg,
+        cfg.listen_as_primary.clone(),
+        cfg.metrics.clone(),
+        cfg.primary_fingerprint,
+        admin.fingerprint(),
+    );
     for c in clients {
         let Ok(fp) = c.fingerprint.parse::<Fingerprint>() else {
             tracing::warn!(fingerprint = %c.fingerprint, "a handed client fingerprint does not parse: not pinned");

@@ -93,6 +93,26 @@ pub(super) fn follow_durable(
     })
 }
 
+/// After serving: the log synced, the store's applier stopped once it
+/// has walked what is durable, and the status server ended.
+pub(super) async fn wind_down(
+    log: &Log,
+    follow: tokio::task::JoinHandle<()>,
+    applier: crate::node::store_host::Applier,
+    status_server: tokio::task::JoinHandle<()>,
+    role: &str,
+) -> Result<(), DaemonError> {
+    log.sync()?;
+    follow.abort();
+    let _ = follow.await;
+    tokio::task::spawn_blocking(move || applier.stop())
+        .await
+        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
+    let _ = status_server.await;
+    tracing::info!(head = log.head_seq(), "{role} stopped");
+    Ok(())
+}
+
 pub(super) async fn open_store(
     log: &Arc<Log>,
     data_dir: &Path,

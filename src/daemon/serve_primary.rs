@@ -14,24 +14,7 @@ pub async fn serve_primary(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
     let identity = load_identity(&cfg.data_dir)?;
-    let mut pins = Pins::new();
-    match cfg.twin_fingerprint {
-        Some(fp) => pins = pins.pin(fp, Role::Twin),
-        None => tracing::warn!("no twin_fingerprint configured: nothing is replicated"),
-    }
-    let mut roles = std::collections::HashMap::new();
-    // A fingerprint in two lists has the lesser role.
-    for (fps, role) in [
-        (&cfg.client_fingerprints, ClientRole::Admin),
-        (&cfg.writer_fingerprints, ClientRole::Write),
-        (&cfg.reader_fingerprints, ClientRole::Read),
-    ] {
-        for fp in fps {
-            pins = pins.pin(*fp, Role::Client);
-            roles.insert(*fp, role);
-        }
-    }
-    let pins = Arc::new(pins);
+    let (pins, roles) = pins_and_roles(&cfg);
     let listen = resolve("listen", &cfg.listen)?;
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
     let store = open_store(&log, &cfg.data_dir).await?;
@@ -42,46 +25,12 @@ pub async fn serve_primary(
     let epochs = Arc::new(
         Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
     );
-    // One epoch per life: frames this log lost in a crash may be on the
-    // twin, shipped before they were durable here, and the frames this
-    // life writes at those sequences must never be taken for them.
-    #[cfg(not(feature = "drill-sabotage"))]
-    let begun = epochs
-        .begin_life(log.head_seq())
-        .at("recording this life's epoch in", &cfg.data_dir)?;
-    // A drill's negative control only (feature `drill-sabotage`): no new
-    // life, so this one serves on in the last life's epoch.
-    #[cfg(feature = "drill-sabotage")]
-    let begun: Option<u64> = None;
-    if let Some(epoch) = begun {
-        tracing::info!(
-            epoch = %crate::repl::epochs::EpochName(epoch),
-            from = log.head_seq() + 1,
-            "serving a new life of this primary"
-        );
-    }
-    if epochs.fenced() {
-        tracing::warn!(
-            by = epochs.state().fenced_by.unwrap_or_default(),
-            "this primary is fenced: it acknowledges no write"
-        );
-    }
-    // A file an older build kept; the epochs say what it said.
-    let _ = std::fs::remove_file(cfg.data_dir.join(crate::layout::RESTART_FLOOR));
+    begin_life(&cfg, &log, &epochs)?;
     let epochs_for_call = epochs.clone();
     let node = Primary::build(
         log.clone(),
         pins,
-        PrimaryOptions {
-            policy: cfg.durability.twin_policy(),
-            timers: cfg.timers.timers(),
-            epoch: epochs.current(),
-            body_piece_deadline: cfg.limits.body_piece_deadline(),
-            memory_budget: cfg.limits.memory_budget_mib << 20,
-            max_clients: cfg.limits.max_client_connections as usize,
-            stage_max_body: cfg.limits.staged_body_max_mib << 20,
-            staging_space: cfg.limits.staging_mib << 20,
-        },
+        primary_options(&cfg, &epochs),
         Some(store.clone()),
         epochs,
     );
@@ -111,167 +60,8 @@ pub async fn serve_primary(
         node.log().clone(),
         "primary",
         move || status_node.status(),
-        |s: &crate::node::Status| {
-            if let Some(why) = &s.log_poisoned {
-                return Err(format!("the log is poisoned: {why}"));
-            }
-            if let Some(f) = &s.fenced {
-                return Err(match f.held {
-                    true => format!("held ({}): this primary acknowledges no write", f.by),
-                    false => format!(
-                        "fenced: epoch {} exists ({}); this primary acknowledges no write",
-                        crate::repl::epochs::EpochName(f.epoch),
-                        f.by
-                    ),
-                });
-            }
-            if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
-                return Err(format!(
-                    "the store is stopped at frame {}: {}",
-                    st.seq, st.error
-                ));
-            }
-            Ok(())
-        },
-        move |s: &crate::node::Status, out: &mut String| {
-            metrics_node.ack_delay().render(
-                out,
-                "twinlog_twin_ack_delay_seconds",
-                "From a frame's publication here to the twin's acknowledgement covering it.",
-            );
-            gauge(
-                out,
-                "twinlog_epoch",
-                "The primary epoch this box serves under.",
-                s.epoch,
-            );
-            role_metrics(out, "primary");
-            gauge(
-                out,
-                "twinlog_fenced",
-                "1 once a newer epoch fenced this primary: it acknowledges no write.",
-                u8::from(s.fenced.is_some()),
-            );
-            if let Some(v) = &s.last_verify {
-                gauge(
-                    out,
-                    "twinlog_verify_last_unix_seconds",
-                    "When the last verify of the twin's frames ended.",
-                    v.ended_ms as f64 / 1000.0,
-                );
-                gauge(
-                    out,
-                    "twinlog_verify_through_seq",
-                    "The last frame the last verify compared.",
-                    v.through,
-                );
-                gauge(
-                    out,
-                    "twinlog_verify_differs",
-                    "1 when the last verify found a frame that differs on the twin.",
-                    u8::from(v.first_difference.is_some()),
-                );
-                gauge(
-                    out,
-                    "twinlog_verify_first_difference_seq",
-                    "The first frame the last verify found different (0: none).",
-                    v.first_difference.unwrap_or(0),
-                );
-            }
-            if let Some(p) = &s.predecessor {
-                gauge(
-                    out,
-                    "twinlog_predecessor_told",
-                    "On a promoted box: 1 once the primary it replaced heard of its epoch.",
-                    u8::from(p.told),
-                );
-                counter(
-                    out,
-                    "twinlog_predecessor_calls_total",
-                    "Calls to the primary this box replaced.",
-                    p.attempts,
-                );
-            }
-            gauge(
-                out,
-                "twinlog_twin_configured",
-                "1 when a twin is pinned; 0 and `twin` appends are refused (NoTwin).",
-                u8::from(s.twin_configured),
-            );
-            gauge(
-                out,
-                "twinlog_twin_connected",
-                "1 while a twin streams.",
-                u8::from(s.twin_connected),
-            );
-            gauge(
-                out,
-                "twinlog_twin_acked_seq",
-                "The twin's acknowledged durable head.",
-                s.twin_acked,
-            );
-            counter(
-                out,
-                "twinlog_twin_acks_total",
-                "Acknowledgements that moved the twin's durable head.",
-                s.twin_acks,
-            );
-            gauge(
-                out,
-                "twinlog_twin_lag_frames",
-                "Frames the twin has not acknowledged.",
-                s.lag_frames,
-            );
-            gauge(
-                out,
-                "twinlog_twin_lag_bytes",
-                "Bytes the twin has not acknowledged.",
-                s.lag_bytes,
-            );
-            gauge(
-                out,
-                "twinlog_twin_lag_seconds",
-                "Age of the oldest unacknowledged frame.",
-                s.lag_ms as f64 / 1000.0,
-            );
-            gauge(
-                out,
-                "twinlog_twin_waiting_appends",
-                "Twin appends waiting for the twin's acknowledgement now.",
-                s.twin_waiting,
-            );
-            gauge(
-                out,
-                "twinlog_durability_degraded",
-                "1 while twin appends fall back to local.",
-                u8::from(s.degraded),
-            );
-            gauge(
-                out,
-                "twinlog_retention_max_bytes",
-                "The log's byte cap (0: none).",
-                s.retention_max_bytes,
-            );
-            gauge(
-                out,
-                "twinlog_twin_hold_seq",
-                "The twin's position retention holds.",
-                s.twin_hold,
-            );
-            gauge(
-                out,
-                "twinlog_twin_below_floor",
-                "1 while the frame at the twin's position is no longer retained.",
-                u8::from(s.twin_below_floor),
-            );
-            client_metrics(out, s);
-            if let Some(h) = &s.store {
-                store_metrics(out, "twinlog_store", "This box's store", h);
-            }
-            if let Some(h) = &s.twin_store {
-                store_metrics(out, "twinlog_twin_store", "The twin's store", h);
-            }
-        },
+        primary_ready,
+        move |s: &crate::node::Status, out: &mut String| primary_metrics(&metrics_node, s, out),
     )
     .await?;
     tracing::info!(
@@ -296,14 +86,7 @@ pub async fn serve_primary(
     if let Some(c) = calling {
         c.abort();
     }
-    log.sync()?;
-    follow.abort();
-    let _ = follow.await;
-    tokio::task::spawn_blocking(move || applier.stop())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
-    let _ = status_server.await;
-    tracing::info!(head = log.head_seq(), "primary stopped");
+    wind_down(&log, follow, applier, status_server, "primary").await?;
     let new_primary = deposed.borrow().clone();
     match new_primary {
         Some(np) => {
@@ -329,12 +112,10 @@ fn predecessor_caller(
         crate::node::predecessor::Caller,
         crate::node::predecessor::PredecessorFile,
     )>,
-    String,
+    crate::node::predecessor::CallError,
 > {
-    use crate::node::predecessor::{Caller, PredecessorFile};
-    let Some(file) = PredecessorFile::load(&cfg.data_dir)
-        .map_err(|e| format!("reading {}: {e}", crate::layout::PREDECESSOR_FILE))?
-    else {
+    use crate::node::predecessor::{CallError, Caller, PredecessorFile};
+    let Some(file) = PredecessorFile::load(&cfg.data_dir).map_err(CallError::File)? else {
         return Ok(None);
     };
     let caller = Caller {
@@ -349,4 +130,248 @@ fn predecessor_caller(
             .min(crate::node::predecessor::CALL_DEADLINE),
     };
     Ok(Some((caller, file)))
+}
+
+/// The twin's and the clients' pins, and each client's role.
+fn pins_and_roles(
+    cfg: &PrimaryConfig,
+) -> (
+    Arc<Pins>,
+    std::collections::HashMap<Fingerprint, ClientRole>,
+) {
+    let mut pins = Pins::new();
+    match cfg.twin_fingerprint {
+        Some(fp) => pins = pins.pin(fp, Role::Twin),
+        None => tracing::warn!("no twin_fingerprint configured: nothing is replicated"),
+    }
+    let mut roles = std::collections::HashMap::new();
+    // A fingerprint in two lists has the lesser role.
+    for (fps, role) in [
+        (&cfg.client_fingerprints, ClientRole::Admin),
+        (&cfg.writer_fingerprints, ClientRole::Write),
+        (&cfg.reader_fingerprints, ClientRole::Read),
+    ] {
+        for fp in fps {
+            pins = pins.pin(*fp, Role::Client);
+            roles.insert(*fp, role);
+        }
+    }
+    let pins = Arc::new(pins);
+    (pins, roles)
+}
+
+/// A new life of this primary in its epochs, said in the log, and a
+/// fence shown.
+fn begin_life(
+    cfg: &PrimaryConfig,
+    log: &crate::log::Log,
+    epochs: &Epochs,
+) -> Result<(), DaemonError> {
+    // One epoch per life: frames this log lost in a crash may be on the
+    // twin, shipped before they were durable here, and the frames this
+    // life writes at those sequences must never be taken for them.
+    #[cfg(not(feature = "drill-sabotage"))]
+    let begun = epochs
+        .begin_life(log.head_seq())
+        .at("recording this life's epoch in", &cfg.data_dir)?;
+    // A drill's negative control only (feature `drill-sabotage`): no new
+    // life, so this one serves on in the last life's epoch.
+    #[cfg(feature = "drill-sabotage")]
+    let begun: Option<u64> = None;
+    if let Some(epoch) = begun {
+        tracing::info!(
+            epoch = %crate::repl::epochs::EpochName(epoch),
+            from = log.head_seq() + 1,
+            "serving a new life of this primary"
+        );
+    }
+    if epochs.fenced() {
+        tracing::warn!(
+            by = epochs.state().fenced_by.unwrap_or_default(),
+            "this primary is fenced: it acknowledges no write"
+        );
+    }
+    // A file an older build kept; the epochs say what it said.
+    let _ = std::fs::remove_file(cfg.data_dir.join(crate::layout::RESTART_FLOOR));
+    Ok(())
+}
+
+/// What the primary runs with, from its configuration.
+fn primary_options(cfg: &PrimaryConfig, epochs: &Epochs) -> PrimaryOptions {
+    PrimaryOptions {
+        policy: cfg.durability.twin_policy(),
+        timers: cfg.timers.timers(),
+        epoch: epochs.current(),
+        body_piece_deadline: cfg.limits.body_piece_deadline(),
+        memory_budget: cfg.limits.memory_budget_mib << 20,
+        max_clients: cfg.limits.max_client_connections as usize,
+        stage_max_body: cfg.limits.staged_body_max_mib << 20,
+        staging_space: cfg.limits.staging_mib << 20,
+    }
+}
+
+/// Whether the primary is ready (its `/ready` answer): not when its log is
+/// poisoned, it is fenced or held, or its store is stopped.
+fn primary_ready(s: &crate::node::Status) -> Result<(), String> {
+    if let Some(why) = &s.log_poisoned {
+        return Err(format!("the log is poisoned: {why}"));
+    }
+    if let Some(f) = &s.fenced {
+        return Err(match f.held {
+            true => format!("held ({}): this primary acknowledges no write", f.by),
+            false => format!(
+                "fenced: epoch {} exists ({}); this primary acknowledges no write",
+                crate::repl::epochs::EpochName(f.epoch),
+                f.by
+            ),
+        });
+    }
+    if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
+        return Err(format!(
+            "the store is stopped at frame {}: {}",
+            st.seq, st.error
+        ));
+    }
+    Ok(())
+}
+
+/// The primary's metrics, from its status.
+fn primary_metrics(node: &Primary, s: &crate::node::Status, out: &mut String) {
+    node.ack_delay().render(
+        out,
+        "twinlog_twin_ack_delay_seconds",
+        "From a frame's publication here to the twin's acknowledgement covering it.",
+    );
+    gauge(
+        out,
+        "twinlog_epoch",
+        "The primary epoch this box serves under.",
+        s.epoch,
+    );
+    role_metrics(out, "primary");
+    gauge(
+        out,
+        "twinlog_fenced",
+        "1 once a newer epoch fenced this primary: it acknowledges no write.",
+        u8::from(s.fenced.is_some()),
+    );
+    if let Some(v) = &s.last_verify {
+        gauge(
+            out,
+            "twinlog_verify_last_unix_seconds",
+            "When the last verify of the twin's frames ended.",
+            v.ended_ms as f64 / 1000.0,
+        );
+        gauge(
+            out,
+            "twinlog_verify_through_seq",
+            "The last frame the last verify compared.",
+            v.through,
+        );
+        gauge(
+            out,
+            "twinlog_verify_differs",
+            "1 when the last verify found a frame that differs on the twin.",
+            u8::from(v.first_difference.is_some()),
+        );
+        gauge(
+            out,
+            "twinlog_verify_first_difference_seq",
+            "The first frame the last verify found different (0: none).",
+            v.first_difference.unwrap_or(0),
+        );
+    }
+    if let Some(p) = &s.predecessor {
+        gauge(
+            out,
+            "twinlog_predecessor_told",
+            "On a promoted box: 1 once the primary it replaced heard of its epoch.",
+            u8::from(p.told),
+        );
+        counter(
+            out,
+            "twinlog_predecessor_calls_total",
+            "Calls to the primary this box replaced.",
+            p.attempts,
+        );
+    }
+    gauge(
+        out,
+        "twinlog_twin_configured",
+        "1 when a twin is pinned; 0 and `twin` appends are refused (NoTwin).",
+        u8::from(s.twin_configured),
+    );
+    gauge(
+        out,
+        "twinlog_twin_connected",
+        "1 while a twin streams.",
+        u8::from(s.twin_connected),
+    );
+    gauge(
+        out,
+        "twinlog_twin_acked_seq",
+        "The twin's acknowledged durable head.",
+        s.twin_acked,
+    );
+    counter(
+        out,
+        "twinlog_twin_acks_total",
+        "Acknowledgements that moved the twin's durable head.",
+        s.twin_acks,
+    );
+    gauge(
+        out,
+        "twinlog_twin_lag_frames",
+        "Frames the twin has not acknowledged.",
+        s.lag_frames,
+    );
+    gauge(
+        out,
+        "twinlog_twin_lag_bytes",
+        "Bytes the twin has not acknowledged.",
+        s.lag_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_twin_lag_seconds",
+        "Age of the oldest unacknowledged frame.",
+        s.lag_ms as f64 / 1000.0,
+    );
+    gauge(
+        out,
+        "twinlog_twin_waiting_appends",
+        "Twin appends waiting for the twin's acknowledgement now.",
+        s.twin_waiting,
+    );
+    gauge(
+        out,
+        "twinlog_durability_degraded",
+        "1 while twin appends fall back to local.",
+        u8::from(s.degraded),
+    );
+    gauge(
+        out,
+        "twinlog_retention_max_bytes",
+        "The log's byte cap (0: none).",
+        s.retention_max_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_twin_hold_seq",
+        "The twin's position retention holds.",
+        s.twin_hold,
+    );
+    gauge(
+        out,
+        "twinlog_twin_below_floor",
+        "1 while the frame at the twin's position is no longer retained.",
+        u8::from(s.twin_below_floor),
+    );
+    client_metrics(out, s);
+    if let Some(h) = &s.store {
+        store_metrics(out, "twinlog_store", "This box's store", h);
+    }
+    if let Some(h) = &s.twin_store {
+        store_metrics(out, "twinlog_twin_store", "The twin's store", h);
+    }
 }

@@ -2,6 +2,7 @@
 //! the store following the durable head.
 
 use super::*;
+use crate::node::snapshot_transfer::SnapshotSource;
 
 /// The least time between two wakes of the twin's store applier.
 pub(super) const APPLY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
@@ -53,30 +54,91 @@ pub async fn serve_twin(
         paths,
         store: store.clone(),
     })?;
-    let mut restore_snapshots = None;
-    if let Some(addr) = &cfg.restore_listen {
-        let rpins = Arc::new(restore_pins(&cfg)?);
-        let listen = resolve("restore_listen", addr)?;
-        let rend = net::server(listen, &identity, rpins.clone()).map_err(|e| match e {
-            NetError::Io(io) => listen_failed("restore_listen", addr, &io),
-            other => other.into(),
-        })?;
-        let snapshots = snapshot_source(&store, &cfg.data_dir);
-        restore_snapshots = Some(snapshots.clone());
-        let source = Arc::new(crate::node::restore_serve::RestoreSource {
-            log: log.clone(),
-            snapshots,
-            epochs: epochs.clone(),
-            base: cfg.data_dir.join(crate::store::install::BASE_FILE),
+    let restore_snapshots = serve_restores(&cfg, &identity, &log, &store, &epochs, &shutdown)?;
+    start_retention(&cfg, &node, &log, &store, restore_snapshots, &shutdown);
+    // The store follows the durable head: one catch-up per wake, however
+    // many batches became durable meanwhile. Under a steady stream a wake
+    // per sync (thousands a second) cost the twin a sixth of its CPU in
+    // thread switches and segment opens, for frames that are mostly not
+    // the store's: after a wake, the next waits out `APPLY_PAUSE`.
+    let applier = crate::node::store_host::Applier::start(store)?;
+    let follow = follow_durable(&applier, node.durable(), APPLY_PAUSE);
+    let status_node = node.clone();
+    let status_server = serve_status(
+        &cfg.metrics,
+        shutdown.clone(),
+        node.log().clone(),
+        "twin",
+        move || status_node.status(),
+        twin_ready,
+        twin_metrics,
+    )
+    .await?;
+    tracing::info!(
+        primary = %cfg.primary, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
+        head = log.head_seq(), "twin following"
+    );
+    notify::notify(&format!(
+        "READY=1\nSTATUS=twin following {}, head {}",
+        cfg.primary,
+        log.head_seq()
+    ));
+    let promoted = node.watch_promoted();
+    node.run(endpoint, shutdown).await;
+    wind_down(&log, follow, applier, status_server, "twin").await?;
+    if *promoted.borrow() {
+        return Ok(Served::Promoted {
+            primary_config: failover::promoted_config(&cfg),
         });
-        tracing::info!(%listen, restorers = cfg.restore_fingerprints.len(), "serving restores");
-        tokio::spawn(crate::node::restore_serve::serve(
-            source,
-            rend,
-            rpins,
-            shutdown.clone(),
-        ));
     }
+    Ok(Served::Stopped)
+}
+
+/// The restore server, when `restore_listen` is set; answers the snapshots
+/// it offers, which retention must keep.
+fn serve_restores(
+    cfg: &TwinConfig,
+    identity: &Identity,
+    log: &Arc<crate::log::Log>,
+    store: &Arc<crate::node::store_host::StoreHost>,
+    epochs: &Arc<Epochs>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<Option<Arc<SnapshotSource>>, DaemonError> {
+    let Some(addr) = &cfg.restore_listen else {
+        return Ok(None);
+    };
+    let rpins = Arc::new(restore_pins(cfg)?);
+    let listen = resolve("restore_listen", addr)?;
+    let rend = net::server(listen, identity, rpins.clone()).map_err(|e| match e {
+        NetError::Io(io) => listen_failed("restore_listen", addr, &io),
+        other => other.into(),
+    })?;
+    let snapshots = snapshot_source(store, &cfg.data_dir);
+    let source = Arc::new(crate::node::restore_serve::RestoreSource {
+        log: log.clone(),
+        snapshots: snapshots.clone(),
+        epochs: epochs.clone(),
+        base: cfg.data_dir.join(crate::store::install::BASE_FILE),
+    });
+    tracing::info!(%listen, restorers = cfg.restore_fingerprints.len(), "serving restores");
+    tokio::spawn(crate::node::restore_serve::serve(
+        source,
+        rend,
+        rpins,
+        shutdown.clone(),
+    ));
+    Ok(Some(snapshots))
+}
+
+/// Retention, set on the twin and run when the configuration turns it on.
+fn start_retention(
+    cfg: &TwinConfig,
+    node: &Twin,
+    log: &Arc<crate::log::Log>,
+    store: &Arc<crate::node::store_host::StoreHost>,
+    restore_snapshots: Option<Arc<SnapshotSource>>,
+    shutdown: &watch::Receiver<bool>,
+) {
     // Retention runs beside the writer, never on its path.
     let retainer = crate::node::twin_retention::TwinRetainer::new(
         log.clone(),
@@ -93,122 +155,86 @@ pub async fn serve_twin(
         );
         tokio::spawn(retainer.run(shutdown.clone()));
     }
-    // The store follows the durable head: one catch-up per wake, however
-    // many batches became durable meanwhile. Under a steady stream a wake
-    // per sync (thousands a second) cost the twin a sixth of its CPU in
-    // thread switches and segment opens, for frames that are mostly not
-    // the store's: after a wake, the next waits out `APPLY_PAUSE`.
-    let applier = crate::node::store_host::Applier::start(store)?;
-    let follow = follow_durable(&applier, node.durable(), APPLY_PAUSE);
-    let status_node = node.clone();
-    let status_server = serve_status(
-        &cfg.metrics,
-        shutdown.clone(),
-        node.log().clone(),
-        "twin",
-        move || status_node.status(),
-        |s: &crate::node::TwinStatus| {
-            if let Some(why) = &s.log_poisoned {
-                return Err(format!("the log is poisoned: {why}"));
-            }
-            if !s.connected {
-                return Err(format!(
-                    "not following the primary: {}",
-                    s.last_error.as_deref().unwrap_or("not connected yet")
-                ));
-            }
-            Ok(())
-        },
-        |s: &crate::node::TwinStatus, out: &mut String| {
-            gauge(
-                out,
-                "twinlog_epoch",
-                "The newest primary epoch this box followed.",
-                s.epoch,
-            );
-            role_metrics(out, "twin");
-            gauge(
-                out,
-                "twinlog_fenced",
-                "Always 0 on a twin: only a primary is fenced.",
-                0,
-            );
-            gauge(
-                out,
-                "twinlog_primary_connected",
-                "1 while streaming from the primary.",
-                u8::from(s.connected),
-            );
-            gauge(
-                out,
-                "twinlog_primary_head_seq",
-                "The primary's head as last heard.",
-                s.primary_head,
-            );
-            gauge(
-                out,
-                "twinlog_lag_frames",
-                "Frames the primary holds that are not durable here.",
-                s.lag_frames,
-            );
-            gauge(
-                out,
-                "twinlog_below_floor",
-                "1 when a snapshot is needed.",
-                u8::from(s.below_floor),
-            );
-            gauge(
-                out,
-                "twinlog_snapshot_held_bytes",
-                "Bytes of the snapshot being fetched held so far.",
-                s.snapshot_held,
-            );
-            counter(
-                out,
-                "twinlog_snapshots_installed_total",
-                "Snapshots installed since start.",
-                s.snapshots_installed,
-            );
-            counter(
-                out,
-                "twinlog_received_bytes_total",
-                "Bytes received from primaries since start, on the wire (UDP payloads).",
-                s.received_bytes,
-            );
-            counter(
-                out,
-                "twinlog_frame_bytes_received_total",
-                "Frame-stream bytes (headers, metas, blobs) received since start.",
-                s.frame_bytes_received,
-            );
-            store_metrics(out, "twinlog_store", "This box's store", &s.store);
-            twin_retention_metrics(out, &s.retention);
-        },
-    )
-    .await?;
-    tracing::info!(
-        primary = %cfg.primary, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
-        head = log.head_seq(), "twin following"
-    );
-    notify::notify(&format!(
-        "READY=1\nSTATUS=twin following {}, head {}",
-        cfg.primary,
-        log.head_seq()
-    ));
-    let promoted = node.watch_promoted();
-    node.run(endpoint, shutdown).await;
-    log.sync()?;
-    follow.abort();
-    let _ = follow.await;
-    tokio::task::spawn_blocking(move || applier.stop())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
-    let _ = status_server.await;
-    tracing::info!(head = log.head_seq(), "twin stopped");
-    if *promoted.borrow() {
-        return Ok(Served::Promoted {
-            primary_config: failover::promoted_config(&cfg),
-        });
+}
+
+/// Whether the twin is ready (its `/ready` answer): not when its log is
+/// poisoned or it does not follow the primary.
+fn twin_ready(s: &crate::node::TwinStatus) -> Result<(), String> {
+    if let Some(why) = &s.log_poisoned {
+        return Err(format!("the log is poisoned: {why}"));
     }
-    Ok(Served::Stopped)
+    if !s.connected {
+        return Err(format!(
+            "not following the primary: {}",
+            s.last_error.as_deref().unwrap_or("not connected yet")
+        ));
+    }
+    Ok(())
+}
+
+/// The twin's metrics, from its status.
+fn twin_metrics(s: &crate::node::TwinStatus, out: &mut String) {
+    gauge(
+        out,
+        "twinlog_epoch",
+        "The newest primary epoch this box followed.",
+        s.epoch,
+    );
+    role_metrics(out, "twin");
+    gauge(
+        out,
+        "twinlog_fenced",
+        "Always 0 on a twin: only a primary is fenced.",
+        0,
+    );
+    gauge(
+        out,
+        "twinlog_primary_connected",
+        "1 while streaming from the primary.",
+        u8::from(s.connected),
+    );
+    gauge(
+        out,
+        "twinlog_primary_head_seq",
+        "The primary's head as last heard.",
+        s.primary_head,
+    );
+    gauge(
+        out,
+        "twinlog_lag_frames",
+        "Frames the primary holds that are not durable here.",
+        s.lag_frames,
+    );
+    gauge(
+        out,
+        "twinlog_below_floor",
+        "1 when a snapshot is needed.",
+        u8::from(s.below_floor),
+    );
+    gauge(
+        out,
+        "twinlog_snapshot_held_bytes",
+        "Bytes of the snapshot being fetched held so far.",
+        s.snapshot_held,
+    );
+    counter(
+        out,
+        "twinlog_snapshots_installed_total",
+        "Snapshots installed since start.",
+        s.snapshots_installed,
+    );
+    counter(
+        out,
+        "twinlog_received_bytes_total",
+        "Bytes received from primaries since start, on the wire (UDP payloads).",
+        s.received_bytes,
+    );
+    counter(
+        out,
+        "twinlog_frame_bytes_received_total",
+        "Frame-stream bytes (headers, metas, blobs) received since start.",
+        s.frame_bytes_received,
+    );
+    store_metrics(out, "twinlog_store", "This box's store", &s.store);
+    twin_retention_metrics(out, &s.retention);
 }

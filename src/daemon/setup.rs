@@ -120,20 +120,7 @@ pub fn init_primary(
     write_identity(&data_dir, &identity)?;
     let admin = Identity::mint()?;
     write_identity(&data_dir.join(ADMIN_DIR), &admin)?;
-    let cfg = PrimaryConfig {
-        data_dir: data_dir.clone(),
-        listen,
-        metrics,
-        twin_fingerprint: twin,
-        client_fingerprints: vec![admin.fingerprint()],
-        writer_fingerprints: Vec::new(),
-        reader_fingerprints: Vec::new(),
-        durability: Default::default(),
-        segment_bytes: crate::log::DEFAULT_SEGMENT_BYTES,
-        timers: Default::default(),
-        retention: Default::default(),
-        limits: Default::default(),
-    };
+    let cfg = PrimaryConfig::new(data_dir.clone(), listen, metrics, twin, admin.fingerprint());
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))
 }

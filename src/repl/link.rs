@@ -17,12 +17,62 @@ use super::apply::{self, head_frame, Applier, Write};
 use super::epochs::EpochHistory;
 use super::in_hand::{self, InHand};
 use super::msg::{Position, PrimaryMsg, TwinMsg};
-use super::pair::{Fault, PairConfig};
-use super::primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView};
+use super::primary::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers};
 use super::twin::{TwinAction, TwinCore, TwinState, TwinView};
 use super::Now;
 use crate::log::{Error, HistoryId, Log};
 use bytes::Bytes;
+
+/// How a simulated pair is set up: the link's shape and the primary's
+/// sync, kept with the link so the link needs nothing of the pair.
+#[derive(Clone, Copy, Debug)]
+pub struct PairConfig {
+    pub segment_bytes: u64,
+    pub timers: Timers,
+    /// The largest chunk of frame-stream bytes the link carries at once.
+    pub chunk: usize,
+    /// One-way delay of the link.
+    pub delay: Duration,
+    /// How long the primary's sync of a staged frame takes: longer than
+    /// the link's delay, so that a twin can hold a frame the primary then
+    /// loses.
+    pub primary_sync: Duration,
+}
+
+impl Default for PairConfig {
+    fn default() -> Self {
+        PairConfig {
+            segment_bytes: 4096,
+            timers: Timers {
+                heartbeat: Duration::from_millis(20),
+                idle_timeout: Duration::from_millis(150),
+            },
+            chunk: 700,
+            delay: Duration::from_millis(2),
+            primary_sync: Duration::from_millis(3),
+        }
+    }
+}
+
+/// Something to break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The next control message in flight (either way) is lost.
+    DropControl,
+    /// The next control message in flight arrives twice.
+    DuplicateControl,
+    /// The control messages in flight arrive this many milliseconds later.
+    DelayControl(u64),
+    /// A byte of frame-stream data in flight is flipped.
+    CorruptData(usize),
+    /// The connection is cut.
+    Cut,
+    /// The twin loses power: unsynced writes are lost (or a prefix of them
+    /// kept, with this seed) and it restarts.
+    RestartTwin(Option<u64>),
+    /// The primary loses power and restarts.
+    RestartPrimary,
+}
 
 /// What a core asks of the box it runs on, beyond moving frames.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -63,6 +63,26 @@ pub(super) struct Opened {
     pub(super) pieces: Box<dyn Pieces>,
 }
 
+impl Opened {
+    /// A large object: untyped on the wire.
+    pub(super) fn lfs(o: crate::store::lfs::LfsObject) -> Opened {
+        Opened {
+            obj_type: 0,
+            len: o.len,
+            pieces: Box::new(o),
+        }
+    }
+
+    /// A git object, with its type.
+    pub(super) fn git(o: crate::store::repo::GitObject) -> Opened {
+        Opened {
+            obj_type: o.obj_type.as_u8(),
+            len: o.len(),
+            pieces: Box::new(o.reader()),
+        }
+    }
+}
+
 /// How a frame went out on a client stream.
 pub(super) enum FrameSent {
     Whole,

@@ -12,6 +12,10 @@
 //! is taken) and `pool` (blocking threads); `refusals` counts what
 //! clients were refused. `retain`, `switchover` and `twin_seat` are the
 //! rest of the lifecycle.
+//!
+//! Owns the primary's endpoint, sessions and retention. May not touch: the
+//! replication and switchover rules (the cores in [`crate::repl`]), the
+//! twin's side, or the failover files (those are [`super::failover`]'s).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,13 +26,13 @@ use tokio::sync::{mpsc, watch};
 use super::api::{ApiError, ClientRole, Durability, Request, Response, Status};
 use super::epoch::Epochs;
 use super::refusal::{ReadRefusal, WriteRefusal};
-use super::retention::Retention;
 use super::snapshot_transfer::{self as snapshot, SnapshotSource};
 use super::store_host::StoreHost;
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, NetError, Pins, Role};
 use crate::repl::apply;
 use crate::repl::{PrimaryAction, PrimaryCore, PrimaryState, PrimaryView, Timers, TwinMsg};
+use retention::Retention;
 
 mod answer;
 mod appender;
@@ -38,6 +42,7 @@ mod pool;
 mod refusals;
 mod requests;
 mod retain;
+pub mod retention;
 mod seats;
 mod shares;
 mod stage;

@@ -1,8 +1,10 @@
 //! A client's requests: each on its own stream (or piped, `pipeline`),
 //! admitted, dispatched, and answered as durable as it asked.
 
+use super::answer::Opened;
 use super::refusals::Cut;
 use super::*;
+use crate::store::Repo;
 
 impl Primary {
     /// May a request asking for `durability` append at all?
@@ -228,9 +230,13 @@ impl Primary {
                 oid,
                 durability,
             } => self.lfs_delete(repo, oid, durability).await,
-            Request::LfsGet { repo, oid } => return self.lfs_get(caller, repo, oid, send).await,
+            Request::LfsGet { repo, oid } => {
+                let open = move |r: &Repo| Ok(r.lfs().open_object(&oid)?.map(Opened::lfs));
+                return self.send_repo_object(caller, repo, send, open).await;
+            }
             Request::ReadObject { repo, oid } => {
-                return self.read_object(caller, repo, oid, send).await
+                let open = move |r: &Repo| Ok(r.open_object(&oid)?.map(Opened::git));
+                return self.send_repo_object(caller, repo, send, open).await;
             }
             Request::GetDoc { name } => return self.get_doc(caller, name, send).await,
             Request::PutDoc {

@@ -10,6 +10,15 @@ use crate::node::retention::{self, Retention};
 use crate::node::snapshot_transfer::SnapshotSource;
 use crate::node::WriteRefusal;
 
+/// Why a retention pass stopped.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RetentionError {
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Log(#[from] crate::log::Error),
+}
+
 impl Primary {
     /// Set the retention before serving; the twin's position comes back
     /// from the slot file.
@@ -62,7 +71,7 @@ impl Primary {
 
     /// One retention pass: the store catches up (nothing it has not
     /// applied goes), then whole segments go while the log is over its cap.
-    pub(super) fn retention_pass(&self) -> Result<(), String> {
+    pub(super) fn retention_pass(&self) -> Result<(), RetentionError> {
         let r = self.retention();
         if let Some(slot) = &r.slot {
             // Written when the twin's position moved, not every pass.
@@ -82,8 +91,8 @@ impl Primary {
         }
         let applied = match &self.store {
             Some(host) => {
-                host.catch_up().map_err(|e| e.to_string())?;
-                host.applied_durably().map_err(|e| e.to_string())?
+                host.catch_up()?;
+                host.applied_durably()?
             }
             None => self.log.head_seq(),
         };
@@ -101,10 +110,7 @@ impl Primary {
         if plan.before == 0 {
             return Ok(());
         }
-        let first = self
-            .log
-            .truncate_before(plan.before)
-            .map_err(|e| e.to_string())?;
+        let first = self.log.truncate_before(plan.before)?;
         if plan.past_hold {
             tracing::warn!(
                 first, twin_position = hold, cap = r.max_bytes,

@@ -341,40 +341,19 @@ impl Primary {
             .await
     }
 
-    /// A large object read out (see [`Primary::send_object`]).
-    pub(super) async fn lfs_get(
+    /// An object of `repo` read out, a large object or a git object,
+    /// whichever `open` finds there (see [`Primary::send_object`]).
+    pub(super) async fn send_repo_object(
         &self,
         caller: &Caller,
         repo: String,
-        oid: [u8; 32],
         send: SendStream,
+        open: impl FnOnce(&crate::store::Repo) -> Result<Option<Opened>, crate::store::StoreError>
+            + Send
+            + 'static,
     ) -> Result<(), NetError> {
-        self.send_object(caller, send, move |store| {
-            Ok(store.repo(&repo)?.lfs().open_object(&oid)?.map(|o| Opened {
-                obj_type: 0,
-                len: o.len,
-                pieces: Box::new(o),
-            }))
-        })
-        .await
-    }
-
-    /// A git object read out (see [`Primary::send_object`]).
-    pub(super) async fn read_object(
-        &self,
-        caller: &Caller,
-        repo: String,
-        oid: [u8; 20],
-        send: SendStream,
-    ) -> Result<(), NetError> {
-        self.send_object(caller, send, move |store| {
-            Ok(store.repo(&repo)?.open_object(&oid)?.map(|o| Opened {
-                obj_type: o.obj_type.as_u8(),
-                len: o.len(),
-                pieces: Box::new(o.reader()),
-            }))
-        })
-        .await
+        self.send_object(caller, send, move |store| open(store.repo(&repo)?))
+            .await
     }
 
     /// A control document read out as it was when opened (see

@@ -24,7 +24,17 @@ pub(super) enum Heard {
     Promoted { epoch: u64, at: NewPrimary },
     /// The twin does not take over, or the session ended before the
     /// handover left.
-    Refused(String),
+    Refused(NoHandover),
+}
+
+/// Why a switchover's handover did not happen.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NoHandover {
+    /// The twin said why, in its words.
+    #[error("{0}")]
+    TwinRefused(String),
+    #[error("the twin session could not send the handover")]
+    NotSent,
 }
 
 /// The switchover state a primary shares between its requests and its
@@ -250,7 +260,9 @@ impl Primary {
                             new_primary = Some(at);
                             self.switch.with_gate(|g| sw.promoted(g, epoch))
                         }
-                        Some(Heard::Refused(why)) => self.switch.with_gate(|g| sw.refused(g, why)),
+                        Some(Heard::Refused(why)) => {
+                            self.switch.with_gate(|g| sw.refused(g, why.to_string()))
+                        }
                         None => Vec::new(),
                     };
                     for action in actions {

@@ -151,7 +151,9 @@ impl Primary {
                     }
                     PrimaryAction::HandoverRefused(why) => {
                         tracing::warn!(why, "the twin refused the handover");
-                        self.switch.tell(switchover::Heard::Refused(why));
+                        self.switch.tell(switchover::Heard::Refused(
+                            switchover::NoHandover::TwinRefused(why),
+                        ));
                     }
                     PrimaryAction::Fence { epoch } => {
                         let by = format!(
@@ -189,9 +191,8 @@ impl Primary {
                     // frame came past the head handed over: the switchover
                     // must look again.
                     tracing::warn!(head, "this twin session cannot take the handover");
-                    self.switch.tell(switchover::Heard::Refused(
-                        "the twin session could not send the handover".into(),
-                    ));
+                    self.switch
+                        .tell(switchover::Heard::Refused(switchover::NoHandover::NotSent));
                 } else {
                     // The core has not seen the head announced yet.
                     asked = Some((head, clients));

@@ -22,9 +22,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
-use super::snapshot_transfer::SnapshotSource;
-use super::store_host::StoreHost;
 use crate::log::{format, Log};
+use crate::node::snapshot_transfer::SnapshotSource;
+use crate::node::store_host::StoreHost;
 
 /// How long after its last request a restore still pins the frames it
 /// needs: a killed restore is rerun within this to resume where it was.

@@ -11,40 +11,35 @@
 //! frames, open. A write's answer also waits a second per MiB of its body,
 //! the time to make it durable and ship it to the twin, which starts once
 //! the primary has it whole.
+//!
+//! The folder owns the client side and the wire it shares with the
+//! primary: [`api`] (requests and answers), [`refusal`] (refusals by name),
+//! the pipe of small requests, the store's calls ([`store_client`]). May
+//! not touch the daemons: nothing here serves, only asks.
+
+pub mod api;
+mod error;
+mod pipe;
+pub mod refusal;
+pub mod store_client;
+mod tail;
+mod timed;
+
+pub use error::ClientError;
+pub use tail::{FrameHead, Tailing};
+pub use timed::MAX_WHOLE_BLOB;
+pub(crate) use timed::{read_announced, timed};
+use timed::{silent, BODY_PIECE};
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
-use super::pipe::Pipe;
 use crate::log::Entry;
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
-
-/// What a client call fails at.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error(transparent)]
-    Net(#[from] NetError),
-    #[error(transparent)]
-    Api(#[from] ApiError),
-    #[error("unexpected answer: {0}")]
-    Unexpected(String),
-    /// Reading the git repository to import failed.
-    #[error("import: {0}")]
-    Import(String),
-    /// The primary did not answer, or did not move a piece of a transfer,
-    /// within the deadline: it is stopped, overloaded or cut off. What was
-    /// asked may have been done all the same.
-    #[error(
-        "no answer from the primary within {after:?} (the client's deadline, --timeout): it may \
-         be stopped, overloaded or cut off, and what was asked may have been done all the same \
-         (a `twin` write, for one, may be durable on the primary and waiting for its twin: \
-         see `primary status`)"
-    )]
-    Deadline { after: Duration },
-}
+use api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
+use pipe::Pipe;
 
 /// How long a client waits for the primary unless told otherwise.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
@@ -61,9 +56,6 @@ fn syncing(len: u64) -> Duration {
     Duration::from_micros(len.saturating_mul(1_000_000) / BODY_BYTES_PER_SEC)
 }
 
-/// The pieces a body is written in, each within the deadline.
-const BODY_PIECE: usize = 1 << 20;
-
 /// How a client waits for the primary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientOptions {
@@ -79,76 +71,6 @@ impl Default for ClientOptions {
             deadline: DEFAULT_DEADLINE,
         }
     }
-}
-
-/// `fut`, a wait on the primary over `conn`, given `after`: past it, or
-/// when QUIC gave the connection up for the primary's silence (its idle
-/// timeout is the deadline), the deadline's error.
-pub(crate) async fn timed<T, E: Into<ClientError>>(
-    conn: &quinn::Connection,
-    after: Duration,
-    fut: impl Future<Output = Result<T, E>>,
-) -> Result<T, ClientError> {
-    match tokio::time::timeout(after, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(silent(conn, after, e.into())),
-        Err(_) => Err(ClientError::Deadline { after }),
-    }
-}
-
-/// A network error on a connection QUIC gave up for the primary's silence
-/// is the deadline's.
-fn silent(conn: &quinn::Connection, after: Duration, e: ClientError) -> ClientError {
-    match (&e, conn.close_reason()) {
-        (ClientError::Net(_), Some(quinn::ConnectionError::TimedOut)) => {
-            ClientError::Deadline { after }
-        }
-        _ => e,
-    }
-}
-
-/// The largest blob [`Client::read`] and [`Tailing::next`] take whole: a
-/// frame larger than this is refused by name before anything is read.
-pub const MAX_WHOLE_BLOB: u64 = 1 << 30;
-
-/// Read the `len` bytes a server announced, capped at `max`: refused by
-/// name past it, and memory grows with the bytes that arrive, never with
-/// what was announced, so a server that lies about a length cannot make
-/// this side allocate what it never sends. Each piece comes within the
-/// deadline `after`.
-pub(crate) async fn read_announced(
-    conn: &quinn::Connection,
-    after: Duration,
-    recv: &mut quinn::RecvStream,
-    len: u64,
-    max: u64,
-    what: &str,
-) -> Result<Vec<u8>, ClientError> {
-    if len > max {
-        return Err(ClientError::Unexpected(format!(
-            "the server announced {what} of {len} bytes; at most {max} are taken"
-        )));
-    }
-    let mut out = Vec::with_capacity(len.min(1 << 20) as usize);
-    while (out.len() as u64) < len {
-        let want = ((len - out.len() as u64).min(1 << 20)) as usize;
-        let chunk = timed(conn, after, async {
-            recv.read_chunk(want, true)
-                .await
-                .map_err(|e| NetError::Io(std::io::Error::other(e.to_string())))
-        })
-        .await?;
-        match chunk {
-            Some(chunk) => out.extend_from_slice(&chunk.bytes),
-            None => {
-                return Err(ClientError::Unexpected(format!(
-                    "{what}: the server announced {len} bytes and sent {}",
-                    out.len()
-                )))
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// How long [`Client::close`] gives its close to go out.
@@ -547,11 +469,7 @@ impl Client {
         self.timed(net::write_msg(&mut send, &Request::Tail { from }))
             .await?;
         let _ = send.finish();
-        Ok(Tailing {
-            recv,
-            conn: self.conn.clone(),
-            deadline: self.deadline,
-        })
+        Ok(Tailing::new(recv, self.conn.clone(), self.deadline))
     }
 
     /// The primary's status.
@@ -607,117 +525,6 @@ impl Client {
     pub async fn fence(&self, epoch: u64) -> Result<Status, ClientError> {
         match self.call(&Request::Fence { epoch }, &[]).await?.0 {
             Response::Status(s) => Ok(*s),
-            other => Err(ClientError::Unexpected(format!("{other:?}"))),
-        }
-    }
-}
-
-/// Frames from a primary as they become durable ([`Client::tail`]).
-#[derive(Debug)]
-pub struct Tailing {
-    recv: quinn::RecvStream,
-    conn: quinn::Connection,
-    deadline: Duration,
-}
-
-/// A frame's head, as [`Tailing::next_streamed`] hands it over before its
-/// blob.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FrameHead {
-    pub seq: u64,
-    pub kind: u16,
-    pub meta: Vec<u8>,
-    pub blob_len: u64,
-    pub payload_crc: u32,
-}
-
-impl Tailing {
-    /// The next frame, its blob handed to `each` a piece at a time as it
-    /// arrives (each piece within the deadline), never held whole: a frame
-    /// of any size is exported in memory of one piece. The primary checks
-    /// the frame's crc as it sends and cuts the stream short, an error
-    /// here, when it fails. None when the primary ended the tail.
-    pub async fn next_streamed(
-        &mut self,
-        mut each: impl FnMut(&FrameHead, &[u8]) -> std::io::Result<()>,
-    ) -> Result<Option<FrameHead>, ClientError> {
-        let next = net::read_msg::<Response>(&mut self.recv)
-            .await
-            .map_err(|e| silent(&self.conn, self.deadline, e.into()))?;
-        let head = match next {
-            None => return Ok(None),
-            Some(Response::Frame {
-                seq,
-                kind,
-                meta,
-                blob_len,
-                payload_crc,
-            }) => FrameHead {
-                seq,
-                kind,
-                meta,
-                blob_len,
-                payload_crc,
-            },
-            Some(Response::Error(e)) => return Err(e.into()),
-            Some(other) => return Err(ClientError::Unexpected(format!("{other:?}"))),
-        };
-        let mut got = 0u64;
-        while got < head.blob_len {
-            let want = (head.blob_len - got).min(BODY_PIECE as u64) as usize;
-            let recv = &mut self.recv;
-            let chunk = timed(&self.conn, self.deadline, async {
-                recv.read_chunk(want, true)
-                    .await
-                    .map_err(|e| NetError::Io(std::io::Error::other(e.to_string())))
-            })
-            .await?;
-            let Some(chunk) = chunk else {
-                return Err(ClientError::Unexpected(format!(
-                    "frame {}: the server announced {} bytes and sent {got}",
-                    head.seq, head.blob_len
-                )));
-            };
-            each(&head, &chunk.bytes).map_err(NetError::from)?;
-            got += chunk.bytes.len() as u64;
-        }
-        Ok(Some(head))
-    }
-
-    /// The next frame; None when the primary ended the tail.
-    pub async fn next(&mut self) -> Result<Option<Entry>, ClientError> {
-        let next = net::read_msg::<Response>(&mut self.recv)
-            .await
-            .map_err(|e| silent(&self.conn, self.deadline, e.into()))?;
-        let Some(resp) = next else {
-            return Ok(None);
-        };
-        match resp {
-            Response::Frame {
-                seq,
-                kind,
-                meta,
-                blob_len,
-                payload_crc,
-            } => {
-                let blob = read_announced(
-                    &self.conn,
-                    self.deadline,
-                    &mut self.recv,
-                    blob_len,
-                    MAX_WHOLE_BLOB,
-                    "a frame",
-                )
-                .await?;
-                Ok(Some(Entry {
-                    seq,
-                    kind,
-                    meta,
-                    blob,
-                    payload_crc,
-                }))
-            }
-            Response::Error(e) => Err(e.into()),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
         }
     }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
 
 use super::api::{PipedAnswer, Response};
-use super::client::ClientError;
+use super::error::ClientError;
 use crate::net::{self, NetError};
 
 /// An open pipeline.

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 use super::epoch::Epochs;
 use crate::log::Log;
-use crate::net::{self, Fingerprint, Identity, Pins, Role};
+use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::repl::promote::{Predecessor, Told};
 use crate::repl::rejoin::LogHead;
 
@@ -125,6 +125,23 @@ const LAST_RETRY: Duration = Duration::from_secs(1);
 /// down must not hold up the next one.
 pub const CALL_DEADLINE: Duration = Duration::from_secs(1);
 
+/// Why a call to the predecessor could not be made or did not reach it.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("reading {file}: {0}", file = crate::layout::PREDECESSOR_FILE)]
+    File(std::io::Error),
+    #[error("the fingerprint {0:?} does not parse")]
+    Fingerprint(String),
+    #[error("{0}")]
+    Endpoint(NetError),
+    #[error("resolving {addr}: {error}")]
+    Resolve { addr: String, error: std::io::Error },
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+    #[error("reaching {addr}: {error}")]
+    Unreached { addr: SocketAddr, error: NetError },
+}
+
 impl Caller {
     /// The endpoint to call `file`'s box from, as `identity`. Its
     /// connections give up by QUIC's own idle timeout, the call's
@@ -133,14 +150,14 @@ impl Caller {
     pub fn endpoint(
         identity: &Identity,
         file: &PredecessorFile,
-    ) -> Result<quinn::Endpoint, String> {
+    ) -> Result<quinn::Endpoint, CallError> {
         let fp: Fingerprint = file
             .fingerprint
             .parse()
-            .map_err(|_| format!("the fingerprint {:?} does not parse", file.fingerprint))?;
+            .map_err(|_| CallError::Fingerprint(file.fingerprint.clone()))?;
         let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
         net::client_with(identity, pins, net::Liveness::client(CALL_DEADLINE))
-            .map_err(|e| e.to_string())
+            .map_err(CallError::Endpoint)
     }
 
     /// Call until the predecessor heard, or `shutdown`. `status` shows how
@@ -211,7 +228,7 @@ impl Caller {
                     return;
                 }
                 Ok(Told::NotYet(why)) => set(&|s| s.last_error = Some(why.clone())),
-                Err(e) => set(&|s| s.last_error = Some(e.clone())),
+                Err(e) => set(&|s| s.last_error = Some(e.to_string())),
             }
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
@@ -222,12 +239,15 @@ impl Caller {
     }
 
     /// One call: dial, say hello, hear the answer.
-    async fn call(&self, file: &PredecessorFile) -> Result<Told, String> {
+    async fn call(&self, file: &PredecessorFile) -> Result<Told, CallError> {
         let addr: SocketAddr = tokio::net::lookup_host(&file.addr)
             .await
-            .map_err(|e| format!("resolving {}: {e}", file.addr))?
+            .map_err(|error| CallError::Resolve {
+                addr: file.addr.clone(),
+                error,
+            })?
             .next()
-            .ok_or_else(|| format!("{} resolves to no address", file.addr))?;
+            .ok_or_else(|| CallError::NoAddress(file.addr.clone()))?;
         let head = self.log.head_seq();
         let head_crc = self
             .log
@@ -248,6 +268,6 @@ impl Caller {
         super::rejoin::ask(&self.endpoint, addr, call.hello(), 2 * self.deadline)
             .await
             .map(|a| call.answer(a))
-            .map_err(|e| format!("reaching {addr}: {e}"))
+            .map_err(|error| CallError::Unreached { addr, error })
     }
 }

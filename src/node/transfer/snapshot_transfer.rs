@@ -15,8 +15,8 @@ use quinn::{Connection, RecvStream, SendStream};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-use super::store_host::StoreHost;
 use crate::net::{self, NetError};
+use crate::node::store_host::StoreHost;
 use crate::store::install::{self, InstallPaths, SnapshotBase};
 use crate::store::snapshot::{self as store_snapshot, Manifest, MANIFEST_NAME};
 use crate::store::StoreError;

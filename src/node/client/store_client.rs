@@ -9,7 +9,7 @@ use super::api::{
     ApiError, Durability, HistoryListing, PushRecord, RefMove, RefsListing, Request, Response,
     MAX_HAVE, MAX_LISTING,
 };
-use super::client::{Appended, Client, ClientError};
+use super::{Appended, Client, ClientError};
 use crate::net::NetError;
 use crate::objects::ObjType;
 use crate::store::import::{self, GitImport};

@@ -15,10 +15,10 @@ use quinn::{Connection, SendStream};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use super::epoch::Epochs;
 use super::snapshot_transfer::{SnapshotReq, SnapshotSource};
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, Fingerprint, NetError, Pins, Role};
+use crate::node::epoch::Epochs;
 use crate::store::install;
 
 /// The piece a restored frame's blob moves in.

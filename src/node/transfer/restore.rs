@@ -18,11 +18,11 @@ use std::time::Instant;
 use quinn::Connection;
 use serde::{Deserialize, Serialize};
 
-use super::epoch::Epochs;
 use super::restore_serve::{RestoreFrame, RestoreReq, RestoreResp, RESTORE_PIECE};
 use super::snapshot_transfer::{self as snapshot, Fetched, SnapshotError};
 use crate::log::{self, HistoryId, Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
+use crate::node::epoch::Epochs;
 use crate::store::install::{self, InstallPaths};
 use crate::store::{Store, StoreError, StoreOptions};
 
@@ -315,7 +315,7 @@ pub async fn restore(
     let pins = Arc::new(Pins::new().pin(opts.source_fingerprint, Role::Twin));
     let endpoint = net::client(&opts.identity, pins)?;
     let conn = tokio::time::timeout(
-        super::client::CONNECT_TIMEOUT,
+        crate::node::client::CONNECT_TIMEOUT,
         net::connect(&endpoint, opts.source),
     )
     .await

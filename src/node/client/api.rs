@@ -391,14 +391,14 @@ pub enum ApiError {
     /// The write was not taken, by name (follower, poisoned, too large,
     /// disk full, ...): nothing of it was written.
     #[error("refused: {0}")]
-    Refused(super::WriteRefusal),
+    Refused(super::refusal::WriteRefusal),
     /// The frame is durable on the primary at `seq`, but the twin did not
     /// acknowledge it within the policy's timeout.
     #[error("frame {seq} is durable locally; the twin did not acknowledge it in time")]
     TwinTimeout { seq: u64 },
     /// Past the head, below the retention floor, or unreadable.
     #[error("read: {0}")]
-    Read(super::ReadRefusal),
+    Read(super::refusal::ReadRefusal),
     /// A request this peer's role may not make.
     #[error("not allowed for this peer: {0}")]
     Forbidden(String),
