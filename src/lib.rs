@@ -13,5 +13,6 @@ pub mod objects;
 pub mod publish;
 pub mod pushlog;
 pub mod repl;
+pub mod storage;
 pub mod store;
 pub mod wal;

@@ -1,26 +1,31 @@
 //! Publishing a small file by rename: the one way twinlog replaces a
 //! configuration, a marker or a manifest, so that a crash leaves the old
 //! file or the new one, whole, and a file once published stays published.
+//!
+//! Each function has a `*_with` form that does its I/O through a
+//! [`Storage`], which is how the store publishes (and how crash tests reach
+//! it); the plain form uses the real file system.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use crate::storage::{OpenMode, StdStorage, Storage};
 
 /// Write `bytes` to `path`: to a temporary file beside it first, fsynced,
 /// then renamed over `path`, then the directory fsynced so the rename
 /// itself survives a crash.
 pub fn publish(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    publish_with(&StdStorage, path, bytes)
+}
+
+/// [`publish`] through `fs`.
+pub fn publish_with(fs: &dyn Storage, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temp_beside(path);
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
+    if let Err(e) = write_temp(fs, &tmp, bytes, !sabotage::fsync_skipped()) {
+        let _ = fs.remove(&tmp);
         return Err(e);
     }
-    std::fs::rename(&tmp, path)?;
-    sync_parent(path)
+    fs.rename(&tmp, path)?;
+    sync_parent_with(fs, path)
 }
 
 /// Replace `path` with `bytes` by rename, without an fsync: for a hint
@@ -28,19 +33,41 @@ pub fn publish(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// file or the new one (or neither, after a power cut) and either is
 /// safe. Costs a write and a rename instead of two device flushes.
 pub fn publish_hint(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    publish_hint_with(&StdStorage, path, bytes)
+}
+
+/// [`publish_hint`] through `fs`.
+pub fn publish_hint_with(fs: &dyn Storage, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temp_beside(path);
-    if let Err(e) = std::fs::write(&tmp, bytes) {
-        let _ = std::fs::remove_file(&tmp);
+    if let Err(e) = write_temp(fs, &tmp, bytes, false) {
+        let _ = fs.remove(&tmp);
         return Err(e);
     }
-    std::fs::rename(&tmp, path)
+    fs.rename(&tmp, path)
+}
+
+/// A fresh temporary file holding exactly `bytes` (one a crash left
+/// behind is replaced), fsynced when `sync`.
+fn write_temp(fs: &dyn Storage, tmp: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
+    let f = fs.open(tmp, OpenMode::Create)?;
+    f.set_len(0)?;
+    f.write_all_at(bytes, 0)?;
+    if sync {
+        f.sync_all()?;
+    }
+    Ok(())
 }
 
 /// fsync the directory holding `path`.
 pub fn sync_parent(path: &Path) -> std::io::Result<()> {
+    sync_parent_with(&StdStorage, path)
+}
+
+/// [`sync_parent`] through `fs`.
+pub fn sync_parent_with(fs: &dyn Storage, path: &Path) -> std::io::Result<()> {
     match path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        Some(dir) => std::fs::File::open(dir)?.sync_all(),
-        None => std::fs::File::open(".")?.sync_all(),
+        Some(dir) => fs.sync_dir(dir),
+        None => fs.sync_dir(Path::new(".")),
     }
 }
 
@@ -48,6 +75,34 @@ fn temp_beside(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     path.with_file_name(name)
+}
+
+/// The negative control of the store's crash test: a publish that skips
+/// the temporary file's fsync, so a crash after the rename can leave the
+/// new name on an empty file. Per thread, so one test turning it on does
+/// not reach the tests running beside it; absent from a build without the
+/// `testing` feature.
+pub mod sabotage {
+    #[cfg(feature = "testing")]
+    thread_local! {
+        static SKIP_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Whether this thread's publishes skip the temporary file's fsync.
+    #[cfg(feature = "testing")]
+    pub fn skip_publish_fsync(on: bool) {
+        SKIP_FSYNC.with(|s| s.set(on));
+    }
+
+    #[cfg(feature = "testing")]
+    pub(crate) fn fsync_skipped() -> bool {
+        SKIP_FSYNC.with(|s| s.get())
+    }
+
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn fsync_skipped() -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
@@ -67,5 +122,14 @@ mod tests {
         assert_eq!(std::fs::read(&path).expect("read"), b"three");
         let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
         assert_eq!(left.len(), 1, "no temporary file is left");
+    }
+
+    #[test]
+    fn a_temporary_file_a_crash_left_is_replaced_not_appended_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("marker");
+        std::fs::write(dir.path().join("marker.tmp"), b"a longer leftover").expect("leftover");
+        publish(&path, b"new").expect("publish");
+        assert_eq!(std::fs::read(&path).expect("read"), b"new");
     }
 }

@@ -27,9 +27,9 @@ mod pending;
 pub(crate) mod read;
 mod retention;
 mod segment;
-#[cfg(any(test, feature = "testing"))]
-mod sim;
-pub mod storage;
+/// The I/O seam, kept under its old name too: it now sits below the log,
+/// in [`crate::storage`], so the store and the push log share it.
+pub use crate::storage;
 mod tail;
 mod truncate;
 mod write;
@@ -39,6 +39,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+#[cfg(any(test, feature = "testing"))]
+pub use crate::storage::{CrashMode, SimStorage};
 pub use erase::Erased;
 pub use error::{Error, Result};
 pub use guard::{FreezeGuard, MutationGuard};
@@ -46,8 +48,6 @@ pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};
 pub use pending::Pending;
 pub use read::{BlobReader, Entry, Located};
-#[cfg(any(test, feature = "testing"))]
-pub use sim::{CrashMode, SimStorage};
 pub use tail::{Tail, TailFrame};
 pub use truncate::Truncated;
 

@@ -18,6 +18,7 @@
 //! [`ObjectReadStack::stage_retained`] / [`ObjectReadStack::swap_in`] are
 //! the exceptions, and rebuild the projection before they return.
 
+mod backend;
 mod columns;
 mod entry;
 mod four_tables;

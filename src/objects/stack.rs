@@ -20,6 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use redb::{Database, Durability};
 
+use crate::publish::sync_parent_with;
+use crate::storage::{OpenMode, StdStorage, Storage};
+
 use super::entry::{sorted_unique, IndexEntry, IndexRow, ObjType, TAIL_ORDINAL_BIT};
 use super::one_table::OneTableFourColumns;
 use super::tail::{self, TailRow, Totals, ROWS};
@@ -140,13 +143,13 @@ fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// fsync the directory holding `path`.
-fn fsync_parent(path: &Path) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
+/// Where a stack's tail lives: its file, the storage it is read and
+/// written through, and its page cache.
+#[derive(Clone, Debug)]
+struct TailFile {
+    fs: Arc<dyn Storage>,
+    path: PathBuf,
+    cache_bytes: usize,
 }
 
 /// The ordinal of a tail-served row: the tail bit and the arrival number.
@@ -162,7 +165,7 @@ pub struct ObjectReadStack<S: ObjectIndex = OneTableFourColumns> {
     db: Database,
     /// The tail's file and page cache, `None` in memory: what
     /// [`swap_in`](Self::swap_in) replaces and reopens.
-    file: Option<(PathBuf, usize)>,
+    file: Option<TailFile>,
     triggers: RebuildTriggers,
     projection: RwLock<Arc<Projection<S>>>,
     writer: Mutex<()>,
@@ -180,8 +183,23 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
     /// parameter so the caller reads its configuration once; redb's stock
     /// `Database::create` would take its 1 GiB default per repository.
     pub fn open(tail_path: &Path, triggers: RebuildTriggers, cache_bytes: usize) -> Result<Self> {
-        let db = tail::open_file(tail_path, cache_bytes)?;
-        Self::over(db, triggers, Some((tail_path.to_owned(), cache_bytes)))
+        Self::open_with(StdStorage::shared(), tail_path, triggers, cache_bytes)
+    }
+
+    /// [`open`](Self::open), the tail's pages read and written through `fs`.
+    pub fn open_with(
+        fs: Arc<dyn Storage>,
+        tail_path: &Path,
+        triggers: RebuildTriggers,
+        cache_bytes: usize,
+    ) -> Result<Self> {
+        let db = tail::open_file(&*fs, tail_path, cache_bytes)?;
+        let file = TailFile {
+            fs,
+            path: tail_path.to_owned(),
+            cache_bytes,
+        };
+        Self::over(db, triggers, Some(file))
     }
 
     /// A stack whose tail has no file behind it. The redb code path is the
@@ -191,11 +209,7 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
         Self::over(tail::open_memory()?, triggers, None)
     }
 
-    fn over(
-        db: Database,
-        triggers: RebuildTriggers,
-        file: Option<(PathBuf, usize)>,
-    ) -> Result<Self> {
+    fn over(db: Database, triggers: RebuildTriggers, file: Option<TailFile>) -> Result<Self> {
         let (entries, totals) = {
             let txn = db.begin_read()?;
             let table = txn.open_table(ROWS)?;
@@ -479,20 +493,23 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
         keep: &dyn Fn(&IndexEntry) -> bool,
         staged: &Path,
     ) -> Result<u64> {
-        let Some((_, cache_bytes)) = self.file else {
+        let Some(TailFile {
+            fs, cache_bytes, ..
+        }) = self.file.clone()
+        else {
             return Err(super::Error::InMemory);
         };
-        match std::fs::remove_file(staged) {
+        match fs.remove(staged) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
-        let fresh = tail::open_file(staged, cache_bytes)?;
+        let fresh = tail::open_file(&*fs, staged, cache_bytes)?;
         let left_out = tail::copy_retained(&self.db, &fresh, keep)?;
         // Closed before it is synced: redb writes its clean-shutdown state
         // as it closes.
         drop(fresh);
-        std::fs::File::open(staged)?.sync_all()?;
+        fs.open(staged, OpenMode::Read)?.sync_all()?;
         Ok(left_out)
     }
 
@@ -503,13 +520,18 @@ impl<S: ObjectIndex> ObjectReadStack<S> {
     /// (unlinked), so a retry of the whole removal finds them and repeats
     /// it.
     pub fn swap_in(&mut self, staged: &Path) -> Result<()> {
-        let Some((path, cache_bytes)) = self.file.clone() else {
+        let Some(TailFile {
+            fs,
+            path,
+            cache_bytes,
+        }) = self.file.clone()
+        else {
             return Err(super::Error::InMemory);
         };
-        std::fs::rename(staged, &path)?;
-        fsync_parent(&path)?;
-        fsync_parent(staged)?;
-        let db = tail::open_file(&path, cache_bytes)?;
+        fs.rename(staged, &path)?;
+        sync_parent_with(&*fs, &path)?;
+        sync_parent_with(&*fs, staged)?;
+        let db = tail::open_file(&*fs, &path, cache_bytes)?;
         let (entries, totals) = {
             let txn = db.begin_read()?;
             let table = txn.open_table(ROWS)?;

@@ -11,6 +11,9 @@
 use std::path::Path;
 
 use redb::backends::InMemoryBackend;
+
+use super::backend::SeamBackend;
+use crate::storage::Storage;
 use redb::{Builder, Database, Durability, ReadableTable, TableDefinition};
 
 use super::entry::{hex, IndexEntry, ObjType, OID_LEN};
@@ -86,9 +89,33 @@ fn decode(oid: &[u8; OID_LEN], v: &[u8; VALUE_LEN]) -> Result<TailRow> {
     })
 }
 
-/// Open or create the tail at `path` with a page cache of `cache_bytes`.
-pub(crate) fn open_file(path: &Path, cache_bytes: usize) -> Result<Database> {
-    let db = Builder::new().set_cache_size(cache_bytes).create(path)?;
+/// Open or create the tail at `path` with a page cache of `cache_bytes`,
+/// its pages read and written through `fs`.
+///
+/// A new tail is written beside its name and renamed into place once redb
+/// has initialized it (its commit fsyncs it): a crash or a failed write
+/// while redb lays out a new file would otherwise leave, under the tail's
+/// name, a file redb refuses to open. The database stays open across the
+/// rename, which moves the name and not the file.
+pub(crate) fn open_file(fs: &dyn Storage, path: &Path, cache_bytes: usize) -> Result<Database> {
+    if !fs.exists(path)? {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".new");
+        let fresh = std::path::PathBuf::from(name);
+        if fs.exists(&fresh)? {
+            fs.remove(&fresh)?;
+        }
+        let db = Builder::new()
+            .set_cache_size(cache_bytes)
+            .create_with_backend(SeamBackend::open(fs, &fresh)?)?;
+        init(&db)?;
+        fs.rename(&fresh, path)?;
+        crate::publish::sync_parent_with(fs, path)?;
+        return Ok(db);
+    }
+    let db = Builder::new()
+        .set_cache_size(cache_bytes)
+        .create_with_backend(SeamBackend::open(fs, path)?)?;
     init(&db)?;
     Ok(db)
 }

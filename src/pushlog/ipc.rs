@@ -17,7 +17,8 @@ use arrow_buffer::Buffer;
 use arrow_ipc::{Endianness, Message, MessageHeader, MetadataVersion, Type};
 use arrow_schema::{DataType, SchemaRef};
 
-use super::{fields, CheckpointMeta, OID_LEN};
+use super::codec::{self, fields, CheckpointMeta};
+use super::OID_LEN;
 
 /// Every IPC message starts with this, then its metadata length (i32).
 const CONTINUATION: [u8; 4] = [0xff; 4];
@@ -148,12 +149,12 @@ fn check_schema(schema: arrow_ipc::Schema<'_>) -> Result<SchemaKind, Why> {
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("a checkpoint without a number for {key}"))
     };
-    match meta.get(super::KIND_KEY).copied() {
-        Some(super::KIND_PUSH) => Ok(SchemaKind::Push),
-        Some(super::KIND_CHECKPOINT) => Ok(SchemaKind::Checkpoint(CheckpointMeta {
-            archive_len: number(super::ARCHIVE_LEN_KEY)?,
-            seq: number(super::CHECKPOINT_SEQ_KEY)?,
-            at_ms: number(super::CHECKPOINT_AT_KEY)?,
+    match meta.get(codec::KIND_KEY).copied() {
+        Some(codec::KIND_PUSH) => Ok(SchemaKind::Push),
+        Some(codec::KIND_CHECKPOINT) => Ok(SchemaKind::Checkpoint(CheckpointMeta {
+            archive_len: number(codec::ARCHIVE_LEN_KEY)?,
+            seq: number(codec::CHECKPOINT_SEQ_KEY)?,
+            at_ms: number(codec::CHECKPOINT_AT_KEY)?,
         })),
         other => Err(format!("schema kind {other:?}")),
     }
@@ -266,7 +267,7 @@ pub(super) fn decode_stream(ipc: &[u8]) -> Result<(SchemaKind, RecordBatch), Why
                 SchemaKind::Push => 1,
                 SchemaKind::Checkpoint(_) => 0,
             };
-            let batch = decode_batch(&message, body, super::schema_of(kind), min_rows)?;
+            let batch = decode_batch(&message, body, codec::schema_of(kind), min_rows)?;
             if next_message(ipc, &mut at)?.is_some() {
                 return Err("a stream of more than one batch".into());
             }

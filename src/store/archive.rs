@@ -10,12 +10,15 @@
 //! byte of a record is ever rewritten and a torn write can only be the tail.
 //! Layout in docs/FORMAT.md.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{sync_dir, Result, StoreError};
+use super::{Result, StoreError};
+use crate::publish::sync_parent_with;
+use crate::storage::{write_zeros, OpenMode, StdStorage, Storage, StorageFile};
 
 /// The first bytes of an archive.
 pub const ARCHIVE_MAGIC: [u8; 8] = *b"\x89TWP\r\n\x1a\n";
@@ -67,7 +70,7 @@ impl PackRecord {
 #[derive(Debug)]
 pub struct Archive {
     path: PathBuf,
-    file: File,
+    file: Arc<dyn StorageFile>,
     len: u64,
     packs: Vec<PackRecord>,
     /// The largest `before` of the erase records.
@@ -115,7 +118,7 @@ fn decode_header(h: &[u8; 40]) -> Option<(u64, u64, u64, u32, u32)> {
 /// The offset of the first whole record header at or after `from`, if
 /// any: what tells damage in place from a torn tail. Reads in pieces; the
 /// zero field at the header's end filters before the crc is computed.
-fn next_whole_header(file: &File, from: u64, file_len: u64) -> Result<Option<u64>> {
+fn next_whole_header(file: &dyn StorageFile, from: u64, file_len: u64) -> Result<Option<u64>> {
     const PIECE: usize = 1 << 20;
     let hl = RECORD_HEADER_LEN as usize;
     let mut buf = vec![0u8; PIECE + hl];
@@ -145,26 +148,26 @@ impl Archive {
     /// that does not check, a body past the end or whose crc fails) is cut
     /// and said so; damage anywhere else is [`StoreError::Corrupt`].
     pub fn open(path: &Path) -> Result<Archive> {
-        let created = !path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        Self::open_with(&StdStorage, path)
+    }
+
+    /// [`Archive::open`] through `fs`.
+    pub fn open_with(fs: &dyn Storage, path: &Path) -> Result<Archive> {
+        let created = !fs.exists(path)?;
+        let file = fs.open(path, OpenMode::Create)?;
         let corrupt = |at: u64, what: String| StoreError::Corrupt {
             path: path.to_owned(),
             at,
             what,
         };
-        if created || file.metadata()?.len() < ARCHIVE_HEADER_LEN {
+        if created || file.len()? < ARCHIVE_HEADER_LEN {
             let mut h = [0u8; ARCHIVE_HEADER_LEN as usize];
             h[..8].copy_from_slice(&ARCHIVE_MAGIC);
             h[8..12].copy_from_slice(&ARCHIVE_VERSION.to_le_bytes());
             file.set_len(0)?;
             file.write_all_at(&h, 0)?;
             file.sync_all()?;
-            sync_dir(path)?;
+            sync_parent_with(fs, path)?;
         }
         let mut h = [0u8; ARCHIVE_HEADER_LEN as usize];
         file.read_exact_at(&mut h, 0)?;
@@ -174,7 +177,7 @@ impl Archive {
         if le32(&h[8..12]) != ARCHIVE_VERSION {
             return Err(corrupt(8, format!("archive version {}", le32(&h[8..12]))));
         }
-        let file_len = file.metadata()?.len();
+        let file_len = file.len()?;
         let mut at = ARCHIVE_HEADER_LEN;
         let mut packs: Vec<PackRecord> = Vec::new();
         let mut erased_before = 0;
@@ -188,7 +191,7 @@ impl Archive {
                 // A torn append leaves nothing whole after it; a whole
                 // record further on means this one was damaged in place,
                 // and cutting here would drop it and every one after.
-                if let Some(next) = next_whole_header(&file, at + 1, file_len)? {
+                if let Some(next) = next_whole_header(&*file, at + 1, file_len)? {
                     return Err(corrupt(
                         at,
                         format!(
@@ -237,7 +240,7 @@ impl Archive {
         // Only the last record can be torn: every append syncs before the
         // next one starts.
         if let Some((rec_at, body_len, body_crc, RECORD_PACK | RECORD_PACK_KNOWN)) = last {
-            let torn = crc_of(&file, rec_at + RECORD_HEADER_LEN, body_len)? != body_crc;
+            let torn = crc_of(&*file, rec_at + RECORD_HEADER_LEN, body_len)? != body_crc;
             if torn && !packs.last().is_some_and(|p| p.erased) {
                 packs.pop();
                 at = rec_at;
@@ -353,12 +356,18 @@ impl Archive {
         for p in self.packs.iter_mut().filter(|p| p.seq < before) {
             p.erased = true;
             if p.body_len > 0 {
-                punch(&self.file, p.body_at, p.body_len)?;
+                punch_file(&*self.file, p.body_at, p.body_len)?;
             }
             extents.push(p.extent());
         }
         self.file.sync_all()?;
         Ok(extents)
+    }
+
+    /// Make every record durable: for a replay that finds its pack
+    /// already here (see `Repo::sync`).
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.file.sync_all()?)
     }
 
     /// Read `len` bytes at `offset` (an object's data, as its index row
@@ -390,7 +399,7 @@ impl Archive {
             });
         }
         Ok(Extent {
-            file: self.file.try_clone()?,
+            file: Arc::clone(&self.file),
             path: self.path.clone(),
             offset,
             len,
@@ -441,7 +450,7 @@ impl PackAppend {
     }
 }
 
-fn crc_of(file: &File, at: u64, len: u64) -> io::Result<u32> {
+fn crc_of(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<u32> {
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; (1 << 20).min(len as usize).max(1)];
     let mut pos = 0;
@@ -457,7 +466,7 @@ fn crc_of(file: &File, at: u64, len: u64) -> io::Result<u32> {
 /// Bytes of an archive opened by [`Archive::open_extent`].
 #[derive(Debug)]
 pub struct Extent {
-    file: File,
+    file: Arc<dyn StorageFile>,
     pub path: PathBuf,
     pub offset: u64,
     pub len: u64,
@@ -467,6 +476,15 @@ impl Extent {
     /// `buf.len()` bytes from `pos` on.
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         Ok(self.file.read_exact_at(buf, self.offset + pos)?)
+    }
+}
+
+/// Deallocate a range of a store file, or zero it where the file system
+/// cannot punch, whatever the reason it gives.
+fn punch_file(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()> {
+    match file.punch(at, len) {
+        Ok(()) => Ok(()),
+        Err(_) => write_zeros(file, at, len),
     }
 }
 

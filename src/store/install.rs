@@ -18,9 +18,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::snapshot::{self, sync_tree};
-use super::{fsync_dir, Result, StoreError};
+use super::snapshot::{self, sync_tree_with};
+use super::{Result, StoreError};
 use crate::log::{HistoryId, Log};
+use crate::publish::{publish_with, sync_parent_with};
+use crate::storage::{StdStorage, Storage};
 
 pub use crate::layout::{BASE_FILE, INTENT_FILE, STAGING_DIR};
 
@@ -101,12 +103,12 @@ impl InstallPaths {
     }
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
+fn write_json(fs: &dyn Storage, path: &Path, v: &impl Serialize) -> Result<()> {
     let bytes = serde_json::to_vec(v).map_err(|e| StoreError::BadSnapshot {
         dir: path.to_owned(),
         what: e.to_string(),
     })?;
-    crate::publish::publish(path, &bytes)?;
+    publish_with(fs, path, &bytes)?;
     Ok(())
 }
 
@@ -115,28 +117,37 @@ fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
 /// takes a new one. A staged base that does not read says nothing of its
 /// age: it goes too. Answers whether one went.
 pub fn drop_staged_before(paths: &InstallPaths, erase_seq: u64) -> std::io::Result<bool> {
-    let keep = match read_base(&paths.staged_base()) {
+    drop_staged_before_with(&StdStorage, paths, erase_seq)
+}
+
+/// [`drop_staged_before`] through `fs`.
+pub fn drop_staged_before_with(
+    fs: &dyn Storage,
+    paths: &InstallPaths,
+    erase_seq: u64,
+) -> std::io::Result<bool> {
+    let keep = match read_base_with(fs, &paths.staged_base()) {
         Ok(Some(b)) => b.at >= erase_seq,
-        Ok(None) => !paths.staging().exists(),
+        Ok(None) => !fs.exists(&paths.staging())?,
         Err(_) => false,
     };
-    if keep {
+    if keep || !fs.exists(&paths.staging())? {
         return Ok(false);
     }
-    match std::fs::remove_dir_all(paths.staging()) {
-        Ok(()) => {
-            crate::publish::sync_parent(&paths.staging())?;
-            tracing::info!(erase_seq, "dropped a staged snapshot taken before an erase");
-            Ok(true)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    fs.remove_dir_all(&paths.staging())?;
+    sync_parent_with(fs, &paths.staging())?;
+    tracing::info!(erase_seq, "dropped a staged snapshot taken before an erase");
+    Ok(true)
 }
 
 /// Read a base file; `None` when there is none.
 pub fn read_base(path: &Path) -> Result<Option<SnapshotBase>> {
-    match std::fs::read(path) {
+    read_base_with(&StdStorage, path)
+}
+
+/// [`read_base`] through `fs`.
+pub fn read_base_with(fs: &dyn Storage, path: &Path) -> Result<Option<SnapshotBase>> {
+    match fs.read(path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
             .map_err(|e| StoreError::BadSnapshot {
@@ -177,18 +188,34 @@ pub fn head_crc(log: &Log, base_path: &Path) -> Result<u32> {
 
 /// Record what a staged snapshot is, before its files arrive.
 pub fn stage_base(paths: &InstallPaths, base: &SnapshotBase) -> Result<()> {
-    std::fs::create_dir_all(paths.files())?;
-    write_json(&paths.staged_base(), base)
+    stage_base_with(&StdStorage, paths, base)
+}
+
+/// [`stage_base`] through `fs`.
+pub fn stage_base_with(fs: &dyn Storage, paths: &InstallPaths, base: &SnapshotBase) -> Result<()> {
+    fs.create_dir_all(&paths.files())?;
+    write_json(fs, &paths.staged_base(), base)
 }
 
 /// Install the staged snapshot, stopping after `stop_after` (as a crash
 /// would) when given. The store must be closed (its files are moved).
 pub fn install(paths: &InstallPaths, log: &Log, stop_after: Option<InstallStep>) -> Result<u64> {
-    let base = read_base(&paths.staged_base())?.ok_or_else(|| StoreError::BadSnapshot {
-        dir: paths.staging(),
-        what: "no staged snapshot".into(),
-    })?;
-    let manifest = snapshot::verify(&paths.files())?;
+    install_with(&StdStorage, paths, log, stop_after)
+}
+
+/// [`install`] through `fs`.
+pub fn install_with(
+    fs: &dyn Storage,
+    paths: &InstallPaths,
+    log: &Log,
+    stop_after: Option<InstallStep>,
+) -> Result<u64> {
+    let base =
+        read_base_with(fs, &paths.staged_base())?.ok_or_else(|| StoreError::BadSnapshot {
+            dir: paths.staging(),
+            what: "no staged snapshot".into(),
+        })?;
+    let manifest = snapshot::verify_with(fs, &paths.files())?;
     if manifest.at != base.at || manifest.history != HistoryId(base.history).to_string() {
         return Err(StoreError::BadSnapshot {
             dir: paths.files(),
@@ -201,41 +228,40 @@ pub fn install(paths: &InstallPaths, log: &Log, stop_after: Option<InstallStep>)
             ),
         });
     }
-    sync_tree(&paths.files())?;
+    sync_tree_with(fs, &paths.files())?;
     if stop_after == Some(InstallStep::Verified) {
         return Ok(base.at);
     }
-    write_json(&paths.intent(), &base)?;
+    write_json(fs, &paths.intent(), &base)?;
     if stop_after == Some(InstallStep::Intent) {
         return Ok(base.at);
     }
-    roll_forward(paths, log, &base, stop_after)?;
+    roll_forward(fs, paths, log, &base, stop_after)?;
     Ok(base.at)
 }
 
 /// The steps after the intent; each one finds out whether it is done, so a
 /// repeat after a crash finishes the install.
 fn roll_forward(
+    fs: &dyn Storage,
     paths: &InstallPaths,
     log: &Log,
     base: &SnapshotBase,
     stop_after: Option<InstallStep>,
 ) -> Result<()> {
     let staged = paths.files();
-    if staged.exists() && paths.store().exists() {
-        if paths.old_store().exists() {
-            std::fs::remove_dir_all(paths.old_store())?;
-        }
-        std::fs::rename(paths.store(), paths.old_store())?;
-        fsync_dir(&paths.data)?;
+    if fs.exists(&staged)? && fs.exists(&paths.store())? {
+        fs.remove_dir_all(&paths.old_store())?;
+        fs.rename(&paths.store(), &paths.old_store())?;
+        fs.sync_dir(&paths.data)?;
     }
     if stop_after == Some(InstallStep::OldMoved) {
         return Ok(());
     }
-    if staged.exists() {
-        std::fs::rename(&staged, paths.store())?;
-        fsync_dir(&paths.data)?;
-        fsync_dir(&paths.staging())?;
+    if fs.exists(&staged)? {
+        fs.rename(&staged, &paths.store())?;
+        fs.sync_dir(&paths.data)?;
+        fs.sync_dir(&paths.staging())?;
     }
     if stop_after == Some(InstallStep::Swapped) {
         return Ok(());
@@ -260,18 +286,14 @@ fn roll_forward(
     if stop_after == Some(InstallStep::Restarted) {
         return Ok(());
     }
-    write_json(&paths.base(), base)?;
+    write_json(fs, &paths.base(), base)?;
     if stop_after == Some(InstallStep::Based) {
         return Ok(());
     }
-    if paths.old_store().exists() {
-        std::fs::remove_dir_all(paths.old_store())?;
-    }
-    if paths.staging().exists() {
-        std::fs::remove_dir_all(paths.staging())?;
-    }
-    std::fs::remove_file(paths.intent())?;
-    fsync_dir(&paths.data)?;
+    fs.remove_dir_all(&paths.old_store())?;
+    fs.remove_dir_all(&paths.staging())?;
+    fs.remove(&paths.intent())?;
+    fs.sync_dir(&paths.data)?;
     tracing::info!(at = base.at, "snapshot installed");
     Ok(())
 }
@@ -279,14 +301,19 @@ fn roll_forward(
 /// At start, before the store opens: finish an install a crash
 /// interrupted after its intent. Answers the seq installed, if any.
 pub fn finish(paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
-    let Some(base) = read_base(&paths.intent())? else {
+    finish_with(&StdStorage, paths, log)
+}
+
+/// [`finish`] through `fs`.
+pub fn finish_with(fs: &dyn Storage, paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
+    let Some(base) = read_base_with(fs, &paths.intent())? else {
         return Ok(None);
     };
     tracing::warn!(
         at = base.at,
         "finishing a snapshot install a crash interrupted"
     );
-    roll_forward(paths, log, &base, None)?;
+    roll_forward(fs, paths, log, &base, None)?;
     Ok(Some(base.at))
 }
 
@@ -315,7 +342,7 @@ mod tests {
             crc_at: 0xdead_beef,
             history: log.history().0,
         };
-        write_json(&base_path, &base).expect("base");
+        write_json(&StdStorage, &base_path, &base).expect("base");
         assert_eq!(
             head_crc(&log, &base_path).expect("from the base"),
             0xdead_beef

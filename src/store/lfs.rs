@@ -7,13 +7,13 @@
 //! oid [32] | crc u32` (crc over the first 44). A torn tail is cut.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::frames::{hex, LFS_OID_LEN};
-use super::{fsync_dir, sync_dir, Result, StoreError};
+use super::{Result, StoreError};
+use crate::publish::sync_parent_with;
+use crate::storage::{OpenMode, StdStorage, Storage, StorageFile};
 
 const RECORD_LEN: usize = 48;
 const OP_PUT: u32 = 1;
@@ -69,7 +69,8 @@ pub struct Lfs {
     /// The store's tmp directory, where puts and journal rewrites are
     /// staged: on the same file system, and out of reach of every name.
     staging: PathBuf,
-    journal: File,
+    fs: Arc<dyn Storage>,
+    journal: Arc<dyn StorageFile>,
     journal_path: PathBuf,
     ops: Vec<LfsOp>,
 }
@@ -79,20 +80,26 @@ impl Lfs {
     /// files in `staging` (which the store empties at its open, so partial
     /// puts a crash left behind are gone).
     pub fn open(repo_dir: &Path, staging: &Path) -> Result<Lfs> {
+        Self::open_with(StdStorage::shared(), repo_dir, staging)
+    }
+
+    /// [`Lfs::open`] through `fs`.
+    pub fn open_with(fs: Arc<dyn Storage>, repo_dir: &Path, staging: &Path) -> Result<Lfs> {
         let dir = repo_dir.join("lfs");
-        if !dir.exists() {
-            std::fs::create_dir_all(&dir)?;
-            sync_dir(&dir)?;
+        if !fs.exists(&dir)? {
+            fs.create_dir_all(&dir)?;
+            sync_parent_with(&*fs, &dir)?;
         }
         let journal_path = repo_dir.join("lfs.journal");
-        let mut journal = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&journal_path)?;
-        let mut bytes = Vec::new();
-        journal.read_to_end(&mut bytes)?;
+        let created = !fs.exists(&journal_path)?;
+        let journal = fs.open(&journal_path, OpenMode::Create)?;
+        if created {
+            // The journal is what an erase reads to find the objects to
+            // delete: its name must outlive a power cut as the objects do.
+            sync_parent_with(&*fs, &journal_path)?;
+        }
+        let mut bytes = vec![0; journal.len()? as usize];
+        journal.read_exact_at(&mut bytes, 0)?;
         let mut ops = Vec::new();
         for rec in bytes.chunks_exact(RECORD_LEN) {
             match decode(rec) {
@@ -110,10 +117,20 @@ impl Lfs {
         Ok(Lfs {
             dir,
             staging: staging.to_owned(),
+            fs,
             journal,
             journal_path,
             ops,
         })
+    }
+
+    /// Make the journal, the objects' names and the staging directory
+    /// durable: for a replay that finds its operation already journaled.
+    pub fn sync(&self) -> Result<()> {
+        self.journal.sync_all()?;
+        self.fs.sync_dir(&self.dir)?;
+        self.fs.sync_dir(&self.staging)?;
+        Ok(())
     }
 
     /// The seq of the last put or delete, 0 for none.
@@ -128,17 +145,19 @@ impl Lfs {
 
     /// Whether the object is present.
     pub fn contains(&self, oid: &[u8; LFS_OID_LEN]) -> bool {
-        self.path_of(oid).exists()
+        self.fs.exists(&self.path_of(oid)).unwrap_or(false)
     }
 
     /// Start a put of frame `seq`.
     pub fn begin_put(&self, seq: u64, oid: [u8; LFS_OID_LEN]) -> Result<LfsPut> {
         // A seq is one frame of the whole store: no other staged file has it.
         let tmp = self.staging.join(format!("lfs-{seq}"));
-        let file = File::create(&tmp)?;
+        let file = self.fs.open(&tmp, OpenMode::Create)?;
+        file.set_len(0)?;
         Ok(LfsPut {
             tmp,
             file,
+            written: 0,
             oid,
             seq,
             hasher: ring::digest::Context::new(&ring::digest::SHA256),
@@ -147,10 +166,10 @@ impl Lfs {
 
     /// Finish a put: the content must hash to its oid. Durable (the file,
     /// then both directories the rename touched), then journaled.
-    pub fn finish_put(&mut self, mut put: LfsPut) -> Result<()> {
+    pub fn finish_put(&mut self, put: LfsPut) -> Result<()> {
         let got = put.hasher.finish();
         if got.as_ref() != put.oid {
-            let _ = std::fs::remove_file(&put.tmp);
+            let _ = self.fs.remove(&put.tmp);
             return Err(StoreError::BadFrame {
                 seq: put.seq,
                 why: format!(
@@ -160,11 +179,10 @@ impl Lfs {
                 ),
             });
         }
-        put.file.flush()?;
         put.file.sync_all()?;
-        std::fs::rename(&put.tmp, self.path_of(&put.oid))?;
-        fsync_dir(&self.dir)?;
-        fsync_dir(&self.staging)?;
+        self.fs.rename(&put.tmp, &self.path_of(&put.oid))?;
+        self.fs.sync_dir(&self.dir)?;
+        self.fs.sync_dir(&self.staging)?;
         self.record(LfsOp {
             seq: put.seq,
             put: true,
@@ -173,13 +191,15 @@ impl Lfs {
     }
 
     /// Delete an object (absent is fine: a replay repeats deletes), then
-    /// journal it.
+    /// journal it. The directory is fsynced either way: an object found
+    /// absent may be the removal of a try whose fsync failed.
     pub fn delete(&mut self, seq: u64, oid: [u8; LFS_OID_LEN]) -> Result<()> {
-        match std::fs::remove_file(self.path_of(&oid)) {
-            Ok(()) => sync_dir(&self.dir.join("x"))?,
+        match self.fs.remove(&self.path_of(&oid)) {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
+        self.fs.sync_dir(&self.dir)?;
         self.record(LfsOp {
             seq,
             put: false,
@@ -214,13 +234,13 @@ impl Lfs {
         }
         let mut dropped = 0;
         for op in last.values().filter(|o| o.put && o.seq < before) {
-            match std::fs::remove_file(self.path_of(&op.oid)) {
+            match self.fs.remove(&self.path_of(&op.oid)) {
                 Ok(()) => dropped += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        sync_dir(&self.dir.join("x"))?;
+        self.fs.sync_dir(&self.dir)?;
         Ok(dropped)
     }
 
@@ -250,18 +270,15 @@ impl Lfs {
         // The repositories of one erase are rewritten one after the
         // other, each renamed away before the next is staged.
         let staged = self.staging.join(format!("lfs-journal-{before}"));
-        let mut f = File::create(&staged)?;
-        for op in &kept {
-            f.write_all(&encode(op))?;
-        }
+        let f = self.fs.open(&staged, OpenMode::Create)?;
+        f.set_len(0)?;
+        let bytes: Vec<u8> = kept.iter().flat_map(encode).collect();
+        f.write_all_at(&bytes, 0)?;
         f.sync_all()?;
-        std::fs::rename(&staged, &self.journal_path)?;
-        sync_dir(&self.journal_path)?;
-        fsync_dir(&self.staging)?;
-        self.journal = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.journal_path)?;
+        self.fs.rename(&staged, &self.journal_path)?;
+        sync_parent_with(&*self.fs, &self.journal_path)?;
+        self.fs.sync_dir(&self.staging)?;
+        self.journal = self.fs.open(&self.journal_path, OpenMode::Write)?;
         self.ops = kept;
         Ok(())
     }
@@ -289,14 +306,15 @@ impl Lfs {
     /// so no lock is held while a slow reader takes its pieces.
     pub fn open_object(&self, oid: &[u8; LFS_OID_LEN]) -> Result<Option<LfsObject>> {
         let path = self.path_of(oid);
-        let file = match File::open(&path) {
+        let file = match self.fs.open(&path, OpenMode::Read) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let len = file.metadata()?.len();
+        let len = file.len()?;
         Ok(Some(LfsObject {
             file,
+            pos: 0,
             len,
             path,
             oid: *oid,
@@ -306,15 +324,15 @@ impl Lfs {
 
     /// An object's length, when present.
     pub fn len_of(&self, oid: &[u8; LFS_OID_LEN]) -> Option<u64> {
-        std::fs::metadata(self.path_of(oid)).ok().map(|m| m.len())
+        let file = self.fs.open(&self.path_of(oid), OpenMode::Read).ok()?;
+        file.len().ok()
     }
 
     /// The present objects, by oid.
     pub fn list(&self) -> Result<Vec<[u8; LFS_OID_LEN]>> {
         let mut out = Vec::new();
-        for e in std::fs::read_dir(&self.dir)? {
-            let name = e?.file_name();
-            if let Some(oid) = super::frames::unhex::<LFS_OID_LEN>(&name.to_string_lossy()) {
+        for name in self.fs.list(&self.dir)? {
+            if let Some(oid) = super::frames::unhex::<LFS_OID_LEN>(&name) {
                 out.push(oid);
             }
         }
@@ -326,7 +344,9 @@ impl Lfs {
 /// A large object being written.
 pub struct LfsPut {
     tmp: PathBuf,
-    file: File,
+    file: Arc<dyn StorageFile>,
+    /// Bytes written so far: where the next piece goes.
+    written: u64,
     oid: [u8; LFS_OID_LEN],
     seq: u64,
     hasher: ring::digest::Context,
@@ -335,7 +355,8 @@ pub struct LfsPut {
 impl LfsPut {
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         self.hasher.update(bytes);
-        self.file.write_all(bytes)?;
+        self.file.write_all_at(bytes, self.written)?;
+        self.written += bytes.len() as u64;
         Ok(())
     }
 }
@@ -343,7 +364,9 @@ impl LfsPut {
 /// A large object open for reading ([`Lfs::open_object`]), read a piece
 /// at a time as its holder asks for each: nothing waits between two.
 pub struct LfsObject {
-    file: File,
+    file: Arc<dyn StorageFile>,
+    /// Where the next piece is read from.
+    pos: u64,
     pub len: u64,
     path: PathBuf,
     oid: [u8; LFS_OID_LEN],
@@ -370,7 +393,8 @@ impl LfsObject {
         let Some(sha) = self.sha.as_mut() else {
             return Ok(0);
         };
-        let n = self.file.read(buf)?;
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
         if n > 0 {
             sha.update(&buf[..n]);
             return Ok(n);

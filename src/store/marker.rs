@@ -4,18 +4,19 @@
 //! goes to the slot not holding the current record and is made durable with
 //! one fdatasync, so a torn write leaves the other slot whole.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
-use super::{sync_dir, Result};
+use super::Result;
 use crate::log::HistoryId;
+use crate::publish::sync_parent_with;
+use crate::storage::{OpenMode, Storage, StorageFile};
 
 const MAGIC: [u8; 8] = *b"TWSTORE1";
 const SLOT: u64 = 512;
 
 pub(crate) struct AppliedMarker {
-    file: File,
+    file: Arc<dyn StorageFile>,
     history: HistoryId,
     applied: u64,
     /// The slot holding the current record.
@@ -47,14 +48,9 @@ fn decode(b: &[u8; 36]) -> Option<(HistoryId, u64)> {
 
 impl AppliedMarker {
     /// Open the marker, or create it at 0 for `history`.
-    pub(crate) fn open(path: &Path, history: HistoryId) -> Result<AppliedMarker> {
-        let created = !path.exists();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+    pub(crate) fn open(fs: &dyn Storage, path: &Path, history: HistoryId) -> Result<AppliedMarker> {
+        let created = !fs.exists(path)?;
+        let file = fs.open(path, OpenMode::Create)?;
         let mut best: Option<(HistoryId, u64, u64)> = None;
         for slot in 0..2 {
             let mut b = [0u8; 36];
@@ -74,7 +70,7 @@ impl AppliedMarker {
                 file.set_len(2 * SLOT)?;
                 file.sync_all()?;
                 if created {
-                    sync_dir(path)?;
+                    sync_parent_with(fs, path)?;
                 }
                 (history, 0, 0)
             }
@@ -137,23 +133,28 @@ impl AppliedMarker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::StdStorage;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn a_rewind_survives_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("APPLIED");
         let h = HistoryId([3; 16]);
-        let mut m = AppliedMarker::open(&path, h).expect("open");
+        let mut m = AppliedMarker::open(&StdStorage, &path, h).expect("open");
         m.record(300).expect("record");
         m.record(347).expect("record");
         m.rewind(228).expect("rewind");
         drop(m);
-        let mut m = AppliedMarker::open(&path, h).expect("reopen");
+        let mut m = AppliedMarker::open(&StdStorage, &path, h).expect("reopen");
         assert_eq!(m.applied(), 228, "the higher slot must not win back");
         m.record(229).expect("record after the rewind");
         drop(m);
         assert_eq!(
-            AppliedMarker::open(&path, h).expect("reopen").applied(),
+            AppliedMarker::open(&StdStorage, &path, h)
+                .expect("reopen")
+                .applied(),
             229
         );
     }
@@ -163,16 +164,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("APPLIED");
         let h = HistoryId([3; 16]);
-        let mut m = AppliedMarker::open(&path, h).expect("open");
+        let mut m = AppliedMarker::open(&StdStorage, &path, h).expect("open");
         m.record(5).expect("record");
         m.record(9).expect("record");
         drop(m);
-        let m = AppliedMarker::open(&path, HistoryId([9; 16])).expect("reopen");
+        let m = AppliedMarker::open(&StdStorage, &path, HistoryId([9; 16])).expect("reopen");
         assert_eq!((m.history(), m.applied()), (h, 9));
         // Tear the newer slot (slot 0 holds 9 after two records).
         let f = OpenOptions::new().write(true).open(&path).expect("open");
         f.write_all_at(&[0xff; 10], 20).expect("tear");
-        let m = AppliedMarker::open(&path, h).expect("reopen");
+        let m = AppliedMarker::open(&StdStorage, &path, h).expect("reopen");
         assert_eq!(m.applied(), 5);
     }
 }

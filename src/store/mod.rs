@@ -27,10 +27,13 @@ pub mod snapshot;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::log::{self, HistoryId, Kind, Log, Meta};
 use crate::objects::{ObjType, OID_LEN};
+use crate::publish::sync_parent_with;
 use crate::pushlog::{Push, PushLogError, RefUpdate};
+use crate::storage::{OpenMode, StdStorage, Storage};
 
 pub(crate) use archive::punch;
 pub use frames::{FrameParts, PackBuilder, RepoOp};
@@ -174,6 +177,7 @@ pub const TMP_DIR: &str = "tmp";
 
 /// The store of one box.
 pub struct Store {
+    fs: Arc<dyn Storage>,
     dir: PathBuf,
     history: HistoryId,
     applied: u64,
@@ -201,19 +205,15 @@ pub struct Store {
 pub type EraseAlso =
     std::sync::Arc<dyn Fn(u64, u64, &[String]) -> std::io::Result<u64> + Send + Sync>;
 
-/// fsync the directory holding `path`.
+/// fsync the directory holding `path` (for the restore's marker, on the
+/// real file system).
 pub(crate) use crate::publish::sync_parent as sync_dir;
-
-/// fsync a directory itself.
-pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
 
 /// Whether a store directory holds no repository and no document: only
 /// then may it take another history.
-fn holds_nothing(dir: &Path) -> Result<bool> {
+fn holds_nothing(fs: &dyn Storage, dir: &Path) -> Result<bool> {
     for sub in ["repos", "docs"] {
-        if std::fs::read_dir(dir.join(sub))?.next().is_some() {
+        if !fs.list(&dir.join(sub))?.is_empty() {
             return Ok(false);
         }
     }
@@ -285,16 +285,27 @@ impl Store {
     /// (a purge, a staged file, an unindexed pack, a torn push or journal record) is
     /// finished or cut here.
     pub fn open(dir: impl AsRef<Path>, history: HistoryId, opts: StoreOptions) -> Result<Store> {
+        Self::open_with(StdStorage::shared(), dir, history, opts)
+    }
+
+    /// [`Store::open`], every file of the store read and written through
+    /// `fs` (a control document opened by [`Store::open_doc`] excepted).
+    pub fn open_with(
+        fs: Arc<dyn Storage>,
+        dir: impl AsRef<Path>,
+        history: HistoryId,
+        opts: StoreOptions,
+    ) -> Result<Store> {
         let dir = dir.as_ref().to_owned();
         for sub in ["repos", "docs", "trash", TMP_DIR] {
             let d = dir.join(sub);
-            if !d.exists() {
-                std::fs::create_dir_all(&d)?;
-                sync_dir(&d)?;
+            if !fs.exists(&d)? {
+                fs.create_dir_all(&d)?;
+                sync_parent_with(&*fs, &d)?;
             }
         }
-        let mut marker = marker::AppliedMarker::open(&dir.join("APPLIED"), history)?;
-        if marker.history() != history && marker.applied() == 0 && holds_nothing(&dir)? {
+        let mut marker = marker::AppliedMarker::open(&*fs, &dir.join("APPLIED"), history)?;
+        if marker.history() != history && marker.applied() == 0 && holds_nothing(&*fs, &dir)? {
             marker.rebind(history)?;
         }
         if marker.history() != history {
@@ -304,33 +315,34 @@ impl Store {
             });
         }
         // A purge moved the repository here first; finish deleting it.
-        for e in std::fs::read_dir(dir.join("trash"))? {
-            std::fs::remove_dir_all(e?.path())?;
+        for name in fs.list(&dir.join("trash"))? {
+            fs.remove_dir_all(&dir.join("trash").join(name))?;
         }
         // What a crash left staged was never published: it goes. Not
         // fsynced, since a removal lost to a power cut is redone here.
         let tmp = dir.join(TMP_DIR);
-        for e in std::fs::read_dir(&tmp)? {
-            let e = e?;
-            if e.file_type()?.is_dir() {
-                std::fs::remove_dir_all(e.path())?;
+        for name in fs.list(&tmp)? {
+            let path = tmp.join(name);
+            if fs.is_dir(&path)? {
+                fs.remove_dir_all(&path)?;
             } else {
-                std::fs::remove_file(e.path())?;
+                fs.remove(&path)?;
             }
         }
         let mut repos = BTreeMap::new();
-        for e in std::fs::read_dir(dir.join("repos"))? {
-            let e = e?;
-            let fname = e.file_name().to_string_lossy().into_owned();
+        for fname in fs.list(&dir.join("repos"))? {
+            let path = dir.join("repos").join(&fname);
             let name = repo_name_of_dir(&fname).ok_or_else(|| StoreError::Corrupt {
-                path: e.path(),
+                path: path.clone(),
                 at: 0,
                 what: "a directory that names no repository".into(),
             })?;
-            repos.insert(name, Repo::open(&e.path(), &tmp, opts.cache_bytes)?);
+            let repo = Repo::open_with(Arc::clone(&fs), &path, &tmp, opts.cache_bytes)?;
+            repos.insert(name, repo);
         }
-        let skips = skips::Skips::open(&dir)?;
+        let skips = skips::Skips::open(Arc::clone(&fs), &dir)?;
         Ok(Store {
+            fs,
             applied: marker.applied(),
             dir,
             history,
@@ -350,7 +362,7 @@ impl Store {
 
     /// The seq the store in `dir` has durably applied up to.
     pub fn applied_mark(dir: &Path, history: HistoryId) -> Result<u64> {
-        Ok(marker::AppliedMarker::open(&dir.join("APPLIED"), history)?.applied())
+        Ok(marker::AppliedMarker::open(&StdStorage, &dir.join("APPLIED"), history)?.applied())
     }
 
     /// Forget that frames past `seq` were applied: the log they came from
@@ -358,7 +370,7 @@ impl Store {
     /// them was the store's, so the store's files hold nothing of them.
     /// Recorded durably; a store at or below `seq` is left alone.
     pub fn rewind_to(dir: &Path, history: HistoryId, seq: u64) -> Result<u64> {
-        let mut marker = marker::AppliedMarker::open(&dir.join("APPLIED"), history)?;
+        let mut marker = marker::AppliedMarker::open(&StdStorage, &dir.join("APPLIED"), history)?;
         let was = marker.applied();
         if was > seq {
             marker.rewind(seq)?;
@@ -384,7 +396,7 @@ impl Store {
     /// the new applied seq durably. Returns what was applied.
     pub fn catch_up(&mut self, log: &Log) -> Result<Applied> {
         if log.history() != self.history {
-            if self.applied != 0 || !holds_nothing(&self.dir)? {
+            if self.applied != 0 || !holds_nothing(&*self.fs, &self.dir)? {
                 return Err(StoreError::OtherHistory {
                     store: self.history.to_string(),
                     log: log.history().to_string(),
@@ -577,6 +589,8 @@ impl Store {
                         repo.pack_piece(&mut p, piece)
                     })?;
                     done.objects = repo.finish_pack(p)?;
+                } else {
+                    repo.sync()?;
                 }
             }
             Some(Kind::Refs) => {
@@ -607,6 +621,8 @@ impl Store {
                     })?;
                     repo.lfs_mut().finish_put(put)?;
                     done.objects = 1;
+                } else {
+                    repo.sync()?;
                 }
             }
             Some(Kind::LfsDelete) => {
@@ -614,6 +630,8 @@ impl Store {
                 let repo = self.repos.get_mut(&name).ok_or(StoreError::NoRepo(name))?;
                 if repo.lfs().last_seq() < seq {
                     repo.lfs_mut().delete(seq, oid)?;
+                } else {
+                    repo.sync()?;
                 }
             }
             Some(Kind::ControlDoc) => {
@@ -743,7 +761,8 @@ impl Store {
 
     fn create_repo(&mut self, name: &str) -> Result<()> {
         if !self.repos.contains_key(name) {
-            let repo = Repo::open(
+            let repo = Repo::open_with(
+                Arc::clone(&self.fs),
                 &self.repo_path(name),
                 &self.tmp_dir(),
                 self.opts.cache_bytes,
@@ -757,6 +776,10 @@ impl Store {
     /// it; `open` finishes a delete a crash interrupted.
     fn purge_repo(&mut self, name: &str) -> Result<()> {
         let Some(repo) = self.repos.remove(name) else {
+            // Gone already, perhaps by a try whose directory fsync failed:
+            // its absence is made durable before the frame counts applied.
+            sync_parent_with(&*self.fs, &self.repo_path(name))?;
+            sync_parent_with(&*self.fs, &self.dir.join("trash").join("x"))?;
             return Ok(());
         };
         let from = repo.dir().to_owned();
@@ -764,10 +787,11 @@ impl Store {
         // Named by the purging frame alone: a repository's directory name
         // may already be as long as a file name can be.
         let to = self.dir.join("trash").join((self.applied + 1).to_string());
-        std::fs::rename(&from, &to)?;
-        sync_dir(&from)?;
-        sync_dir(&to)?;
-        std::fs::remove_dir_all(&to)?;
+        let fs = &*self.fs;
+        fs.rename(&from, &to)?;
+        sync_parent_with(fs, &from)?;
+        sync_parent_with(fs, &to)?;
+        fs.remove_dir_all(&to)?;
         Ok(())
     }
 
@@ -776,30 +800,36 @@ impl Store {
     fn write_doc(&self, name: &str, content: &[u8]) -> Result<()> {
         let path = self.dir.join("docs").join(name);
         let tmp = self.tmp_dir().join(format!("doc-{name}"));
-        std::fs::write(&tmp, content)?;
-        File::open(&tmp)?.sync_all()?;
-        std::fs::rename(&tmp, &path)?;
-        sync_dir(&path)?;
-        sync_dir(&tmp)?;
+        let fs = &*self.fs;
+        let f = fs.open(&tmp, OpenMode::Create)?;
+        f.set_len(0)?;
+        f.write_all_at(content, 0)?;
+        if !crate::publish::sabotage::fsync_skipped() {
+            f.sync_all()?;
+        }
+        fs.rename(&tmp, &path)?;
+        sync_parent_with(fs, &path)?;
+        sync_parent_with(fs, &tmp)?;
         Ok(())
     }
 
     /// Delete a control document, durably; deleting one that is not there
-    /// changes nothing (a replay).
+    /// changes nothing (a replay) but the fsync of its directory, since a
+    /// try whose fsync failed may have left the removal undurable.
     fn delete_doc(&self, name: &str) -> Result<()> {
         let path = self.dir.join("docs").join(name);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(sync_dir(&path)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e.into()),
+        match self.fs.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
         }
+        Ok(sync_parent_with(&*self.fs, &path)?)
     }
 
     /// The control documents' names, sorted.
     pub fn docs(&self) -> Result<Vec<String>> {
         let mut names = Vec::new();
-        for e in std::fs::read_dir(self.dir.join("docs"))? {
-            let name = e?.file_name().to_string_lossy().into_owned();
+        for name in self.fs.list(&self.dir.join("docs"))? {
             if frames::check_doc_name(&name).is_ok() {
                 names.push(name);
             }
@@ -843,17 +873,18 @@ impl Store {
 
     /// A control document.
     pub fn doc(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let Some(mut file) = self.open_doc(name)? else {
-            return Ok(None);
-        };
-        let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut b)?;
-        Ok(Some(b))
+        frames::check_doc_name(name)?;
+        match self.fs.read(&self.dir.join("docs").join(name)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A control document opened for reading: once open it reads without
     /// the store, as it was (a put replaces it by rename, and the open
-    /// file keeps what it opened).
+    /// file keeps what it opened). A `std::fs::File`, so always from the
+    /// real file system, whatever storage the store was opened with.
     pub fn open_doc(&self, name: &str) -> Result<Option<File>> {
         frames::check_doc_name(name)?;
         match File::open(self.dir.join("docs").join(name)) {

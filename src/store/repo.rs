@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::archive::{Archive, Extent, PackAppend, PackRecord};
 use super::frames::{PackEvent, PackParser};
@@ -12,6 +13,7 @@ use crate::objects::{
     IndexEntry, IndexRow, ObjType, ObjectIndex, ObjectReadStack, RebuildTriggers, OID_LEN,
 };
 use crate::pushlog::{Push, PushLog};
+use crate::storage::{StdStorage, Storage};
 
 /// The piece size packs are read back from the archive in.
 const ARCHIVE_PIECE: usize = 1 << 20;
@@ -85,18 +87,29 @@ impl Repo {
     /// between the archive and the index. Files are staged in `staging`, the
     /// store's tmp directory.
     pub fn open(dir: &Path, staging: &Path, cache_bytes: usize) -> Result<Repo> {
-        if !dir.exists() {
-            std::fs::create_dir_all(dir)?;
-            super::sync_dir(dir)?;
+        Self::open_with(StdStorage::shared(), dir, staging, cache_bytes)
+    }
+
+    /// [`Repo::open`], every file through `fs`.
+    pub fn open_with(
+        fs: Arc<dyn Storage>,
+        dir: &Path,
+        staging: &Path,
+        cache_bytes: usize,
+    ) -> Result<Repo> {
+        if !fs.exists(dir)? {
+            fs.create_dir_all(dir)?;
+            crate::publish::sync_parent_with(&*fs, dir)?;
         }
-        let archive = Archive::open(&dir.join("archive"))?;
-        let index = ObjectReadStack::open(
+        let archive = Archive::open_with(&*fs, &dir.join("archive"))?;
+        let index = ObjectReadStack::open_with(
+            Arc::clone(&fs),
             &dir.join("objects.redb"),
             RebuildTriggers::default(),
             cache_bytes,
         )?;
-        let pushes = PushLog::open(dir.join("pushlog"))?;
-        let lfs = Lfs::open(dir, staging)?;
+        let pushes = PushLog::open_with(Arc::clone(&fs), dir.join("pushlog"))?;
+        let lfs = Lfs::open_with(fs, dir, staging)?;
         let mut repo = Repo {
             dir: dir.to_owned(),
             staging: staging.to_owned(),
@@ -269,6 +282,8 @@ impl Repo {
     /// every push stays exactly once).
     pub fn apply_push(&mut self, compact_after: usize, push: &Push) -> Result<()> {
         if self.pushes.last_seq() >= push.seq {
+            // Found, and perhaps only in the page cache: see `sync`.
+            self.pushes.sync()?;
             return Ok(());
         }
         self.pushes.append(push)?;
@@ -279,6 +294,17 @@ impl Repo {
             self.pushes.compact(crate::pushlog::Finish::Swap)?;
         }
         Ok(())
+    }
+
+    /// Make the archive, the push log and the large objects' journal
+    /// durable. A replay that finds a frame's effect already here calls it
+    /// before the store records the frame applied: a try whose fsync
+    /// failed leaves its bytes readable in the page cache, not durable, and
+    /// a power cut after the mark moved would lose them for good.
+    pub fn sync(&self) -> Result<()> {
+        self.archive.sync()?;
+        self.pushes.sync()?;
+        self.lfs.sync()
     }
 
     pub fn lfs(&self) -> &Lfs {

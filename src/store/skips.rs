@@ -10,13 +10,14 @@
 //! refused by name.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{sync_dir, Result, StoreError};
+use super::{Result, StoreError};
+use crate::publish::sync_parent_with;
+use crate::storage::{OpenMode, StdStorage, Storage};
 
 /// The file's name in the store directory.
 pub const SKIPPED_FILE: &str = "SKIPPED";
@@ -36,39 +37,38 @@ pub struct SkipRecord {
 }
 
 pub(crate) struct Skips {
+    fs: Arc<dyn Storage>,
     path: PathBuf,
     records: BTreeMap<u64, SkipRecord>,
 }
 
 impl Skips {
-    pub(crate) fn open(dir: &Path) -> Result<Skips> {
+    pub(crate) fn open(fs: Arc<dyn Storage>, dir: &Path) -> Result<Skips> {
         let path = dir.join(SKIPPED_FILE);
-        let (records, whole, len) = parse(&path)?;
+        let (records, whole, len) = parse(&*fs, &path)?;
         if whole < len {
-            let f = OpenOptions::new().write(true).open(&path)?;
+            let f = fs.open(&path, OpenMode::Write)?;
             f.set_len(whole as u64)?;
             f.sync_all()?;
         }
-        Ok(Skips { path, records })
+        Ok(Skips { fs, path, records })
     }
 
     /// Record a skip durably.
     pub(crate) fn record(&mut self, rec: SkipRecord) -> Result<()> {
-        let created = !self.path.exists();
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
+        let fs = &*self.fs;
+        let created = !fs.exists(&self.path)?;
+        let f = fs.open(&self.path, OpenMode::Create)?;
         let mut line = serde_json::to_vec(&rec).map_err(|e| StoreError::Corrupt {
             path: self.path.clone(),
             at: 0,
             what: format!("encoding a skip record: {e}"),
         })?;
         line.push(b'\n');
-        f.write_all(&line)?;
+        f.write_all_at(&line, f.len()?)?;
         f.sync_all()?;
         if created {
-            sync_dir(&self.path)?;
+            sync_parent_with(fs, &self.path)?;
         }
         self.records.insert(rec.seq, rec);
         Ok(())
@@ -85,9 +85,9 @@ impl Skips {
 
 /// The records in the file, the bytes of whole lines and the file's
 /// length.
-fn parse(path: &Path) -> Result<(BTreeMap<u64, SkipRecord>, usize, usize)> {
+fn parse(fs: &dyn Storage, path: &Path) -> Result<(BTreeMap<u64, SkipRecord>, usize, usize)> {
     let mut records = BTreeMap::new();
-    let bytes = match std::fs::read(path) {
+    let bytes = match fs.read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e.into()),
@@ -110,7 +110,7 @@ fn parse(path: &Path) -> Result<(BTreeMap<u64, SkipRecord>, usize, usize)> {
 
 /// The skips a store directory records, oldest first, read only.
 pub fn read_skips(store_dir: &Path) -> Result<Vec<SkipRecord>> {
-    Ok(parse(&store_dir.join(SKIPPED_FILE))?
+    Ok(parse(&StdStorage, &store_dir.join(SKIPPED_FILE))?
         .0
         .into_values()
         .collect())

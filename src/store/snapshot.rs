@@ -3,14 +3,14 @@
 //! last, so a directory with a manifest that parses is a whole snapshot and
 //! every file can be checked against it.
 
-use std::fs::File;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::{fsync_dir, Result, Store, StoreError, TMP_DIR};
+use super::{Result, Store, StoreError, TMP_DIR};
 use crate::log::Log;
+use crate::storage::{OpenMode, StdStorage, Storage};
 
 /// The manifest's file name in a snapshot directory.
 pub const MANIFEST_NAME: &str = "MANIFEST.json";
@@ -50,22 +50,19 @@ const COPY_PIECE: usize = 1 << 20;
 /// all but the top level's trash, tmp directory and manifest. No name below
 /// the top is left out, since repository and document names may be
 /// anything their checks allow.
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+fn files_under(fs: &dyn Storage, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
-        for e in std::fs::read_dir(dir.join(&rel))? {
-            let e = e?;
-            let name = e.file_name();
+        for name in fs.list(&dir.join(&rel))? {
             if rel.as_os_str().is_empty()
                 && (name == "trash" || name == TMP_DIR || name == MANIFEST_NAME)
             {
                 continue;
             }
-            let ty = e.file_type()?;
-            if ty.is_dir() {
+            if fs.is_dir(&dir.join(&rel).join(&name))? {
                 stack.push(rel.join(&name));
-            } else if ty.is_file() {
+            } else {
                 out.push(rel.join(&name));
             }
         }
@@ -83,25 +80,34 @@ fn rel_string(p: &Path) -> Result<String> {
 }
 
 /// Copy one file, returning its length and crc; the copy is fsynced.
-fn copy_file(from: &Path, to: &Path) -> Result<(u64, u32)> {
-    let mut dst = File::create(to)?;
-    let got = read_crc(from, &mut |piece| dst.write_all(piece))?;
+fn copy_file(fs: &dyn Storage, from: &Path, to: &Path) -> Result<(u64, u32)> {
+    let dst = fs.open(to, OpenMode::CreateNew)?;
+    let mut at = 0;
+    let got = read_crc(fs, from, &mut |piece| {
+        dst.write_all_at(piece, at)?;
+        at += piece.len() as u64;
+        Ok(())
+    })?;
     dst.sync_all()?;
     Ok(got)
 }
 
 /// The length and crc of a file, read in pieces.
 pub fn crc_of_file(path: &Path) -> Result<(u64, u32)> {
-    read_crc(path, &mut |_| Ok(()))
+    read_crc(&StdStorage, path, &mut |_| Ok(()))
 }
 
-fn read_crc(path: &Path, each: &mut dyn FnMut(&[u8]) -> std::io::Result<()>) -> Result<(u64, u32)> {
-    let mut f = File::open(path)?;
+fn read_crc(
+    fs: &dyn Storage,
+    path: &Path,
+    each: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> Result<(u64, u32)> {
+    let f = fs.open(path, OpenMode::Read)?;
     let mut buf = vec![0u8; COPY_PIECE];
     let mut crc = crc32fast::Hasher::new();
     let mut len = 0u64;
     loop {
-        let n = f.read(&mut buf)?;
+        let n = f.read_at(&mut buf, len)?;
         if n == 0 {
             return Ok((len, crc.finalize()));
         }
@@ -125,22 +131,23 @@ impl Store {
     /// Copy the store's files into `dest` with a manifest; the store must
     /// not change meanwhile (`&mut self` sees to that).
     fn copy_to(&mut self, dest: &Path) -> Result<Manifest> {
-        if dest.exists() {
+        let fs = &*Arc::clone(&self.fs);
+        if fs.exists(dest)? {
             return Err(StoreError::BadSnapshot {
                 dir: dest.to_owned(),
                 what: "the destination exists".into(),
             });
         }
-        std::fs::create_dir_all(dest)?;
+        fs.create_dir_all(dest)?;
         let mut files = Vec::new();
-        for rel in files_under(&self.dir)? {
+        for rel in files_under(fs, &self.dir)? {
             let to = dest.join(&rel);
             if let Some(parent) = to.parent() {
-                if !parent.exists() {
-                    std::fs::create_dir_all(parent)?;
+                if !fs.exists(parent)? {
+                    fs.create_dir_all(parent)?;
                 }
             }
-            let (len, crc32) = copy_file(&self.dir.join(&rel), &to)?;
+            let (len, crc32) = copy_file(fs, &self.dir.join(&rel), &to)?;
             files.push(ManifestFile {
                 path: rel_string(&rel)?,
                 len,
@@ -148,53 +155,69 @@ impl Store {
             });
         }
         for sub in ["repos", "docs"] {
-            std::fs::create_dir_all(dest.join(sub))?;
+            fs.create_dir_all(&dest.join(sub))?;
         }
-        sync_tree(dest)?;
+        sync_tree_with(fs, dest)?;
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             history: self.history.to_string(),
             at: self.applied,
             files,
         };
-        write_manifest(dest, &manifest)?;
+        write_manifest_with(fs, dest, &manifest)?;
         Ok(manifest)
     }
 }
 
 /// fsync every directory under `dir`, deepest first, then `dir`.
 pub fn sync_tree(dir: &Path) -> Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        if e.file_type()?.is_dir() {
-            sync_tree(&e.path())?;
+    sync_tree_with(&StdStorage, dir)
+}
+
+/// [`sync_tree`] through `fs`.
+pub fn sync_tree_with(fs: &dyn Storage, dir: &Path) -> Result<()> {
+    for name in fs.list(dir)? {
+        let path = dir.join(name);
+        if fs.is_dir(&path)? {
+            sync_tree_with(fs, &path)?;
         }
     }
-    fsync_dir(dir)?;
+    fs.sync_dir(dir)?;
     Ok(())
 }
 
 /// Write the manifest (a staged file renamed into place, then the directory
 /// fsynced): its presence says the snapshot is whole.
 pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    write_manifest_with(&StdStorage, dir, manifest)
+}
+
+/// [`write_manifest`] through `fs`.
+pub fn write_manifest_with(fs: &dyn Storage, dir: &Path, manifest: &Manifest) -> Result<()> {
     let path = dir.join(MANIFEST_NAME);
     let bytes = serde_json::to_vec_pretty(manifest).map_err(|e| StoreError::BadSnapshot {
         dir: dir.to_owned(),
         what: format!("manifest: {e}"),
     })?;
-    crate::publish::publish(&path, &bytes)?;
+    crate::publish::publish_with(fs, &path, &bytes)?;
     Ok(())
 }
 
 /// Read a snapshot's manifest; a missing or unparsable one is a snapshot
 /// that is not whole.
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    read_manifest_with(&StdStorage, dir)
+}
+
+/// [`read_manifest`] through `fs`.
+pub fn read_manifest_with(fs: &dyn Storage, dir: &Path) -> Result<Manifest> {
     let bad = |what: String| StoreError::BadSnapshot {
         dir: dir.to_owned(),
         what,
     };
-    let bytes =
-        std::fs::read(dir.join(MANIFEST_NAME)).map_err(|e| bad(format!("manifest: {e}")))?;
+    let bytes = fs
+        .read(&dir.join(MANIFEST_NAME))
+        .map_err(|e| bad(format!("manifest: {e}")))?;
     let m: Manifest =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("manifest does not parse: {e}")))?;
     if m.format != MANIFEST_FORMAT {
@@ -218,14 +241,19 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// Check every file of a snapshot against its manifest: each is there, of
 /// its length and crc, and no other file is.
 pub fn verify(dir: &Path) -> Result<Manifest> {
-    let m = read_manifest(dir)?;
+    verify_with(&StdStorage, dir)
+}
+
+/// [`verify`] through `fs`.
+pub fn verify_with(fs: &dyn Storage, dir: &Path) -> Result<Manifest> {
+    let m = read_manifest_with(fs, dir)?;
     let bad = |what: String| StoreError::BadSnapshot {
         dir: dir.to_owned(),
         what,
     };
     for f in &m.files {
-        let (len, crc) =
-            crc_of_file(&dir.join(&f.path)).map_err(|e| bad(format!("{}: {e}", f.path)))?;
+        let (len, crc) = read_crc(fs, &dir.join(&f.path), &mut |_| Ok(()))
+            .map_err(|e| bad(format!("{}: {e}", f.path)))?;
         if len != f.len || crc != f.crc32 {
             return Err(bad(format!(
                 "{}: {len} bytes, crc {crc:08x}; the manifest says {} bytes, crc {:08x}",
@@ -235,7 +263,7 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
     }
     let listed: std::collections::BTreeSet<&str> =
         m.files.iter().map(|f| f.path.as_str()).collect();
-    for rel in files_under(dir)? {
+    for rel in files_under(fs, dir)? {
         let s = rel_string(&rel)?;
         if !listed.contains(s.as_str()) {
             return Err(bad(format!("{s} is not in the manifest")));

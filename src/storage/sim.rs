@@ -9,6 +9,9 @@
 //! crash fails from then on. Faults are armed by count: the n-th sync or
 //! write from now fails with an I/O error, or the n-th sync crashes the
 //! machine before it happens.
+//!
+//! Directories are implicit: one exists while a name lies under it, and a
+//! directory's removal is the removal of every name under it.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashSet};
@@ -16,12 +19,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::storage::{OpenMode, Storage, StorageFile};
+use super::{OpenMode, Storage, StorageFile};
 
 #[derive(Debug, Default, Clone)]
 struct Inode {
-    live: Vec<u8>,
-    durable: Vec<u8>,
+    /// Shared until written: a sync, a crash and a fork copy a pointer,
+    /// not the file (a fresh redb file is megabytes of zeros).
+    live: Arc<Vec<u8>>,
+    durable: Arc<Vec<u8>>,
     /// Writes since the last sync, oldest first, for a torn crash.
     unsynced: Vec<Write>,
 }
@@ -47,22 +52,22 @@ impl Inode {
     }
 
     fn record(&mut self, write: Write) {
-        Self::apply(&mut self.live, &write);
+        Self::apply(Arc::make_mut(&mut self.live), &write);
         self.unsynced.push(write);
     }
 
     fn sync(&mut self) {
-        self.durable.clone_from(&self.live);
+        self.durable = Arc::clone(&self.live);
         self.unsynced.clear();
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     inodes: Vec<Inode>,
     live_names: BTreeMap<PathBuf, usize>,
     durable_names: BTreeMap<PathBuf, usize>,
-    locks: HashSet<PathBuf>,
+    locks: HashSet<LockKey>,
     /// Bumped by every crash; a handle from an older epoch is dead.
     epoch: u64,
     crashed: bool,
@@ -72,6 +77,11 @@ struct State {
     fail_write_in: Option<u64>,
     crash_sync_in: Option<u64>,
     enospc_after_bytes: Option<u64>,
+    /// Directories renamed (to `Some`) or removed (`None`) whose change is
+    /// not durable yet: one entry in a parent directory each, so the
+    /// whole subtree moves, durably and at once, when either parent is
+    /// synced (as a journaling file system commits a rename).
+    dir_moves: Vec<(PathBuf, Option<PathBuf>)>,
 }
 
 /// Which of the unsynced writes a crash keeps.
@@ -109,6 +119,19 @@ impl SimStorage {
         // A panic while holding this lock is a test failure already; the
         // state itself is still consistent enough to inspect.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of this disk as it is now, live and durable images alike,
+    /// with a future of its own: a test prepares a disk once and runs each
+    /// crash on a fork of it. Nothing open on this disk is open on the
+    /// copy, and no lock is held there.
+    pub fn fork(&self) -> SimStorage {
+        let mut state = self.lock_state().clone();
+        state.locks.clear();
+        state.epoch += 1;
+        SimStorage {
+            state: Arc::new(Mutex::new(state)),
+        }
     }
 
     /// Syncs (file and directory) made so far.
@@ -152,7 +175,7 @@ impl SimStorage {
         let mut s = self.lock_state();
         let live: Vec<usize> = s.durable_names.values().copied().collect();
         for (i, inode) in s.inodes.iter_mut().enumerate() {
-            let mut image = inode.durable.clone();
+            let mut image = Arc::clone(&inode.durable);
             if let CrashMode::KeepPrefix(seed) = mode {
                 if live.contains(&i) && !inode.unsynced.is_empty() {
                     let mix = seed
@@ -160,15 +183,16 @@ impl SimStorage {
                         .wrapping_add(i as u64 * 0x2545_F491);
                     let keep = (mix % (inode.unsynced.len() as u64 + 1)) as usize;
                     for write in &inode.unsynced[..keep] {
-                        Inode::apply(&mut image, write);
+                        Inode::apply(Arc::make_mut(&mut image), write);
                     }
                 }
             }
-            inode.live = image.clone();
+            inode.live = Arc::clone(&image);
             inode.durable = image;
             inode.unsynced.clear();
         }
         s.live_names = s.durable_names.clone();
+        s.dir_moves.clear();
         s.locks.clear();
         s.epoch += 1;
         s.crashed = false;
@@ -181,7 +205,9 @@ impl SimStorage {
     /// The live bytes of a file, for tests that damage or inspect files.
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let s = self.lock_state();
-        s.live_names.get(path).map(|&i| s.inodes[i].live.clone())
+        s.live_names
+            .get(path)
+            .map(|&i| s.inodes[i].live.as_ref().clone())
     }
 
     /// Replace a file's bytes, durably (a test's damage, made on a disk).
@@ -197,7 +223,7 @@ impl SimStorage {
                 i
             }
         };
-        s.inodes[i].live = bytes.to_vec();
+        s.inodes[i].live = Arc::new(bytes.to_vec());
         s.inodes[i].sync();
     }
 
@@ -332,10 +358,19 @@ impl StorageFile for SimFile {
     }
 }
 
+/// What a lock holds: the file a name points to when it names one, as
+/// flock(2) locks the inode (a file renamed over a locked one is not
+/// locked), else the name itself (a lock file the simulation never writes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum LockKey {
+    Inode(usize),
+    Name(PathBuf),
+}
+
 #[derive(Debug)]
 struct SimLock {
     disk: SimStorage,
-    path: PathBuf,
+    key: LockKey,
     epoch: u64,
 }
 
@@ -343,7 +378,7 @@ impl Drop for SimLock {
     fn drop(&mut self) {
         let mut s = self.disk.lock_state();
         if s.epoch == self.epoch {
-            s.locks.remove(&self.path);
+            s.locks.remove(&self.key);
         }
     }
 }
@@ -356,6 +391,40 @@ impl SimStorage {
         }
         Ok(s)
     }
+}
+
+/// Take every name under `from` out of `names`, answering them renamed to
+/// lie under `to` instead (none when `to` is `None`: a removal).
+fn move_subtree(
+    names: &mut BTreeMap<PathBuf, usize>,
+    from: &Path,
+    to: Option<&Path>,
+) -> Vec<(PathBuf, usize)> {
+    let under: Vec<PathBuf> = names
+        .keys()
+        .filter(|p| p.as_path() != from && p.starts_with(from))
+        .cloned()
+        .collect();
+    let mut moved = Vec::new();
+    for p in under {
+        if let Some(i) = names.remove(&p) {
+            if let (Some(to), Ok(rest)) = (to, p.strip_prefix(from)) {
+                moved.push((to.join(rest), i));
+            }
+        }
+    }
+    moved
+}
+
+/// Whether a live name lies under `dir`: what makes an implicit directory.
+fn has_under(s: &State, dir: &Path) -> bool {
+    use std::ops::Bound;
+    // Paths order by component, so every name under `dir` follows it
+    // directly.
+    s.live_names
+        .range::<Path, _>((Bound::Excluded(dir), Bound::Unbounded))
+        .next()
+        .is_some_and(|(p, _)| p.starts_with(dir))
 }
 
 fn not_found(path: &Path) -> io::Error {
@@ -376,7 +445,7 @@ impl Storage for SimStorage {
                 ))
             }
             (Some(i), _) => i,
-            (None, OpenMode::CreateNew) => {
+            (None, OpenMode::CreateNew | OpenMode::Create) => {
                 s.inodes.push(Inode::default());
                 let i = s.inodes.len() - 1;
                 s.live_names.insert(path.to_owned(), i);
@@ -402,14 +471,37 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut s = self.live()?;
-        let i = s.live_names.remove(from).ok_or_else(|| not_found(from))?;
-        s.live_names.insert(to.to_owned(), i);
+        if let Some(i) = s.live_names.remove(from) {
+            s.live_names.insert(to.to_owned(), i);
+            return Ok(());
+        }
+        if !has_under(&s, from) {
+            return Err(not_found(from));
+        }
+        if has_under(&s, to) {
+            // rename(2) replaces only an empty directory.
+            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        let moved = move_subtree(&mut s.live_names, from, Some(to));
+        s.live_names.extend(moved);
+        s.dir_moves.push((from.to_owned(), Some(to.to_owned())));
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut s = self.live()?;
         SimStorage::count_sync(&mut s)?;
+        let moves = std::mem::take(&mut s.dir_moves);
+        for (from, to) in moves {
+            let touches =
+                from.parent() == Some(dir) || to.as_deref().and_then(Path::parent) == Some(dir);
+            if touches {
+                let moved = move_subtree(&mut s.durable_names, &from, to.as_deref());
+                s.durable_names.extend(moved);
+            } else {
+                s.dir_moves.push((from, to));
+            }
+        }
         let in_dir = |p: &PathBuf| p.parent() == Some(dir);
         s.durable_names.retain(|p, _| !in_dir(p));
         let live: Vec<(PathBuf, usize)> = s
@@ -424,11 +516,14 @@ impl Storage for SimStorage {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
         let s = self.live()?;
-        Ok(s.live_names
+        let mut names: Vec<String> = s
+            .live_names
             .keys()
-            .filter(|p| p.parent() == Some(dir))
-            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
-            .collect())
+            .filter_map(|p| p.strip_prefix(dir).ok()?.components().next())
+            .filter_map(|c| c.as_os_str().to_str().map(str::to_owned))
+            .collect();
+        names.dedup();
+        Ok(names)
     }
 
     fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
@@ -438,7 +533,11 @@ impl Storage for SimStorage {
 
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>> {
         let mut s = self.live()?;
-        if !s.locks.insert(path.to_owned()) {
+        let key = match s.live_names.get(path) {
+            Some(&i) => LockKey::Inode(i),
+            None => LockKey::Name(path.to_owned()),
+        };
+        if !s.locks.insert(key.clone()) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!("{}: locked", path.display()),
@@ -446,12 +545,26 @@ impl Storage for SimStorage {
         }
         Ok(Box::new(SimLock {
             disk: self.clone(),
-            path: path.to_owned(),
+            key,
             epoch: s.epoch,
         }))
     }
 
     fn exists(&self, path: &Path) -> io::Result<bool> {
-        Ok(self.live()?.live_names.contains_key(path))
+        let s = self.live()?;
+        Ok(s.live_names.contains_key(path) || has_under(&s, path))
+    }
+
+    fn is_dir(&self, path: &Path) -> io::Result<bool> {
+        Ok(has_under(&*self.live()?, path))
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut s = self.live()?;
+        if has_under(&s, dir) {
+            move_subtree(&mut s.live_names, dir, None);
+            s.dir_moves.push((dir.to_owned(), None));
+        }
+        Ok(())
     }
 }

@@ -1,5 +1,6 @@
-//! The I/O seam under the log: every byte the log reads or writes, every
-//! fsync, rename and directory listing goes through [`Storage`].
+//! The I/O seam at the bottom of the crate: every byte the log, the store
+//! and the push log read or write, every fsync, rename and directory
+//! listing goes through [`Storage`].
 //!
 //! [`StdStorage`] is the real file system. `SimStorage` (with the `testing` feature) keeps a
 //! live and a durable image of every file and name so that tests can crash at
@@ -15,6 +16,11 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(any(test, feature = "testing"))]
+mod sim;
+#[cfg(any(test, feature = "testing"))]
+pub use sim::{CrashMode, SimStorage};
+
 /// How a file is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
@@ -24,6 +30,10 @@ pub enum OpenMode {
     Write,
     /// Read and write; the file must not exist yet.
     CreateNew,
+    /// Read and write; created empty when it does not exist, kept as it is
+    /// when it does. The new name is durable only once its directory is
+    /// synced.
+    Create,
 }
 
 /// A file of the log. Every method takes `&self`: positioned I/O needs no
@@ -94,8 +104,38 @@ pub trait Storage: Send + Sync + Debug {
     /// Take an exclusive lock on `path` (created when missing), held until
     /// the returned value is dropped. `WouldBlock` when another holder has it.
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
-    /// Whether a file exists.
+    /// Whether a file or directory exists.
     fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// Whether `path` is a directory. What the store and the push log need
+    /// and the log does not: a storage made for the log alone (a test's
+    /// wrapper) need not answer, and says so.
+    fn is_dir(&self, path: &Path) -> io::Result<bool> {
+        Err(unsupported("is_dir", path))
+    }
+    /// Remove a directory and everything under it. A directory that is not
+    /// there is no error. Durable once the parent directory is synced.
+    /// Unsupported by default, as [`Storage::is_dir`].
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        Err(unsupported("remove_dir_all", dir))
+    }
+
+    /// A whole file's bytes: for the small files read at open (markers,
+    /// journals, manifests), never for a segment or a blob.
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open(path, OpenMode::Read)?;
+        let len = usize::try_from(f.len()?)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too long to read"))?;
+        let mut bytes = vec![0; len];
+        f.read_exact_at(&mut bytes, 0)?;
+        Ok(bytes)
+    }
+}
+
+fn unsupported(what: &str, path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{}: this storage has no {what}", path.display()),
+    )
 }
 
 /// The real file system.
@@ -238,6 +278,9 @@ impl Storage for StdStorage {
             OpenMode::CreateNew => {
                 opts.write(true).create_new(true);
             }
+            OpenMode::Create => {
+                opts.write(true).create(true).truncate(false);
+            }
         }
         opts.custom_flags(libc::O_CLOEXEC);
         Ok(Arc::new(StdFile(opts.open(path)?)))
@@ -293,10 +336,25 @@ impl Storage for StdStorage {
     fn exists(&self, path: &Path) -> io::Result<bool> {
         path.try_exists()
     }
+
+    fn is_dir(&self, path: &Path) -> io::Result<bool> {
+        match std::fs::metadata(path) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
 }
 
 /// Publish a small file by rename: temp file, fsync, rename, fsync the dir.
-pub(super) fn write_atomic(
+pub(crate) fn write_atomic(
     fs: &dyn Storage,
     dir: &Path,
     name: &str,
