@@ -25,6 +25,12 @@
 //! reviews the run so far and names every promise broken
 //! ([`check::Violation`]). [`Sabotage`] breaks the rules on purpose, for
 //! tests that show the checker catches each broken promise.
+//!
+//! This file is longer than the others: it is the simulation's one
+//! world (the boxes, their disks, the link and the clock, and each step
+//! that moves them), read in one pass as the model the checker judges;
+//! the operator's steps (`operator.rs`) and the checker (`check.rs`) are
+//! apart.
 
 mod check;
 mod operator;
