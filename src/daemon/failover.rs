@@ -65,9 +65,7 @@ pub fn promote(
         }
         Err(e) => return Err(e.into()),
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = crate::node::clock::unix_ms();
     crate::repl::promote::may_promote(
         predecessor::heard_primary(&cfg.data_dir),
         now_ms,

@@ -158,7 +158,7 @@ impl Throttle {
     /// those held back since the last), or None to hold it back.
     pub fn allow(&self, every: Duration) -> Option<u64> {
         use std::sync::atomic::Ordering;
-        let now = crate::repl::Now::system().unix_ms;
+        let now = crate::repl::unix_ms();
         let next = self.next_ms.load(Ordering::Relaxed);
         let due = now >= next
             && self

@@ -3,17 +3,15 @@
 //! timeouts run on, so a core's deadline and the sleep that waits for it
 //! agree, and a test that pauses tokio's time pauses both.
 
+pub use crate::repl::unix_ms;
 use crate::repl::Now;
 
 /// Now, on tokio's clock; `unix_ms` is the wall clock, for what is shown
 /// and recorded, never for a deadline.
 pub fn now() -> Now {
-    let unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
     Now {
         at: tokio::time::Instant::now().into_std(),
-        unix_ms,
+        unix_ms: unix_ms(),
     }
 }
 

@@ -110,8 +110,4 @@ pub async fn digests(
 }
 
 /// Milliseconds since the Unix epoch, for the report.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use crate::node::clock::unix_ms;

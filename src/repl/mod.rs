@@ -66,15 +66,20 @@ pub struct Now {
     pub unix_ms: u64,
 }
 
+/// The wall clock, in milliseconds since the Unix epoch: for what is
+/// shown and recorded, never for a deadline. The one place it is read.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Now {
     /// The machine's clocks.
     pub fn system() -> Now {
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         Now {
             at: Instant::now(),
-            unix_ms,
+            unix_ms: unix_ms(),
         }
     }
 

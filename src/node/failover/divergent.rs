@@ -107,7 +107,7 @@ pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, Pat
         epoch: tail.epoch,
         new_epoch: tail.new_epoch,
         primary: tail.primary.clone(),
-        saved_ms: crate::repl::Now::system().unix_ms,
+        saved_ms: crate::node::clock::unix_ms(),
     };
     let path = dir.join(format!("{stem}.json"));
     let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use super::epoch::Epochs;
 use crate::log::Log;
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
+use crate::node::clock::unix_ms;
 use crate::repl::promote::{Predecessor, Told};
 use crate::repl::rejoin::LogHead;
 
@@ -47,12 +48,6 @@ pub struct PredecessorStatus {
     pub told: bool,
     pub attempts: u64,
     pub last_error: Option<String>,
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl PredecessorFile {

@@ -187,9 +187,7 @@ impl Primary {
                 new: u.new,
             })
             .collect();
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let at_ms = crate::node::clock::unix_ms();
         let body = super::body::Body::new(recv, pack_len, self.cfg.body_piece_deadline);
         let pushed = self
             .staged(caller, "a push's pack", body, move |pieces| {

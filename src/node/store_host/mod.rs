@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::log::Log;
+use crate::node::clock::unix_ms;
 pub use crate::repl::{StoreHealth, StoreStall};
 use crate::store::frames::{self};
 use crate::store::install::{self, InstallPaths, InstallStep};
@@ -54,12 +55,6 @@ struct Health {
 pub const STALL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The longest a follower's applier waits between tries of a stalled store.
 pub const STALL_RETRY_CAP: std::time::Duration = std::time::Duration::from_secs(30);
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// The store, locked.
 pub struct StoreGuard<'a>(MutexGuard<'a, Option<Store>>);

@@ -142,7 +142,7 @@ async fn connection(source: Arc<RestoreSource>, conn: Connection, pins: &Pins, f
     let expired = async {
         match pins.expiry(&fp) {
             Some(until_ms) => {
-                let left = until_ms.saturating_sub(crate::repl::Now::system().unix_ms);
+                let left = until_ms.saturating_sub(crate::node::clock::unix_ms());
                 tokio::time::sleep(std::time::Duration::from_millis(left)).await
             }
             None => std::future::pending().await,
