@@ -156,14 +156,24 @@ impl Primary {
             return refused("no twin is streaming from this primary");
         }
         let now = tokio::time::Instant::now();
-        let Some(sw) = self
-            .switch
-            .with_gate(|g| Switchover::start(g, now.into_std(), wait))
-        else {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Writes are paused and the switchover is seen under way in one
+        // step: a write that finds them paused then looks for the
+        // switchover, under the same lock, and must find it, or it would
+        // be refused as if the switchover had ended.
+        let started = {
+            let mut heard = self.switch.heard.lock().unwrap_or_else(|e| e.into_inner());
+            let sw = self
+                .switch
+                .with_gate(|g| Switchover::start(g, now.into_std(), wait));
+            if sw.is_some() {
+                *heard = Some(tx);
+            }
+            sw
+        };
+        let Some(sw) = started else {
             return refused("a switchover is already under way");
         };
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.switch.heard.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
         let outcome = self.run_switchover(sw, rx).await;
         *self.switch.heard.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.switch.handover.send_replace(None);
