@@ -343,6 +343,24 @@ async fn a_primary_without_a_twin_refuses_twin_appends_at_once() {
     p.stop().await;
 }
 
+/// A primary in `a_dir` and its twin in `b_dir`, pinned to each other,
+/// the twin with a client port of its own for when it is promoted.
+fn switchable_pair(
+    a_dir: &std::path::Path,
+    b_dir: &std::path::Path,
+) -> (PrimaryConfig, TwinConfig) {
+    let a_listen = free_udp();
+    let (b_twin_path, b_fp) =
+        daemon::init_twin(b_dir, a_listen, free_tcp(), None).expect("twin init");
+    let (a_cfg_path, a_fp) =
+        daemon::init_primary(a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
+    daemon::pin_primary(&b_twin_path, a_fp).expect("pin");
+    let mut b_tcfg = TwinConfig::load(&b_twin_path).expect("load");
+    b_tcfg.listen_as_primary = free_udp().into();
+    std::fs::write(&b_twin_path, b_tcfg.render()).expect("write twin.toml");
+    (PrimaryConfig::load(&a_cfg_path).expect("load"), b_tcfg)
+}
+
 /// A planned switchover under a writer: no acknowledged frame is lost, the
 /// writer's longest pause is bounded, and the old primary follows the new
 /// one.
@@ -350,17 +368,7 @@ async fn a_primary_without_a_twin_refuses_twin_appends_at_once() {
 async fn a_switchover_loses_nothing_and_the_old_primary_follows() {
     let root = tempfile::tempdir().expect("tempdir");
     let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
-    let a_listen = free_udp();
-    let (b_twin_path, b_fp) =
-        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
-    let (a_cfg_path, a_fp) =
-        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
-    daemon::pin_primary(&b_twin_path, a_fp).expect("pin");
-    // The twin serves clients on its own port once promoted.
-    let mut b_tcfg = TwinConfig::load(&b_twin_path).expect("load");
-    b_tcfg.listen_as_primary = free_udp().into();
-    std::fs::write(&b_twin_path, b_tcfg.render()).expect("write twin.toml");
-    let a_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let (a_cfg, b_tcfg) = switchable_pair(&a_dir, &b_dir);
     let admin = daemon::load_identity(&a_dir.join(daemon::ADMIN_DIR)).expect("admin identity");
 
     let a = primary(&a_cfg);
@@ -559,16 +567,7 @@ async fn frames_a_crashed_primary_lost_are_saved_and_cut_on_its_twin() {
 async fn switchovers_back_and_forth_on_a_quiet_pair_each_hand_over() {
     let root = tempfile::tempdir().expect("tempdir");
     let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
-    let a_listen = free_udp();
-    let (b_twin_path, b_fp) =
-        daemon::init_twin(&b_dir, a_listen, free_tcp(), None).expect("twin init");
-    let (a_cfg_path, a_fp) =
-        daemon::init_primary(&a_dir, a_listen, free_tcp(), Some(b_fp)).expect("primary init");
-    daemon::pin_primary(&b_twin_path, a_fp).expect("pin");
-    let mut b_tcfg = TwinConfig::load(&b_twin_path).expect("load");
-    b_tcfg.listen_as_primary = free_udp().into();
-    std::fs::write(&b_twin_path, b_tcfg.render()).expect("write twin.toml");
-    let mut p_cfg = PrimaryConfig::load(&a_cfg_path).expect("load");
+    let (mut p_cfg, b_tcfg) = switchable_pair(&a_dir, &b_dir);
     let mut primary_run = primary(&p_cfg);
     let mut twin_run = twin(&b_tcfg);
     let mut t_metrics = b_tcfg.metrics.clone();

@@ -194,22 +194,28 @@ pub(crate) fn reset_hwm(pid: u32) -> bool {
 /// `/proc/<pid>/stat` are samples (and a workload paced by a 1 ms timer runs
 /// just when they sample it). Empty for a process that is gone.
 pub(crate) fn thread_ns(pid: u32) -> HashMap<u64, u64> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .filter_map(|t| {
-            let t = t.ok()?;
-            let tid = t.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
-            Some((tid, stat.split_whitespace().next()?.parse().ok()?))
-        })
-        .collect()
+    per_thread(pid, "schedstat", |stat| {
+        stat.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// Context switches (voluntary and not) of each of a process's threads,
 /// by thread id: `/proc/<pid>/status` counts the main thread's only.
 pub(crate) fn thread_switches(pid: u32) -> HashMap<u64, u64> {
+    per_thread(pid, "status", |status| {
+        Some(
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum(),
+        )
+    })
+}
+
+/// A counter of each thread of `pid`, read from its `/proc/<pid>/task/*/
+/// file` by `parse`. Empty for a process that is gone.
+fn per_thread(pid: u32, file: &str, parse: impl Fn(&str) -> Option<u64>) -> HashMap<u64, u64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return HashMap::new();
     };
@@ -217,26 +223,24 @@ pub(crate) fn thread_switches(pid: u32) -> HashMap<u64, u64> {
         .filter_map(|t| {
             let t = t.ok()?;
             let tid = t.file_name().to_str()?.parse().ok()?;
-            let status = std::fs::read_to_string(t.path().join("status")).ok()?;
-            let n: u64 = status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-                .sum();
-            Some((tid, n))
+            parse(&std::fs::read_to_string(t.path().join(file)).ok()?).map(|n| (tid, n))
         })
         .collect()
 }
 
-/// CPU seconds a process's threads ran from `before` to `after`: a thread
+/// How much the threads' counters grew from `before` to `after`: a thread
 /// that ended meanwhile (tokio retires idle blocking threads after 10 s)
-/// loses what it ran since `before`, never what the others ran.
-pub(crate) fn cpu_between(before: &HashMap<u64, u64>, after: &HashMap<u64, u64>) -> f64 {
-    let ns: u64 = after
+/// loses what it counted since `before`, never what the others did.
+fn grew(before: &HashMap<u64, u64>, after: &HashMap<u64, u64>) -> u64 {
+    after
         .iter()
-        .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
-        .sum();
-    ns as f64 / 1e9
+        .map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// CPU seconds a process's threads ran from `before` to `after`.
+pub(crate) fn cpu_between(before: &HashMap<u64, u64>, after: &HashMap<u64, u64>) -> f64 {
+    grew(before, after) as f64 / 1e9
 }
 
 /// The whole machine's idle CPU seconds (idle and iowait) from `/proc/stat`:
@@ -399,16 +403,7 @@ impl Probe {
                 (cores() as f64 * secs - (now.idle_secs - self.idle_secs)).max(0.0),
             ],
             udp: [0, 1].map(|i| now.udp[i].saturating_sub(self.udp[i])),
-            // A thread that ended meanwhile loses its count since then, as
-            // its CPU does.
-            switches: [0, 1].map(|i| {
-                now.switches[i]
-                    .iter()
-                    .map(|(tid, n)| {
-                        n.saturating_sub(self.switches[i].get(tid).copied().unwrap_or(0))
-                    })
-                    .sum()
-            }),
+            switches: [0, 1].map(|i| grew(&self.switches[i], &now.switches[i])),
             // A restarted daemon counts from 0 again.
             syncs: [0, 1].map(|i| {
                 now.syncs[i]

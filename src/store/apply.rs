@@ -84,12 +84,7 @@ impl Store {
                 }
             }
             Some(Kind::ControlDoc) => {
-                let meta = Meta::decode(&loc.meta)?;
-                let name = String::from_utf8(meta.detail).map_err(|_| StoreError::BadFrame {
-                    seq,
-                    why: "a document name that is not UTF-8".into(),
-                })?;
-                frames::check_doc_name(&name)?;
+                let name = doc_name(seq, &loc.meta)?;
                 if loc.blob_len > frames::MAX_DOC_BYTES {
                     return Err(StoreError::TooLarge {
                         what: "control document",
@@ -101,12 +96,7 @@ impl Store {
                 self.write_doc(&name, &content)?;
             }
             Some(Kind::DocDelete) => {
-                let meta = Meta::decode(&loc.meta)?;
-                let name = String::from_utf8(meta.detail).map_err(|_| StoreError::BadFrame {
-                    seq,
-                    why: "a document name that is not UTF-8".into(),
-                })?;
-                frames::check_doc_name(&name)?;
+                let name = doc_name(seq, &loc.meta)?;
                 self.delete_doc(&name)?;
             }
             Some(Kind::Erase) => {
@@ -274,4 +264,15 @@ impl Store {
         }
         Ok(sync_parent_with(&*self.fs, &path)?)
     }
+}
+
+/// The checked document name a document frame's meta carries.
+fn doc_name(seq: u64, meta: &[u8]) -> Result<String> {
+    let meta = Meta::decode(meta)?;
+    let name = String::from_utf8(meta.detail).map_err(|_| StoreError::BadFrame {
+        seq,
+        why: "a document name that is not UTF-8".into(),
+    })?;
+    frames::check_doc_name(&name)?;
+    Ok(name)
 }
