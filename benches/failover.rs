@@ -169,8 +169,11 @@ fn child_main(role: &str) {
                 .map_err(|e| e.to_string())?;
                 // A switchover changed the role: serve the new one in a new
                 // program image, as the shipped binaries do.
+                // (These pairs run without an arbiter.)
                 let (next, config) = match &served {
-                    daemon::Served::Stopped => return Ok(()),
+                    daemon::Served::Stopped
+                    | daemon::Served::Replaced { .. }
+                    | daemon::Served::LeaseLost => return Ok(()),
                     daemon::Served::Deposed { twin_config } => ("serve-twin", twin_config),
                     daemon::Served::Promoted { primary_config } => {
                         ("serve-primary", primary_config)

@@ -1,34 +1,8 @@
 #!/usr/bin/env bash
-# The test command: install what the tests need on a fresh machine, then
-# run every test. CI runs exactly this (.ci/run).
-#
-# - pyarrow: tests/pushlog.rs reads a sealed push log with it, as an
-#   outside Arrow reader;
-# - git: the import tests build real repositories;
-# - systemd-analyze: primary/tests/systemd.rs verifies the shipped units;
-# - mkfs.ext4: tests/full_disk.rs fills a small loop-mounted file system;
-# - etcd (Debian's etcd-server): the failover arbiter the tests start on
-#   loopback (testkit::etcd).
+# The test command: install what the tests need on a fresh machine
+# (scripts/install-deps.sh says what and why), then run every test. CI
+# runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-as_root() {
-  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
-}
-
-missing=()
-command -v git >/dev/null || missing+=(git)
-command -v systemd-analyze >/dev/null || missing+=(systemd)
-command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
-[ -x "${ETCD_BIN:-/usr/bin/etcd}" ] || missing+=(etcd-server)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]}" >&2
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-if ! python3 -c 'import pyarrow' 2>/dev/null; then
-  echo "installing pyarrow" >&2
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pyarrow
-fi
-
+scripts/install-deps.sh
 exec cargo test -j2 "$@"

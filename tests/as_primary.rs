@@ -53,7 +53,7 @@ fn a_switchover_serves_with_the_twin_s_as_primary_sections_and_pins_no_unknown_r
             role: 3,
         },
     ];
-    daemon::failover::promote_in_place(&cfg, &epochs, 0, clients).expect("promote");
+    daemon::failover::promote_in_place(&cfg, &epochs, 0, clients, None).expect("promote");
     let primary =
         PrimaryConfig::load(&daemon::failover::promoted_config(&cfg)).expect("primary.toml");
     assert_eq!(primary.limits, cfg.as_primary.limits);
@@ -79,7 +79,7 @@ fn a_switchover_and_back_keeps_the_twin_s_own_settings() {
     let cfg = TwinConfig::load(&cfg_path).expect("reload");
 
     let epochs = Epochs::load(&dir, 0).expect("epochs");
-    daemon::failover::promote_in_place(&cfg, &epochs, 0, Vec::new()).expect("promote");
+    daemon::failover::promote_in_place(&cfg, &epochs, 0, Vec::new(), None).expect("promote");
     assert!(
         !cfg_path.exists(),
         "twin.toml is set aside while this box is the primary"

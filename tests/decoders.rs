@@ -1001,6 +1001,13 @@ fn config_seeds() -> Vec<Vec<u8>> {
         timers,
         retention: RetentionSection { max_bytes: 1 << 30 },
         limits: Default::default(),
+        failover: Some(twinlog::daemon::config::FailoverSection {
+            etcd: vec!["http://10.0.0.5:2379".into()],
+            cluster: "pair-1".into(),
+            lease_ttl_s: 5,
+            auto_rejoin: true,
+            advertise: None,
+        }),
     };
     let twin = TwinConfig {
         data_dir: "/var/lib/twinlog".into(),
@@ -1019,6 +1026,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
         restore_expiry: Default::default(),
         promote_quiet_ms: twinlog::daemon::config::default_promote_quiet_ms(),
         as_primary: Default::default(),
+        failover: None,
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

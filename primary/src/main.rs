@@ -531,6 +531,7 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
             let served = daemon::serve_primary(cfg, shutdown).await?;
+            let served = daemon::auto_failover::after_primary_serve(served, config.path()?).await?;
             daemon::failover::continue_as(&served, log_json)?;
         }
         Cmd::CheckLog { config } => {

@@ -106,10 +106,15 @@ async fn serve(role: &str, config: &str) -> Result<(), Failed> {
     // A switchover changed the role: become the daemon of the new one in a
     // new program image, as `daemon::failover::continue_as` makes the
     // shipped binaries do (the log's lock goes with the old image).
+    let served = match role {
+        "primary" => daemon::auto_failover::after_primary_serve(served, &config).await?,
+        _ => served,
+    };
     let (role, config) = match &served {
-        daemon::Served::Stopped => return Ok(()),
+        daemon::Served::Stopped | daemon::Served::Replaced { .. } => return Ok(()),
         daemon::Served::Deposed { twin_config } => ("twin", twin_config),
         daemon::Served::Promoted { primary_config } => ("primary", primary_config),
+        daemon::Served::LeaseLost => (role, &config),
     };
     use std::os::unix::process::CommandExt;
     let e = std::process::Command::new(std::env::current_exe()?)

@@ -274,7 +274,9 @@ fn become_twin(
             restore_expiry: Default::default(),
             promote_quiet_ms: super::config::default_promote_quiet_ms(),
             as_primary: Default::default(),
+            failover: None,
         });
+    twin.failover = cfg.failover.clone();
     twin.data_dir = cfg.data_dir.clone();
     twin.listen_as_primary = cfg.listen.clone();
     twin.as_primary = AsPrimarySection::of(cfg);
@@ -419,9 +421,14 @@ pub fn promote_in_place(
     epochs: &Epochs,
     head: u64,
     clients: Vec<crate::repl::HandedClient>,
+    arbiter_epoch: Option<u64>,
 ) -> Result<(u64, String), DaemonError> {
+    // Under an arbiter the term is the one its transaction gave.
     let epoch = epochs
-        .update(|s| s.promote(head))
+        .update(|s| match arbiter_epoch {
+            Some(e) => s.promote_to(head, e),
+            None => s.promote(head),
+        })
         .at("recording the new epoch in", &cfg.data_dir)?;
     let admin = admin_identity(&cfg.data_dir)?;
     let mut primary = PrimaryConfig::of_twin(
@@ -474,7 +481,7 @@ pub fn promote_in_place(
         std::fs::rename(&twin_path, &aside).at("moving aside", &twin_path)?;
         crate::publish::sync_parent(&aside).at("syncing the directory of", &aside)?;
     }
-    tracing::warn!(epoch, head, listen = %cfg.listen_as_primary, "promoted in place at a switchover");
+    tracing::warn!(epoch, head, listen = %cfg.listen_as_primary, "promoted in place");
     Ok((epoch, cfg.listen_as_primary.to_string()))
 }
 
@@ -525,7 +532,8 @@ pub fn follow_after_switchover(
 pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonError> {
     use std::os::unix::process::CommandExt;
     let (binary, config) = match served {
-        super::Served::Stopped => return Ok(()),
+        super::Served::Stopped | super::Served::Replaced { .. } => return Ok(()),
+        super::Served::LeaseLost => return start_again(),
         super::Served::Deposed { twin_config } => ("twin", twin_config),
         super::Served::Promoted { primary_config } => ("primary", primary_config),
     };
@@ -543,5 +551,21 @@ pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonE
         "the switchover changed this box's role, but {} did not start: {e}. Serve it with `{binary} serve --config {}`",
         sibling.display(),
         config.display()
+    )))
+}
+
+/// The lease of this life is gone: the same program, with the same
+/// arguments, starts again, and takes a new life if the arbiter gives it
+/// one (or learns that a newer term leads).
+fn start_again() -> Result<(), DaemonError> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe()
+        .map_err(|e| DaemonError::Failed(format!("finding this program: {e}")))?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    tracing::warn!(binary = %me.display(), "this life's lease is gone: starting again");
+    let e = std::process::Command::new(&me).args(&args).exec();
+    Err(DaemonError::Failed(format!(
+        "this life's lease is gone, and {} did not start again: {e}",
+        me.display()
     )))
 }

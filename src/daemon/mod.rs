@@ -6,11 +6,13 @@
 //! `setup` (init, identity, pins), `serve` with `serve_primary` and
 //! `serve_twin` (running a daemon), `status_text` and `metrics_text` (what
 //! it reports), `check` (`check-log`), `error` (errors and exit codes),
-//! `failover` (promote, rejoin, switchover), `config` (the TOML files).
+//! `failover` (promote, rejoin, switchover), `auto_failover` (the same
+//! under an etcd arbiter), `config` (the TOML files).
 //! The items of the child modules below are re-exported here; the imports
 //! here are theirs (`use super::*`).
 
 pub mod allocator;
+pub mod auto_failover;
 pub mod config;
 pub mod failover;
 pub mod http;

@@ -196,6 +196,14 @@ pub enum Served {
     /// A switchover made this twin the primary: serve it with `primary
     /// serve --config` this file.
     Promoted { primary_config: PathBuf },
+    /// Under an arbiter, a newer term leads: this primary rejoins it as
+    /// its twin (`auto_rejoin`).
+    Replaced {
+        leader: crate::repl::arbiter::LeaderRecord,
+    },
+    /// Under an arbiter, etcd said this life's lease is gone: the daemon
+    /// starts again, as a new life if etcd gives it one.
+    LeaseLost,
 }
 
 /// Stops when `outer` turns true, or `grace` after `inner` fires: a

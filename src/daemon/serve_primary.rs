@@ -25,7 +25,38 @@ pub async fn serve_primary(
     let epochs = Arc::new(
         Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
     );
-    begin_life(&cfg, &log, &epochs)?;
+    let life = match &cfg.failover {
+        None => {
+            begin_life(&cfg, &log, &epochs)?;
+            None
+        }
+        Some(f) => {
+            use auto_failover::Start;
+            let fp = identity.fingerprint().to_string();
+            match auto_failover::start_primary(
+                &cfg,
+                f,
+                &fp,
+                log.head_seq(),
+                &epochs,
+                shutdown.clone(),
+            )
+            .await?
+            {
+                Start::Life(life) => Some(life),
+                Start::Stopped => return Ok(Served::Stopped),
+                Start::Replaced { leader } if f.auto_rejoin => {
+                    return Ok(Served::Replaced { leader })
+                }
+                // Fenced by the newer term, it serves its log to whoever
+                // asks and acknowledges nothing.
+                Start::Replaced { .. } => {
+                    begin_life(&cfg, &log, &epochs)?;
+                    None
+                }
+            }
+        }
+    };
     let epochs_for_call = epochs.clone();
     let node = Primary::build(
         log.clone(),
@@ -46,6 +77,11 @@ pub async fn serve_primary(
         |d| d.is_some(),
         DEPOSED_GRACE,
     );
+    let lease_lost = life.map(|life| auto_failover::hold_life(&node, life, shutdown.clone()));
+    let shutdown = match &lease_lost {
+        Some(lost) => stop_on(shutdown, lost.clone(), |&l| l, std::time::Duration::ZERO),
+        None => shutdown,
+    };
     // The store follows the durable head here as on the twin, through the
     // application frames no store request applies, so both boxes' status
     // says how far their store has gone through the log alike. Off the
@@ -96,6 +132,7 @@ pub async fn serve_primary(
             let twin_config = failover::follow_after_switchover(&cfg, &np)?;
             Ok(Served::Deposed { twin_config })
         }
+        None if lease_lost.is_some_and(|l| *l.borrow()) => Ok(Served::LeaseLost),
         None => Ok(Served::Stopped),
     }
 }

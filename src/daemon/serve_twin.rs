@@ -41,7 +41,8 @@ pub async fn serve_twin(
     {
         let (cfg, epochs) = (cfg.clone(), epochs.clone());
         node.set_handover(Arc::new(move |head, clients| {
-            failover::promote_in_place(&cfg, &epochs, head, clients).map_err(|e| e.to_string())
+            failover::promote_in_place(&cfg, &epochs, head, clients, None)
+                .map_err(|e| e.to_string())
         }));
     }
     let shutdown = stop_on(
@@ -50,6 +51,28 @@ pub async fn serve_twin(
         |&p| p,
         std::time::Duration::ZERO,
     );
+    let arbiter = match &cfg.failover {
+        Some(f) => Some(
+            auto_failover::watch_as_twin(
+                &cfg,
+                f,
+                &identity.fingerprint().to_string(),
+                node.durable(),
+                shutdown.clone(),
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let shutdown = match &arbiter {
+        Some((_, took)) => stop_on(
+            shutdown,
+            took.clone(),
+            |t| t.is_some(),
+            std::time::Duration::ZERO,
+        ),
+        None => shutdown,
+    };
     node.set_snapshots(crate::node::twin::TwinSnapshots {
         paths,
         store: store.clone(),
@@ -64,12 +87,17 @@ pub async fn serve_twin(
     let applier = crate::node::store_host::Applier::start(store)?;
     let follow = follow_durable(&applier, node.durable(), APPLY_PAUSE);
     let status_node = node.clone();
+    let arbiter_shown = arbiter.as_ref().map(|(shown, _)| shown.clone());
     let status_server = serve_status(
         &cfg.metrics,
         shutdown.clone(),
         node.log().clone(),
         "twin",
-        move || status_node.status(),
+        move || {
+            let mut s = status_node.status();
+            s.arbiter = arbiter_shown.as_ref().map(|a| a.borrow().clone());
+            s
+        },
         twin_ready,
         twin_metrics,
     )
@@ -86,6 +114,21 @@ pub async fn serve_twin(
     let promoted = node.watch_promoted();
     node.run(endpoint, shutdown).await;
     wind_down(&log, follow, applier, status_server, "twin").await?;
+    let took = arbiter.and_then(|(_, took)| took.borrow().clone());
+    if let Some(t) = took {
+        // The session ended: nothing more arrives from the old primary.
+        let (epoch, _) = failover::promote_in_place(
+            &cfg,
+            &epochs,
+            log.head_seq(),
+            t.clients.clone(),
+            Some(t.epoch),
+        )?;
+        tracing::warn!(epoch = %crate::repl::epochs::EpochName(epoch), head = log.head_seq(), "promoted by the arbiter: serving as the primary");
+        return Ok(Served::Promoted {
+            primary_config: failover::promoted_config(&cfg),
+        });
+    }
     if *promoted.borrow() {
         return Ok(Served::Promoted {
             primary_config: failover::promoted_config(&cfg),

@@ -154,6 +154,7 @@ pub fn init_twin(
         restore_expiry: Default::default(),
         promote_quiet_ms: super::config::default_promote_quiet_ms(),
         as_primary: Default::default(),
+        failover: None,
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))

@@ -14,11 +14,14 @@
 //! - [`store_host`]: the store beside a daemon's log;
 //! - [`failover`]: the files and calls of a failover (epochs, the
 //!   predecessor call, rejoin, the divergent tail); the rules themselves
-//!   are the sans-IO machines in [`crate::repl`].
+//!   are the sans-IO machines in [`crate::repl`];
+//! - [`arbiter`]: automatic failover's etcd (the lease, the leader key,
+//!   the sync record, a twin's take-over).
 //!
 //! [`clock`] and [`verify`] serve both daemons. The old flat paths
 //! (`node::api`, `node::restore`, ...) are re-exported below.
 
+pub mod arbiter;
 pub mod client;
 pub mod clock;
 pub mod failover;

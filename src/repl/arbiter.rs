@@ -5,7 +5,7 @@
 //! transaction, holding the lease) is the node's; what is decided here is
 //! decided on what was read.
 //!
-//! Three keys under `/twinlog/<cluster>/`:
+//! Four keys under `/twinlog/<cluster>/`:
 //! - `epoch`: the newest epoch any box took. A new life takes its epoch by
 //!   compare-and-swap on it, so no two lives ever hold one epoch: the
 //!   epoch is the fencing token.
@@ -16,10 +16,14 @@
 //!   sync" before it answers a `twin` request `Local`, and "in sync" again
 //!   once the twin caught up. A twin takes over only if it is the one
 //!   recorded in sync by the epoch that last led.
+//! - `clients`: the clients the primary serves, with their roles, written
+//!   when its life begins, so a twin that takes over admits the same
+//!   clients (a switchover hands them over; a failover cannot).
 
 use serde::{Deserialize, Serialize};
 
 use super::epochs::{next_term, term, EpochName};
+use super::HandedClient;
 
 /// The arbiter's keys for one pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +31,9 @@ pub struct Keys {
     pub epoch: String,
     pub leader: String,
     pub sync: String,
+    pub clients: String,
+    /// The prefix all four share, to read them in one revision.
+    pub prefix: String,
 }
 
 /// Why a cluster name is refused.
@@ -50,6 +57,8 @@ impl Keys {
             epoch: key("epoch"),
             leader: key("leader"),
             sync: key("sync"),
+            clients: key("clients"),
+            prefix: key(""),
         })
     }
 }
@@ -83,12 +92,15 @@ pub struct Versioned<T> {
     pub mod_revision: i64,
 }
 
-/// The three keys, read in one revision.
+/// The keys, read in one revision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct View {
     pub epoch: Option<Versioned<u64>>,
-    pub leader: Option<LeaderRecord>,
+    pub leader: Option<Versioned<LeaderRecord>>,
+    /// The lease the leader key is held under.
+    pub leader_lease: i64,
     pub sync: Option<Versioned<SyncRecord>>,
+    pub clients: Vec<HandedClient>,
 }
 
 /// What a transaction checks before it writes anything.
@@ -136,18 +148,23 @@ pub enum NotNow {
 }
 
 /// The transaction that makes `me` the leader at `epoch`: only if the
-/// epoch key is as read and no leader holds a lease.
+/// epoch key is as read and the leader key too (absent, or this box's
+/// own from a life that ended).
 fn take(keys: &Keys, view: &View, epoch: u64, me: &LeaderRecord) -> Txn {
     let epoch_unchanged = match &view.epoch {
         Some(v) => Compare::Unchanged(keys.epoch.clone(), v.mod_revision),
         None => Compare::Absent(keys.epoch.clone()),
+    };
+    let leader_unchanged = match &view.leader {
+        Some(v) => Compare::Unchanged(keys.leader.clone(), v.mod_revision),
+        None => Compare::Absent(keys.leader.clone()),
     };
     let leader = LeaderRecord {
         epoch,
         ..me.clone()
     };
     Txn {
-        when: vec![epoch_unchanged, Compare::Absent(keys.leader.clone())],
+        when: vec![epoch_unchanged, leader_unchanged],
         then: vec![
             Put {
                 key: keys.epoch.clone(),
@@ -163,17 +180,19 @@ fn take(keys: &Keys, view: &View, epoch: u64, me: &LeaderRecord) -> Txn {
     }
 }
 
-/// A primary (re)starting with `mine` as its newest epoch: the next life
-/// of its term, if nobody took a newer term and nobody leads.
+/// A primary (re)starting with `mine` as its current epoch: the next life
+/// of its term, if nobody took a newer term and nobody else leads. The
+/// leader key may be this box's own (`me`'s fingerprint): a process of an
+/// earlier life, which the log's lock proves gone. `unserved`: `mine` was
+/// begun by a promotion no process has served yet, so it is this life's
+/// epoch, unless the arbiter has a newer one of its term.
 pub fn begin_life(
     keys: &Keys,
     view: &View,
     mine: u64,
+    unserved: bool,
     me: &LeaderRecord,
 ) -> Result<(u64, Txn), NotNow> {
-    if let Some(l) = &view.leader {
-        return Err(NotNow::Led(l.clone()));
-    }
     let newest = view.epoch.as_ref().map_or(mine, |v| v.value);
     if term(newest) > term(mine) {
         return Err(NotNow::Replaced {
@@ -181,7 +200,16 @@ pub fn begin_life(
             newer: newest,
         });
     }
-    let epoch = newest.max(mine) + 1;
+    if let Some(l) = &view.leader {
+        if l.value.fingerprint != me.fingerprint {
+            return Err(NotNow::Led(l.value.clone()));
+        }
+    }
+    let epoch = if unserved && newest <= mine {
+        mine
+    } else {
+        newest.max(mine) + 1
+    };
     Ok((epoch, take(keys, view, epoch, me)))
 }
 
@@ -195,7 +223,7 @@ pub fn take_over(
     me: &LeaderRecord,
 ) -> Result<(u64, Txn), NotNow> {
     if let Some(l) = &view.leader {
-        return Err(NotNow::Led(l.clone()));
+        return Err(NotNow::Led(l.value.clone()));
     }
     let Some(sync) = &view.sync else {
         return Err(NotNow::NoSyncRecord);
@@ -225,6 +253,16 @@ pub fn take_over(
             .push(Compare::Unchanged(keys.sync.clone(), v.mod_revision));
     }
     Ok((epoch, txn))
+}
+
+/// The clients a life serves, written beside its leader key (not under
+/// its lease: a twin that takes over reads them after the lease ended).
+pub fn record_clients(keys: &Keys, clients: &[HandedClient]) -> Put {
+    Put {
+        key: keys.clients.clone(),
+        value: serde_json::to_vec(clients).expect("client records serialize"),
+        leased: false,
+    }
 }
 
 /// The primary's writes of its sync record: only while it leads, so a
@@ -315,6 +353,8 @@ mod tests {
                 mod_revision: 7,
             }),
             leader: None,
+            leader_lease: 0,
+            clients: Vec::new(),
             sync: sync.map(|(epoch, twin, in_sync, acked)| Versioned {
                 value: SyncRecord {
                     epoch,
@@ -338,7 +378,8 @@ mod tests {
     #[test]
     fn a_restart_takes_the_next_life_and_a_replaced_primary_takes_none() {
         let t1 = 1 << LIFE_BITS;
-        let (e, txn) = begin_life(&keys(), &view(t1 + 3, None), t1 + 3, &me("a")).expect("life");
+        let (e, txn) =
+            begin_life(&keys(), &view(t1 + 3, None), t1 + 3, false, &me("a")).expect("life");
         assert_eq!(e, t1 + 4);
         assert_eq!(
             txn.when,
@@ -349,24 +390,41 @@ mod tests {
         );
         assert!(txn.then.iter().any(|p| p.key == keys().leader && p.leased));
         assert_eq!(
-            begin_life(&keys(), &view(2 << LIFE_BITS, None), t1 + 3, &me("a")),
+            begin_life(
+                &keys(),
+                &view(2 << LIFE_BITS, None),
+                t1 + 3,
+                false,
+                &me("a")
+            ),
             Err(NotNow::Replaced {
                 mine: t1 + 3,
                 newer: 2 << LIFE_BITS
             })
         );
         let mut led = view(t1, None);
-        led.leader = Some(LeaderRecord {
-            epoch: t1,
-            ..me("b")
+        led.leader = Some(Versioned {
+            value: LeaderRecord {
+                epoch: t1,
+                ..me("b")
+            },
+            mod_revision: 5,
         });
         assert!(matches!(
-            begin_life(&keys(), &led, t1, &me("a")),
+            begin_life(&keys(), &led, t1, false, &me("a")),
             Err(NotNow::Led(_))
         ));
+        // Its own key, from a life whose process is gone: taken back in
+        // a new life, only if still as read.
+        let (e, txn) = begin_life(&keys(), &led, t1, false, &me("b")).expect("own key");
+        assert_eq!(e, t1 + 1);
+        assert!(txn.when.contains(&Compare::Unchanged(keys().leader, 5)));
+        // A promotion's epoch, not served yet, is this life's.
+        let (e, _) = begin_life(&keys(), &led, t1, true, &me("b")).expect("unserved");
+        assert_eq!(e, t1);
         // A fresh arbiter: the box's own epoch goes on.
         let fresh = View::default();
-        let (e, txn) = begin_life(&keys(), &fresh, t1 + 3, &me("a")).expect("life");
+        let (e, txn) = begin_life(&keys(), &fresh, t1 + 3, false, &me("a")).expect("life");
         assert_eq!(e, t1 + 4);
         assert_eq!(txn.when[0], Compare::Absent(keys().epoch));
     }

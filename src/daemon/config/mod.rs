@@ -10,11 +10,13 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::net::Fingerprint;
 
+mod failover;
 mod render;
 mod sections;
 #[cfg(test)]
 mod tests;
 
+pub use failover::{FailoverSection, LEASE_TTL_S};
 pub use sections::*;
 use sections::{de_segment_bytes, within};
 
@@ -192,6 +194,8 @@ pub struct PrimaryConfig {
     pub retention: RetentionSection,
     #[serde(default)]
     pub limits: LimitsSection,
+    #[serde(default)]
+    pub failover: Option<FailoverSection>,
 }
 
 /// `[as_primary]` of `twin.toml`: what this box serves with once a
@@ -266,6 +270,8 @@ pub struct TwinConfig {
     /// What this box serves with once it is the primary.
     #[serde(default)]
     pub as_primary: AsPrimarySection,
+    #[serde(default)]
+    pub failover: Option<FailoverSection>,
 }
 
 /// The bounds of `promote_quiet_ms`: up to a day.
@@ -346,6 +352,7 @@ impl PrimaryConfig {
             timers: TimersSection::default(),
             retention: RetentionSection::default(),
             limits: LimitsSection::default(),
+            failover: None,
         }
     }
 
@@ -366,6 +373,7 @@ impl PrimaryConfig {
             timers: twin.timers,
             retention: twin.as_primary.retention,
             limits: twin.as_primary.limits,
+            failover: twin.failover.clone(),
             ..PrimaryConfig::new(
                 twin.data_dir.clone(),
                 listen,

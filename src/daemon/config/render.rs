@@ -38,7 +38,12 @@ reader_fingerprints = [{readers}]
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
 
-{serving}{timers}"#,
+{serving}{timers}{failover}"#,
+            failover = self
+                .failover
+                .as_ref()
+                .map(|f| f.render())
+                .unwrap_or_default(),
             serving = AsPrimarySection::of(self).render(""),
             data = self.data_dir.display(),
             listen = self.listen,
@@ -157,7 +162,12 @@ max_age_secs = {twin_max_age}
 [restore_expiry]
 # When each restore pin expires (`twin pin-restore --expires-in`): from then
 # on that box's handshakes are refused.
-{expiry}"#,
+{expiry}{failover}"#,
+            failover = self
+                .failover
+                .as_ref()
+                .map(|f| f.render())
+                .unwrap_or_default(),
             twin_max_bytes = self.retention.max_bytes,
             twin_max_age = self.retention.max_age_secs,
             as_primary = self.as_primary.render("as_primary."),

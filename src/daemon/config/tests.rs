@@ -20,6 +20,13 @@ fn sample() -> PrimaryConfig {
         },
         retention: RetentionSection { max_bytes: 1 << 30 },
         limits: Default::default(),
+        failover: Some(FailoverSection {
+            etcd: vec!["http://10.0.0.5:2379".into(), "http://10.0.0.6:2379".into()],
+            cluster: "pair-1".into(),
+            lease_ttl_s: 4,
+            auto_rejoin: false,
+            advertise: Some("db1.example:7400".parse().expect("addr")),
+        }),
     }
 }
 
@@ -58,6 +65,13 @@ fn rendered_files_load_back() {
                 ..LimitsSection::default()
             },
         },
+        failover: Some(FailoverSection {
+            etcd: vec!["http://10.0.0.5:2379".into()],
+            cluster: "pair-1".into(),
+            lease_ttl_s: 5,
+            auto_rejoin: true,
+            advertise: None,
+        }),
     };
     assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
 }
@@ -186,6 +200,7 @@ fn a_twin_s_retention_keys_load_and_a_bad_one_is_named_with_its_line() {
         restore_expiry: Default::default(),
         promote_quiet_ms: default_promote_quiet_ms(),
         as_primary: Default::default(),
+        failover: None,
     };
     let text = t.render();
     assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);
@@ -202,4 +217,29 @@ fn a_twin_s_retention_keys_load_and_a_bad_one_is_named_with_its_line() {
         + &TimersSection::default().render();
     let loaded = toml::from_str::<TwinConfig>(&old).expect("parse");
     assert_eq!(loaded.retention, TwinRetentionSection::default());
+}
+
+#[test]
+fn a_failover_section_names_a_bad_key_with_its_line() {
+    let text = sample().render();
+    for (from, to, key) in [
+        ("lease_ttl_s = 4", "lease_ttl_s = 1", "lease_ttl_s"),
+        ("cluster = \"pair-1\"", "cluster = \"a/b\"", "cluster"),
+        (
+            "etcd = [\"http://10.0.0.5:2379\", \"http://10.0.0.6:2379\"]",
+            "etcd = []",
+            "etcd",
+        ),
+        (
+            "etcd = [\"http://10.0.0.5:2379\", \"http://10.0.0.6:2379\"]",
+            "etcd = [\"10.0.0.5:2379\"]",
+            "etcd",
+        ),
+    ] {
+        assert!(text.contains(from), "{from}");
+        let e = toml::from_str::<PrimaryConfig>(&text.replace(from, to))
+            .expect_err(to)
+            .to_string();
+        assert!(e.contains(key) && e.contains("line"), "{e}");
+    }
 }

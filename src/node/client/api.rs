@@ -487,6 +487,17 @@ pub enum ApiError {
         min_bytes: u64,
         after_ms: u64,
     },
+    /// Under automatic failover, this primary holds no unexpired lease
+    /// from the arbiter, so it acknowledges nothing: its lease ran out on
+    /// its own clock, etcd said it is gone, or it has not taken one yet.
+    /// `seq`: a frame appended here before it, unacknowledged.
+    #[error("this primary holds no lease from the arbiter ({why}), so it acknowledges nothing{}. The arbiter names the primary", seq.map(|s| format!(" (frame {s} is in this log, unacknowledged)")).unwrap_or_default())]
+    NoLease { why: String, seq: Option<u64> },
+    /// A `twin` append the twin did not acknowledge in time, under
+    /// `fallback`: it would be answered `local`, but "not in sync" could
+    /// not be recorded in the arbiter first, so it is not acknowledged.
+    #[error("frame {seq} is durable locally; the twin did not acknowledge it in time, and the arbiter could not be told the twin is behind ({why}), so it is not acknowledged")]
+    SyncNotRecorded { seq: u64, why: String },
 }
 
 impl ApiError {
@@ -515,6 +526,8 @@ impl ApiError {
             ApiError::SwitchoverRefused { .. } => "SwitchoverRefused",
             ApiError::NoTwin => "NoTwin",
             ApiError::BodyTooSlow { .. } => "BodyTooSlow",
+            ApiError::NoLease { .. } => "NoLease",
+            ApiError::SyncNotRecorded { .. } => "SyncNotRecorded",
         }
     }
 }
@@ -636,6 +649,10 @@ pub struct Status {
     /// pinned.
     #[serde(default)]
     pub unpinned_refused: u64,
+    /// Under automatic failover: this life's lease and whether the
+    /// arbiter records the twin in sync.
+    #[serde(default)]
+    pub arbiter: Option<crate::node::primary::ArbiterShown>,
 }
 
 /// Why a primary is fenced, as its refusals say.

@@ -130,7 +130,7 @@ impl Primary {
         send: &mut SendStream,
         resp: Response,
     ) -> Result<(), NetError> {
-        let resp = self.refusals.answered(resp);
+        let resp = self.outgoing(resp);
         self.send_msg(send, &resp).await?;
         let _ = send.finish();
         Ok(())

@@ -36,6 +36,7 @@ use retention::Retention;
 
 mod answer;
 mod appender;
+mod arbiter_hold;
 mod body;
 mod pipeline;
 mod pool;
@@ -54,6 +55,7 @@ mod verify;
 
 use twin_session::publish;
 
+pub use arbiter_hold::ArbiterShown;
 pub use pool::CLIENT_THREADS;
 pub use seats::{ADMIN_RESERVE, CLOSE_RECLAIMED};
 pub use shares::Split;
@@ -198,6 +200,9 @@ pub struct Primary {
     /// a second.
     seat_refusals: net::Throttle,
     handshake_refusals: net::Throttle,
+    /// Under automatic failover: this life's lease, which every
+    /// acknowledgement needs, and its sync record.
+    arbiter: std::sync::OnceLock<arbiter_hold::Held>,
 }
 
 /// The lag a twin session left, to grow from while the twin is away.
@@ -338,6 +343,7 @@ impl Primary {
             last_verify: Mutex::new(None),
             seat_refusals: Default::default(),
             handshake_refusals: Default::default(),
+            arbiter: std::sync::OnceLock::new(),
         })
     }
 
@@ -385,6 +391,7 @@ impl Primary {
         s.client_requests = *self.inflight.borrow() as u64;
         s.refusals = self.refusals.snapshot();
         s.unpinned_refused = self.pins.refused_total();
+        s.arbiter = self.arbiter_shown();
         s.head = self.log.head_seq();
         s.first = self.log.first_seq();
         s.twin_acked = *self.acked.borrow();

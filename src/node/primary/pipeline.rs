@@ -141,7 +141,7 @@ impl Primary {
             if let Some(why) = ended_by {
                 let answer = PipedAnswer {
                     id: 0,
-                    resp: self.refusals.answered(Response::Error(why)),
+                    resp: self.outgoing(Response::Error(why)),
                 };
                 self.send_msg(&mut send, &answer).await?;
             }
@@ -159,7 +159,7 @@ impl Primary {
         };
         PipedAnswer {
             id,
-            resp: self.refusals.answered(resp),
+            resp: self.outgoing(resp),
         }
     }
 

@@ -118,6 +118,9 @@ impl Primary {
         let writing = self.enter_write().await;
         self.admit(durability)
             .map_err(|why| self.refusal(why, None))?;
+        if let Some(why) = self.lease_refusal(None) {
+            return Err(why);
+        }
         match writing {
             Ok(writing) => Ok(Some(writing)),
             // Paused and not fenced: a switchover still under way after
@@ -497,7 +500,15 @@ impl Primary {
         };
         let durability = match answer {
             TwinAnswer::Twin => Durability::Twin,
-            TwinAnswer::Local => Durability::Local,
+            TwinAnswer::Local => {
+                // Under an arbiter the twin is recorded out of sync
+                // before it is answered less, so it never takes over
+                // without this frame.
+                if let Err(why) = self.before_answering_less(seq).await {
+                    return Response::Error(why);
+                }
+                Durability::Local
+            }
             TwinAnswer::NotOnTwin => return Response::Error(ApiError::NotOnTwin { seq }),
             TwinAnswer::TwinTimeout => return Response::Error(ApiError::TwinTimeout { seq }),
         };

@@ -69,6 +69,10 @@ pub struct TwinStatus {
     /// and blob as the primary shipped them.
     #[serde(default)]
     pub frame_bytes_received: u64,
+    /// Under automatic failover: the arbiter's leader, and why this twin
+    /// may not take over when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arbiter: Option<crate::node::arbiter::take_over::TakeOverShown>,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.

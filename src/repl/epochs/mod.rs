@@ -422,6 +422,48 @@ impl EpochState {
         Ok(next)
     }
 
+    /// A primary starts serving under `epoch`, which the arbiter gave it
+    /// (see [`crate::repl::arbiter::begin_life`]): the epoch a promotion
+    /// began and no process served yet, or a newer life. Answers the
+    /// epoch.
+    pub fn restart_at(&mut self, head: u64, epoch: u64) -> Result<u64, EpochError> {
+        let current = self.current();
+        let unserved = std::mem::take(&mut self.unserved);
+        if unserved && epoch == current {
+            return Ok(current);
+        }
+        if epoch <= current {
+            return Err(EpochError::NotIncreasing {
+                earlier: current,
+                later: epoch,
+            });
+        }
+        self.history.begin(epoch, head)?;
+        self.seen = self.seen.max(epoch);
+        if !self.fenced() {
+            self.fenced_by = None;
+        }
+        Ok(epoch)
+    }
+
+    /// Promote to `epoch`, the term the arbiter's transaction gave this
+    /// box (see [`crate::repl::arbiter::take_over`]), from `head + 1`.
+    pub fn promote_to(&mut self, head: u64, epoch: u64) -> Result<u64, EpochError> {
+        let newest = self.newest();
+        if epoch <= newest {
+            return Err(EpochError::NotIncreasing {
+                earlier: newest,
+                later: epoch,
+            });
+        }
+        self.history.begin(epoch, head)?;
+        self.seen = epoch;
+        self.fenced_by = None;
+        self.held = None;
+        self.unserved = true;
+        Ok(epoch)
+    }
+
     /// Follow a primary whose history is `primary`: this log is a prefix
     /// of that primary's (the handshake checked it), so its history is the
     /// primary's. A twin holds nothing back.

@@ -1,0 +1,220 @@
+//! Automatic failover as the daemons run it (`[failover]`): a primary
+//! takes its life from etcd before it serves and ends it when etcd says
+//! its lease is gone; a deposed primary rejoins the new one by itself; a
+//! twin takes over once the primary's lease ended, if it is eligible.
+//! The I/O with etcd is [`crate::node::arbiter`]'s, the rules
+//! [`crate::repl::arbiter`]'s and [`crate::repl::lease`]'s.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::config::FailoverSection;
+use super::{DaemonError, IoAt, PrimaryConfig, Served, TwinConfig};
+use crate::node::arbiter::life::{self, Begun, NoLife};
+use crate::node::arbiter::sync::SyncRecorder;
+use crate::node::arbiter::take_over::{self, TakeOverShown, TookOver};
+use crate::node::arbiter::{self, Arbiter};
+use crate::node::epoch::Epochs;
+use crate::node::Primary;
+use crate::repl::arbiter::LeaderRecord;
+use crate::repl::epochs::EpochName;
+use crate::repl::HandedClient;
+
+/// How long a deposed primary's rejoin may take before it gives up (and
+/// is run again by the next start).
+pub const REJOIN_DEADLINE: Duration = Duration::from_secs(120);
+
+/// What a primary's start under an arbiter found.
+pub(super) enum Start {
+    /// Serve this life: `epoch` is recorded in the epochs.
+    Life(Box<Life>),
+    /// A newer term leads: this box is fenced, and with `auto_rejoin` it
+    /// rejoins `leader`.
+    Replaced { leader: LeaderRecord },
+    /// Stopped while waiting.
+    Stopped,
+}
+
+/// One life under the arbiter.
+pub(super) struct Life {
+    pub arbiter: Arbiter,
+    pub gate: Arc<arbiter::LeaseGate>,
+    pub sync: Arc<SyncRecorder>,
+}
+
+/// The clients a primary serves, as a twin taking over admits them.
+fn clients_of(cfg: &PrimaryConfig) -> Vec<HandedClient> {
+    let mut out = Vec::new();
+    for (fps, role) in [
+        (&cfg.reader_fingerprints, 0u8),
+        (&cfg.writer_fingerprints, 1),
+        (&cfg.client_fingerprints, 2),
+    ] {
+        out.extend(fps.iter().map(|f| HandedClient {
+            fingerprint: f.to_string(),
+            role,
+        }));
+    }
+    out
+}
+
+/// A primary's start: wait for the arbiter, then take this life's epoch
+/// and the leader key (recorded in `epochs` before anything is served),
+/// or learn that a newer term leads.
+pub(super) async fn start_primary(
+    cfg: &PrimaryConfig,
+    failover: &FailoverSection,
+    fingerprint: &str,
+    head: u64,
+    epochs: &Epochs,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Start, DaemonError> {
+    let options = failover.options(&cfg.listen);
+    let arbiter = Arbiter::connect(options.clone())
+        .await
+        .map_err(|e| DaemonError::Failed(format!("the arbiter: {e}")))?;
+    let me = arbiter::me(fingerprint, &options);
+    let clients = clients_of(cfg);
+    let waiting = watch::channel(None).0;
+    loop {
+        let st = epochs.state();
+        let begun = life::begin(
+            &arbiter,
+            st.current(),
+            st.unserved,
+            &me,
+            &clients,
+            &waiting,
+            shutdown.clone(),
+        )
+        .await;
+        match begun {
+            Err(NoLife::Stopped) => return Ok(Start::Stopped),
+            Err(NoLife::Arbiter(e)) => {
+                return Err(DaemonError::Failed(format!("the arbiter: {e}")))
+            }
+            Ok(Begun::Life {
+                epoch,
+                gate,
+                revision,
+            }) => {
+                let epoch = epochs
+                    .update(|s| s.restart_at(head, epoch))
+                    .at("recording this life's epoch in", &cfg.data_dir)?;
+                tracing::info!(epoch = %EpochName(epoch), from = head + 1, "serving a new life under the arbiter's lease");
+                let twin = cfg
+                    .twin_fingerprint
+                    .map(|f| f.to_string())
+                    .unwrap_or_default();
+                let sync = Arc::new(SyncRecorder::new(
+                    arbiter.clone(),
+                    epoch,
+                    revision,
+                    twin,
+                    head,
+                ));
+                return Ok(Start::Life(Box::new(Life {
+                    arbiter,
+                    gate,
+                    sync,
+                })));
+            }
+            Ok(Begun::Replaced { newer, leader }) => {
+                let fenced = epochs.hear(newer, "the arbiter (etcd)");
+                if let Err(e) = fenced {
+                    tracing::error!(error = %e, "the fence is kept in memory only");
+                }
+                tracing::warn!(newer = %EpochName(newer), "a newer term leads: this primary is fenced");
+                match leader {
+                    Some(leader) => return Ok(Start::Replaced { leader }),
+                    // The new primary is between lives: wait for it.
+                    None => {
+                        let mut stop = shutdown.clone();
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                            _ = stop.wait_for(|&s| s) => return Ok(Start::Stopped),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Hold the life: keep its lease alive, and end the serve when etcd says
+/// the lease is gone (answers a watch that turns true then).
+pub(super) fn hold_life(
+    node: &Arc<Primary>,
+    life: Box<Life>,
+    shutdown: watch::Receiver<bool>,
+) -> watch::Receiver<bool> {
+    node.hold_lease(life.gate.clone(), life.sync);
+    let lost = life.gate.watch_lost();
+    life.gate.keep(life.arbiter, shutdown);
+    lost
+}
+
+/// After a serve: a primary a newer term replaced rejoins it as its twin
+/// (`auto_rejoin`), and one whose lease ended starts again as a new life.
+pub async fn after_primary_serve(
+    served: Served,
+    primary_config: &std::path::Path,
+) -> Result<Served, DaemonError> {
+    match served {
+        Served::Replaced { leader } => {
+            let addr: super::Address = leader.addr.parse().map_err(|e| {
+                DaemonError::Failed(format!(
+                    "the arbiter names the primary at {:?}, which does not parse: {e}",
+                    leader.addr
+                ))
+            })?;
+            let fp: crate::net::Fingerprint = leader.fingerprint.parse().map_err(|_| {
+                DaemonError::Failed(format!(
+                    "the arbiter names the primary's fingerprint {:?}, which does not parse",
+                    leader.fingerprint
+                ))
+            })?;
+            tracing::warn!(primary = %leader.addr, epoch = %EpochName(leader.epoch), "rejoining the new primary as its twin (auto_rejoin)");
+            let report =
+                super::failover::rejoin(primary_config, addr, fp, None, REJOIN_DEADLINE).await?;
+            Ok(Served::Deposed {
+                twin_config: report.twin_config,
+            })
+        }
+        other => Ok(other),
+    }
+}
+
+/// A twin under an arbiter: watch for the primary's lease to end and take
+/// over when eligible. Answers what the watch sees (for `status`) and a
+/// receiver of the term taken.
+pub(super) async fn watch_as_twin(
+    cfg: &TwinConfig,
+    failover: &FailoverSection,
+    fingerprint: &str,
+    durable: watch::Receiver<u64>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<
+    (
+        watch::Receiver<TakeOverShown>,
+        watch::Receiver<Option<Arc<TookOver>>>,
+    ),
+    DaemonError,
+> {
+    let options = failover.options(&cfg.listen_as_primary);
+    let arbiter = Arbiter::connect(options.clone())
+        .await
+        .map_err(|e| DaemonError::Failed(format!("the arbiter: {e}")))?;
+    let me = arbiter::me(fingerprint, &options);
+    let (shown_tx, shown) = watch::channel(TakeOverShown::default());
+    let (took_tx, took) = watch::channel(None);
+    tokio::spawn(async move {
+        let head = move || *durable.borrow();
+        if let Some(t) = take_over::watch(arbiter, me, head, shown_tx, shutdown).await {
+            took_tx.send_replace(Some(Arc::new(t)));
+        }
+    });
+    Ok((shown, took))
+}

@@ -1,0 +1,274 @@
+//! Automatic failover's I/O: etcd, reached through `etcd-client`. The
+//! rules are [`crate::repl::arbiter`]'s (which epoch, who may take over,
+//! what to record) and [`crate::repl::lease`]'s (when the lease may be
+//! relied on); this reads the keys, runs the transactions and keeps the
+//! lease alive.
+//!
+//! - [`Arbiter`]: one etcd connection and the pair's keys;
+//! - [`gate`]: the primary's lease, kept alive, and the judgement every
+//!   acknowledgement passes;
+//! - [`life`]: a primary taking its life's epoch and the leader key;
+//! - [`sync`]: the primary recording whether its twin is in sync;
+//! - [`take_over`]: a twin watching for the leader's lease to end.
+//!
+//! Owns the etcd connection. May not touch: the log, the epochs file (its
+//! callers record what the arbiter gave), or the sessions.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare as EtcdCompare, CompareOp, ConnectOptions, GetOptions, PutOptions,
+    Txn as EtcdTxn, TxnOp,
+};
+
+use crate::repl::arbiter::{Compare, Keys, LeaderRecord, SyncRecord, Txn, Versioned, View};
+use crate::repl::HandedClient;
+
+pub mod gate;
+pub mod life;
+pub mod sync;
+pub mod take_over;
+
+pub use gate::{LeaseGate, LeaseShown};
+
+/// The longest any one call to etcd may take: past it the call failed.
+/// A lease's renewal is bounded tighter, by what is left of the lease.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How a box reaches the arbiter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArbiterOptions {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    /// The pair's name (`/twinlog/<cluster>/`).
+    pub cluster: String,
+    /// The lease's time to live.
+    pub ttl: Duration,
+    /// Where this box serves clients as the primary (HOST:PORT).
+    pub advertise: String,
+}
+
+/// What went wrong with the arbiter.
+#[derive(Debug, thiserror::Error)]
+pub enum ArbiterError {
+    #[error("etcd ({endpoints}): {source}")]
+    Etcd {
+        endpoints: String,
+        source: etcd_client::Error,
+    },
+    #[error("etcd ({endpoints}) did not answer within {ms} ms")]
+    Timeout { endpoints: String, ms: u128 },
+    #[error("the arbiter's key {key} holds what this build cannot read: {why}")]
+    Garbled { key: String, why: String },
+    #[error(transparent)]
+    Cluster(#[from] crate::repl::arbiter::BadClusterName),
+}
+
+/// One etcd connection and the pair's keys.
+#[derive(Clone)]
+pub struct Arbiter {
+    client: Client,
+    keys: Keys,
+    options: ArbiterOptions,
+}
+
+impl std::fmt::Debug for Arbiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arbiter")
+            .field("endpoints", &self.options.endpoints)
+            .field("cluster", &self.options.cluster)
+            .finish()
+    }
+}
+
+impl Arbiter {
+    /// A connection to etcd. It is made lazily: an etcd that is down is
+    /// found by the first call, which fails by name, not here.
+    pub async fn connect(options: ArbiterOptions) -> Result<Arbiter, ArbiterError> {
+        let keys = Keys::of(&options.cluster)?;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(CALL_TIMEOUT)
+            .with_timeout(CALL_TIMEOUT)
+            .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
+        let endpoints = options.endpoints.join(",");
+        let client = within(
+            &endpoints,
+            CALL_TIMEOUT,
+            Client::connect(&options.endpoints, Some(connect)),
+        )
+        .await?;
+        Ok(Arbiter {
+            client,
+            keys,
+            options,
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn options(&self) -> &ArbiterOptions {
+        &self.options
+    }
+
+    fn endpoints(&self) -> String {
+        self.options.endpoints.join(",")
+    }
+
+    /// The pair's keys, read in one revision.
+    pub async fn view(&self) -> Result<View, ArbiterError> {
+        let mut c = self.client.clone();
+        let resp = within(
+            &self.endpoints(),
+            CALL_TIMEOUT,
+            c.get(
+                self.keys.prefix.as_bytes(),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let mut view = View::default();
+        for kv in resp.kvs() {
+            let key = String::from_utf8_lossy(kv.key()).into_owned();
+            let garbled = |why: String| ArbiterError::Garbled {
+                key: key.clone(),
+                why,
+            };
+            if key == self.keys.epoch {
+                let text = std::str::from_utf8(kv.value()).map_err(|e| garbled(e.to_string()))?;
+                let value: u64 = text
+                    .trim()
+                    .parse()
+                    .map_err(|e| garbled(format!("{text:?} is not an epoch: {e}")))?;
+                view.epoch = Some(Versioned {
+                    value,
+                    mod_revision: kv.mod_revision(),
+                });
+            } else if key == self.keys.leader {
+                let value: LeaderRecord =
+                    serde_json::from_slice(kv.value()).map_err(|e| garbled(e.to_string()))?;
+                view.leader = Some(Versioned {
+                    value,
+                    mod_revision: kv.mod_revision(),
+                });
+                view.leader_lease = kv.lease();
+            } else if key == self.keys.sync {
+                let value: SyncRecord =
+                    serde_json::from_slice(kv.value()).map_err(|e| garbled(e.to_string()))?;
+                view.sync = Some(Versioned {
+                    value,
+                    mod_revision: kv.mod_revision(),
+                });
+            } else if key == self.keys.clients {
+                view.clients = serde_json::from_slice::<Vec<HandedClient>>(kv.value())
+                    .map_err(|e| garbled(e.to_string()))?;
+            }
+        }
+        Ok(view)
+    }
+
+    /// Run `txn`, its leased writes under `lease`. Answers the revision
+    /// its writes were made at, or `None` when a comparison failed and
+    /// nothing was written.
+    pub async fn run(&self, txn: &Txn, lease: i64) -> Result<Option<i64>, ArbiterError> {
+        let when: Vec<EtcdCompare> = txn
+            .when
+            .iter()
+            .map(|c| match c {
+                Compare::Absent(key) => {
+                    EtcdCompare::create_revision(key.as_bytes(), CompareOp::Equal, 0)
+                }
+                Compare::Unchanged(key, rev) => {
+                    EtcdCompare::mod_revision(key.as_bytes(), CompareOp::Equal, *rev)
+                }
+            })
+            .collect();
+        let then: Vec<TxnOp> = txn
+            .then
+            .iter()
+            .map(|p| {
+                let opts = p.leased.then(|| PutOptions::new().with_lease(lease));
+                TxnOp::put(p.key.as_bytes(), p.value.clone(), opts)
+            })
+            .collect();
+        let mut c = self.client.clone();
+        let resp = within(
+            &self.endpoints(),
+            CALL_TIMEOUT,
+            c.txn(EtcdTxn::new().when(when).and_then(then)),
+        )
+        .await?;
+        Ok(resp
+            .succeeded()
+            .then(|| resp.header().map_or(0, |h| h.revision())))
+    }
+
+    /// A new lease of the configured time to live: its id and what etcd
+    /// granted.
+    pub async fn grant(&self) -> Result<(i64, Duration), ArbiterError> {
+        let ttl = self.options.ttl.as_secs().max(1) as i64;
+        let mut c = self.client.clone();
+        let resp = within(&self.endpoints(), CALL_TIMEOUT, c.lease_grant(ttl, None)).await?;
+        Ok((resp.id(), Duration::from_secs(resp.ttl().max(0) as u64)))
+    }
+
+    /// End `lease` at once: the keys under it are deleted.
+    pub async fn revoke(&self, lease: i64) -> Result<(), ArbiterError> {
+        let mut c = self.client.clone();
+        match within(&self.endpoints(), CALL_TIMEOUT, c.lease_revoke(lease)).await {
+            Ok(_) => Ok(()),
+            // Already gone is what was asked for.
+            Err(ArbiterError::Etcd { source, .. })
+                if source.to_string().contains("requested lease not found") =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One renewal of `lease`, waiting at most `limit`: what etcd granted
+    /// from when it handled it (zero: the lease is gone).
+    pub async fn keep_alive(&self, lease: i64, limit: Duration) -> Result<Duration, ArbiterError> {
+        let mut c = self.client.clone();
+        let endpoints = self.endpoints();
+        let round = async move {
+            let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            match stream.message().await? {
+                Some(r) => Ok(Duration::from_secs(r.ttl().max(0) as u64)),
+                None => Ok(Duration::ZERO),
+            }
+        };
+        within(&endpoints, limit, round).await
+    }
+}
+
+/// `call`, failed by name when etcd errs or does not answer in `limit`.
+async fn within<T>(
+    endpoints: &str,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ArbiterError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(ArbiterError::Etcd {
+            endpoints: endpoints.to_owned(),
+            source,
+        }),
+        Err(_) => Err(ArbiterError::Timeout {
+            endpoints: endpoints.to_owned(),
+            ms: limit.as_millis(),
+        }),
+    }
+}
+
+/// This box's record as the leader it would be.
+pub fn me(fingerprint: &str, options: &ArbiterOptions) -> LeaderRecord {
+    LeaderRecord {
+        epoch: 0,
+        fingerprint: fingerprint.to_owned(),
+        addr: options.advertise.clone(),
+    }
+}

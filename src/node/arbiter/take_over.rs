@@ -1,0 +1,134 @@
+//! A twin watching the leader key: once the primary's lease ended (the
+//! key is gone), it takes the next term and the leader key under its own
+//! lease in one transaction, if the last primary recorded it in sync and
+//! it holds what was recorded ([`crate::repl::arbiter::take_over`]).
+//! Otherwise it says why it may not, and nothing is promoted.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{Arbiter, ArbiterError};
+use crate::repl::arbiter::{self, LeaderRecord};
+use crate::repl::epochs::EpochName;
+
+/// What the watch sees, for `status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeOverShown {
+    /// Whether the last read of the arbiter was answered.
+    pub etcd_reachable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_error: Option<String>,
+    /// The leader the arbiter names, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<LeaderRecord>,
+    /// With no leader: why this twin may not take over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_eligible: Option<String>,
+}
+
+/// The term this twin took, under `lease`, with the clients the last
+/// primary served.
+#[derive(Debug)]
+pub struct TookOver {
+    pub epoch: u64,
+    pub lease: i64,
+    pub clients: Vec<crate::repl::HandedClient>,
+}
+
+/// How often the twin reads the arbiter: a tenth of the TTL, so a dead
+/// primary is replaced within about the TTL and a tenth of it.
+fn poll(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(50), Duration::from_millis(500))
+}
+
+/// Watch until this twin took over (or `stop`): `head` answers its
+/// durable head when asked.
+pub async fn watch(
+    arbiter: Arbiter,
+    me: LeaderRecord,
+    head: impl Fn() -> u64,
+    shown: watch::Sender<TakeOverShown>,
+    mut stop: watch::Receiver<bool>,
+) -> Option<TookOver> {
+    let every = poll(arbiter.options().ttl);
+    let mut said = String::new();
+    loop {
+        match attempt(&arbiter, &me, head()).await {
+            Ok(Step::TookOver(t)) => return Some(t),
+            Ok(Step::Led(l)) => {
+                shown.send_replace(TakeOverShown {
+                    etcd_reachable: true,
+                    leader: Some(l),
+                    ..Default::default()
+                });
+            }
+            Ok(Step::NotEligible { why, led }) => {
+                if why != said {
+                    // Before any primary led there is nothing to take over.
+                    if led {
+                        tracing::error!(why = %why, "the primary's lease ended and this twin may not take over: nothing is promoted");
+                    } else {
+                        tracing::info!(why = %why, "no primary has led yet");
+                    }
+                    said = why.clone();
+                }
+                shown.send_replace(TakeOverShown {
+                    etcd_reachable: true,
+                    not_eligible: Some(why),
+                    ..Default::default()
+                });
+            }
+            Ok(Step::Raced) => {}
+            Err(e) => {
+                shown.send_modify(|s| {
+                    s.etcd_reachable = false;
+                    s.etcd_error = Some(e.to_string());
+                });
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|&s| s) => return None,
+        }
+    }
+}
+
+enum Step {
+    TookOver(TookOver),
+    Led(LeaderRecord),
+    NotEligible { why: String, led: bool },
+    Raced,
+}
+
+async fn attempt(arbiter: &Arbiter, me: &LeaderRecord, head: u64) -> Result<Step, ArbiterError> {
+    let view = arbiter.view().await?;
+    if let Some(l) = &view.leader {
+        return Ok(Step::Led(l.value.clone()));
+    }
+    let (epoch, txn) = match arbiter::take_over(arbiter.keys(), &view, head, me) {
+        Ok(t) => t,
+        Err(why) => {
+            return Ok(Step::NotEligible {
+                why: why.to_string(),
+                led: view.epoch.is_some(),
+            })
+        }
+    };
+    let (lease, _) = arbiter.grant().await?;
+    if arbiter.run(&txn, lease).await?.is_none() {
+        let _ = arbiter.revoke(lease).await;
+        return Ok(Step::Raced);
+    }
+    tracing::warn!(
+        epoch = %EpochName(epoch),
+        head,
+        "the primary's lease ended: this twin took the next term and the leader key"
+    );
+    Ok(Step::TookOver(TookOver {
+        epoch,
+        lease,
+        clients: view.clients,
+    }))
+}

@@ -1,0 +1,318 @@
+//! Automatic failover with real processes and a real etcd (Debian's
+//! `etcd-server` on loopback, `testkit::etcd`): the primary A and its
+//! twin B run as `twinlog-test-child daemon` under a `[failover]` section,
+//! which serves a new role in a new program image as the shipped binaries
+//! do. Every wait is on a daemon's `/status` or on etcd, never a fixed
+//! sleep.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
+use twinlog::net::{Fingerprint, Identity};
+use twinlog::node::api::ApiError;
+use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
+
+#[path = "support/children.rs"]
+mod children;
+use children::{fast, Daemon};
+use testkit::etcd::Etcd;
+use testkit::{free_tcp, free_udp};
+
+const WAIT: Duration = Duration::from_secs(30);
+const KIND: u16 = 0x8000;
+/// The lease's time to live in these tests: etcd's least.
+const TTL_S: u64 = 2;
+
+fn pstatus(metrics: SocketAddr) -> Option<Status> {
+    daemon::fetch_status::<Status>(metrics).ok().map(|(_, s)| s)
+}
+
+fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
+    daemon::fetch_status::<TwinStatus>(metrics)
+        .ok()
+        .map(|(_, s)| s)
+        .filter(|s| s.role == "twin")
+}
+
+/// Until the future `cond` makes gives a value, tried every 20 ms;
+/// panics naming `what` after [`WAIT`].
+async fn until_async<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut cond: impl FnMut() -> F,
+) -> T {
+    let by = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = cond().await {
+            return v;
+        }
+        assert!(Instant::now() < by, "still not {what} after {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn blob(n: u64) -> Vec<u8> {
+    format!("frame {n} ").repeat(8).into_bytes()
+}
+
+/// A pair under one etcd: A the primary, B its twin, both with
+/// `[failover]`; the daemons are not started.
+struct Pair {
+    root: tempfile::TempDir,
+    etcd: Etcd,
+    a_cfg: PathBuf,
+    b_cfg: PathBuf,
+    a_metrics: SocketAddr,
+    b_metrics: SocketAddr,
+    a_listen: SocketAddr,
+    b_listen: SocketAddr,
+    b_fp: Fingerprint,
+    a_fp: Fingerprint,
+    admin: Identity,
+}
+
+impl Pair {
+    fn new(policy: daemon::config::Policy) -> Pair {
+        let root = tempfile::tempdir().expect("tempdir");
+        let etcd = Etcd::start(&root.path().join("etcd")).expect("etcd starts");
+        let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
+        let (a_listen, b_listen) = (free_udp(), free_udp());
+        let (a_metrics, b_metrics) = (free_tcp(), free_tcp());
+        let (b_cfg, b_fp) =
+            daemon::init_twin(&b_dir, a_listen, b_metrics, None).expect("twin init");
+        let (a_cfg, a_fp) =
+            daemon::init_primary(&a_dir, a_listen, a_metrics, Some(b_fp)).expect("primary init");
+        daemon::pin_primary(&b_cfg, a_fp).expect("pin");
+        fast(&a_cfg, false);
+        fast(&b_cfg, true);
+        let failover = daemon::config::FailoverSection {
+            etcd: vec![etcd.endpoint()],
+            cluster: "pair-1".into(),
+            lease_ttl_s: TTL_S,
+            auto_rejoin: true,
+            advertise: None,
+        };
+        let mut a = PrimaryConfig::load(&a_cfg).expect("load");
+        a.failover = Some(failover.clone());
+        a.durability = daemon::config::DurabilitySection {
+            policy,
+            timeout_ms: 300,
+        };
+        std::fs::write(&a_cfg, a.render()).expect("write");
+        let mut b = TwinConfig::load(&b_cfg).expect("load");
+        b.failover = Some(failover);
+        b.listen_as_primary = b_listen.into();
+        b.as_primary.durability = a.durability.clone();
+        std::fs::write(&b_cfg, b.render()).expect("write");
+        let admin = daemon::load_identity(&a_dir.join(daemon::ADMIN_DIR)).expect("admin");
+        Pair {
+            root,
+            etcd,
+            a_cfg,
+            b_cfg,
+            a_metrics,
+            b_metrics,
+            a_listen,
+            b_listen,
+            b_fp,
+            a_fp,
+            admin,
+        }
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.root.path().join(format!("{name}.log"))
+    }
+
+    fn start_a(&self) -> Daemon {
+        Daemon::start("primary", &self.a_cfg, &self.log("a"))
+    }
+
+    fn start_b(&self) -> Daemon {
+        Daemon::start("twin", &self.b_cfg, &self.log("b"))
+    }
+
+    async fn client(&self, fp: Fingerprint, addr: SocketAddr) -> Client {
+        // A first packet to a port nobody listens on yet is sent again
+        // only after QUIC's initial timeout: try again sooner.
+        until_async("a client connects", || async {
+            tokio::time::timeout(
+                Duration::from_millis(200),
+                Client::connect(&self.admin, fp, addr),
+            )
+            .await
+            .ok()
+            .and_then(|c| c.ok())
+        })
+        .await
+    }
+
+    /// A holds its lease and the arbiter records B in sync.
+    async fn in_sync(&self) {
+        testkit::until("A holds its lease, B recorded in sync", WAIT, || {
+            pstatus(self.a_metrics)
+                .and_then(|s| s.arbiter)
+                .filter(|a| a.lease.held && a.twin_in_sync)
+        })
+        .await;
+    }
+
+    fn logs(&self) -> String {
+        ["a", "b"]
+            .iter()
+            .map(|n| {
+                let text = std::fs::read_to_string(self.log(n)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                format!(
+                    "--- {n} ---\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// Append `n` frames `twin` from `first`, each answered `twin`.
+async fn append_twin(c: &Client, first: u64, n: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    for i in first..first + n {
+        let (seq, d) = c
+            .append(KIND, b"", &blob(i), Durability::Twin)
+            .await
+            .expect("a twin append");
+        assert_eq!(d, Durability::Twin);
+        out.push((seq, blob(i)));
+    }
+    out
+}
+
+async fn holds(c: &Client, acked: &[(u64, Vec<u8>)]) {
+    for (seq, b) in acked {
+        let e = c.read(*seq).await.expect("an acknowledged frame is there");
+        assert_eq!(&e.blob, b, "frame {seq}");
+    }
+}
+
+/// Kill the primary: the twin takes the next term and serves within the
+/// TTL and a second, holding every frame acknowledged `twin`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_is_replaced_within_the_ttl_and_loses_no_twin_ack() {
+    let pair = Pair::new(daemon::config::Policy::Wait);
+    let mut a = pair.start_a();
+    let _b = pair.start_b();
+    pair.in_sync().await;
+    let c = pair.client(pair.a_fp, pair.a_listen).await;
+    let acked = append_twin(&c, 0, 40).await;
+    drop(c);
+
+    a.kill();
+    let killed = Instant::now();
+    let c = pair.client(pair.b_fp, pair.b_listen).await;
+    let served = until_async("B acknowledges a write as the primary", || async {
+        match c.append(KIND, b"", b"first", Durability::Local).await {
+            Ok((seq, _)) => Some((seq, killed.elapsed())),
+            Err(_) => None,
+        }
+    })
+    .await;
+    let (first_seq, took) = served;
+    assert!(
+        took <= Duration::from_secs(TTL_S) + Duration::from_millis(1000),
+        "B served {took:?} after the kill (TTL {TTL_S} s)\n{}",
+        pair.logs()
+    );
+    assert!(first_seq > acked.last().map_or(0, |a| a.0));
+    holds(&c, &acked).await;
+    let s = pstatus(pair.b_metrics).expect("B's status");
+    let arb = s.arbiter.expect("B runs under the arbiter");
+    assert!(arb.lease.held, "{arb:?}");
+    eprintln!("served {took:?} after the kill");
+}
+
+/// Not in sync when the lease ends (the twin was frozen while appends
+/// fell back to local): nothing is promoted, and the twin says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_out_of_sync_when_the_lease_ends_is_not_promoted() {
+    let pair = Pair::new(daemon::config::Policy::Fallback);
+    let mut a = pair.start_a();
+    let b = pair.start_b();
+    pair.in_sync().await;
+    let c = pair.client(pair.a_fp, pair.a_listen).await;
+    for i in 0..5 {
+        c.append(KIND, b"", &blob(i), Durability::Twin)
+            .await
+            .expect("appended");
+    }
+    testkit::until("B sees A lead", WAIT, || {
+        tstatus(pair.b_metrics)
+            .and_then(|s| s.arbiter)
+            .and_then(|a| a.leader)
+    })
+    .await;
+
+    b.signal(libc::SIGSTOP);
+    testkit::until("B stopped", WAIT, || b.stopped().then_some(())).await;
+    let (_, d) = c
+        .append(KIND, b"", b"while B is away", Durability::Twin)
+        .await
+        .expect("answered under fallback");
+    assert_eq!(d, Durability::Local);
+    let arb = pstatus(pair.a_metrics)
+        .and_then(|s| s.arbiter)
+        .expect("A's arbiter status");
+    assert!(!arb.twin_in_sync, "recorded out of sync before the answer");
+    drop(c);
+
+    a.kill();
+    b.signal(libc::SIGCONT);
+    let why = testkit::until("B says why it may not take over", WAIT, || {
+        tstatus(pair.b_metrics)
+            .and_then(|s| s.arbiter)
+            .and_then(|a| a.not_eligible)
+            .filter(|w| w.contains("did not record this twin in sync"))
+    })
+    .await;
+    assert!(why.contains("acknowledged `twin` may be missing"), "{why}");
+    let s = tstatus(pair.b_metrics).expect("B is still the twin");
+    assert_eq!(s.role, "twin");
+}
+
+/// The arbiter down: nothing promotes; the primary acknowledges while
+/// its lease holds, then refuses every write by name (`NoLease`), and
+/// that is no later than the lease's time to live after etcd stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_etcd_down_the_primary_stops_acknowledging_within_the_ttl() {
+    let pair = Pair::new(daemon::config::Policy::Wait);
+    let _a = pair.start_a();
+    let _b = pair.start_b();
+    pair.in_sync().await;
+    let c = pair.client(pair.a_fp, pair.a_listen).await;
+    append_twin(&c, 0, 3).await;
+
+    pair.etcd.pause().expect("etcd paused");
+    let paused = Instant::now();
+    let mut last_ack = None;
+    let refused = loop {
+        match c.append(KIND, b"", b"etcd down", Durability::Twin).await {
+            Ok(_) => last_ack = Some(paused.elapsed()),
+            Err(ClientError::Api(e @ ApiError::NoLease { .. })) => break e,
+            Err(e) => panic!("refused otherwise: {e}"),
+        }
+        assert!(
+            paused.elapsed() < WAIT,
+            "still acknowledging {:?} after etcd stopped",
+            paused.elapsed()
+        );
+    };
+    let last = last_ack.unwrap_or_default();
+    assert!(
+        last < Duration::from_secs(TTL_S),
+        "acknowledged {last:?} after etcd stopped, past the TTL"
+    );
+    assert!(refused.to_string().contains("lease"), "{refused}");
+    let s = tstatus(pair.b_metrics).expect("B's status");
+    assert_eq!(s.role, "twin", "nothing promoted while etcd is down");
+    pair.etcd.resume().expect("etcd resumed");
+}
