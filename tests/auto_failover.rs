@@ -70,17 +70,51 @@ struct Pair {
     b_fp: Fingerprint,
     a_fp: Fingerprint,
     admin: Identity,
+    /// With `Pair::cuttable`: A's link to etcd, and B's to A.
+    a_to_etcd: Option<testkit::proxy::Proxy>,
+    b_to_a: Option<testkit::proxy::Proxy>,
 }
 
 impl Pair {
     fn new(policy: daemon::config::Policy) -> Pair {
         let root = tempfile::tempdir().expect("tempdir");
         let etcd = Etcd::start(&root.path().join("etcd")).expect("etcd starts");
+        let url = etcd.endpoint();
+        let a_listen = free_udp();
+        Pair::with(root, policy, etcd, url, a_listen, a_listen)
+    }
+
+    /// A pair whose primary A reaches etcd, and whose twin B reaches A,
+    /// through relays the test can cut.
+    async fn cuttable(policy: daemon::config::Policy) -> Pair {
+        let root = tempfile::tempdir().expect("tempdir");
+        let etcd = Etcd::start(&root.path().join("etcd")).expect("etcd starts");
+        let a_to_etcd = testkit::proxy::tcp(etcd.client_addr())
+            .await
+            .expect("relay");
+        let a_listen = free_udp();
+        let b_to_a = testkit::proxy::udp(a_listen).await.expect("relay");
+        let url = format!("http://{}", a_to_etcd.addr);
+        let mut pair = Pair::with(root, policy, etcd, url, a_listen, b_to_a.addr);
+        pair.a_to_etcd = Some(a_to_etcd);
+        pair.b_to_a = Some(b_to_a);
+        pair
+    }
+
+    /// `a_etcd`: where A reaches etcd; `b_sees_a`: where B reaches A.
+    fn with(
+        root: tempfile::TempDir,
+        policy: daemon::config::Policy,
+        etcd: Etcd,
+        a_etcd: String,
+        a_listen: SocketAddr,
+        b_sees_a: SocketAddr,
+    ) -> Pair {
         let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
-        let (a_listen, b_listen) = (free_udp(), free_udp());
+        let b_listen = free_udp();
         let (a_metrics, b_metrics) = (free_tcp(), free_tcp());
         let (b_cfg, b_fp) =
-            daemon::init_twin(&b_dir, a_listen, b_metrics, None).expect("twin init");
+            daemon::init_twin(&b_dir, b_sees_a, b_metrics, None).expect("twin init");
         let (a_cfg, a_fp) =
             daemon::init_primary(&a_dir, a_listen, a_metrics, Some(b_fp)).expect("primary init");
         daemon::pin_primary(&b_cfg, a_fp).expect("pin");
@@ -94,7 +128,10 @@ impl Pair {
             advertise: None,
         };
         let mut a = PrimaryConfig::load(&a_cfg).expect("load");
-        a.failover = Some(failover.clone());
+        a.failover = Some(daemon::config::FailoverSection {
+            etcd: vec![a_etcd],
+            ..failover.clone()
+        });
         a.durability = daemon::config::DurabilitySection {
             policy,
             timeout_ms: 300,
@@ -118,6 +155,8 @@ impl Pair {
             b_fp,
             a_fp,
             admin,
+            a_to_etcd: None,
+            b_to_a: None,
         }
     }
 
@@ -315,4 +354,84 @@ async fn with_etcd_down_the_primary_stops_acknowledging_within_the_ttl() {
     let s = tstatus(pair.b_metrics).expect("B's status");
     assert_eq!(s.role, "twin", "nothing promoted while etcd is down");
     pair.etcd.resume().expect("etcd resumed");
+}
+
+/// Cut the primary off from etcd and from its twin: it fences itself
+/// (refuses by name) before the new primary's first acknowledgement, on
+/// the test's one clock; once the links mend, it learns its lease is
+/// gone and rejoins the new primary as its twin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cut_off_fences_itself_before_the_new_primary_acknowledges() {
+    let pair = Pair::cuttable(daemon::config::Policy::Wait).await;
+    let _a = pair.start_a();
+    let _b = pair.start_b();
+    pair.in_sync().await;
+    let ca = pair.client(pair.a_fp, pair.a_listen).await;
+    let acked = append_twin(&ca, 0, 10).await;
+
+    // A writer on A (its own link stays up), `local` so no wait on the
+    // cut twin: every acknowledgement's arrival, on this clock.
+    let writer = tokio::spawn(async move {
+        let mut arrivals = Vec::new();
+        loop {
+            match ca.append(KIND, b"", b"cut off", Durability::Local).await {
+                Ok((seq, _)) => arrivals.push((seq, Instant::now())),
+                Err(ClientError::Api(ApiError::NoLease { .. })) => {
+                    return (arrivals, Instant::now())
+                }
+                Err(e) => panic!("A refused otherwise: {e}"),
+            }
+        }
+    });
+    let (to_etcd, to_a) = (
+        pair.a_to_etcd.clone().expect("relay"),
+        pair.b_to_a.clone().expect("relay"),
+    );
+    to_etcd.cut(true);
+    to_a.cut(true);
+    let cut = Instant::now();
+
+    let cb = pair.client(pair.b_fp, pair.b_listen).await;
+    let (first_b, b_acked_at) = until_async("B acknowledges as the primary", || async {
+        cb.append(KIND, b"", b"new primary", Durability::Local)
+            .await
+            .ok()
+            .map(|(seq, _)| (seq, Instant::now()))
+    })
+    .await;
+    let (a_acks, a_fenced_at) = writer.await.expect("the writer on A");
+    let a_last = a_acks.last().map(|(_, at)| *at).unwrap_or(cut);
+    assert!(
+        a_last < b_acked_at,
+        "A acknowledged at {:?}, B first at {:?} (from the cut)",
+        a_last - cut,
+        b_acked_at - cut
+    );
+    assert!(a_fenced_at <= b_acked_at + Duration::from_millis(50) || a_last < b_acked_at);
+    eprintln!(
+        "A's last ack {:?} after the cut, B's first {:?}: a margin of {:?}",
+        a_last - cut,
+        b_acked_at - cut,
+        b_acked_at - a_last
+    );
+    assert!(first_b > acked.last().map_or(0, |a| a.0));
+    holds(&cb, &acked).await;
+
+    // Mended: A finds its lease gone and rejoins B as its twin.
+    to_etcd.cut(false);
+    to_a.cut(false);
+    testkit::until("A follows B as its twin", WAIT, || {
+        tstatus(pair.a_metrics).filter(|s| s.connected)
+    })
+    .await;
+    append_twin(&cb, 100, 3).await;
+}
+
+impl Drop for Pair {
+    /// A failed test shows what the daemons said.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+    }
 }

@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::log::Tail;
 use twinlog::net::{Fingerprint, Identity};
@@ -26,45 +25,6 @@ use testkit::{free_tcp, free_udp};
 mod children;
 
 use children::spawn as start;
-
-/// A UDP relay between the twin and the primary that can cut the link.
-struct Proxy {
-    addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-}
-
-async fn proxy(upstream: SocketAddr) -> Proxy {
-    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
-    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
-    let addr = front.local_addr().expect("addr");
-    let cut = Arc::new(AtomicBool::new(false));
-    let peer: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-    {
-        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, from)) = front.recv_from(&mut buf).await {
-                *peer.lock().expect("lock") = Some(from);
-                if !cut.load(Ordering::SeqCst) {
-                    let _ = back.send_to(&buf[..n], upstream).await;
-                }
-            }
-        });
-    }
-    {
-        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, _)) = back.recv_from(&mut buf).await {
-                let to = *peer.lock().expect("lock");
-                if let (Some(to), false) = (to, cut.load(Ordering::SeqCst)) {
-                    let _ = front.send_to(&buf[..n], to).await;
-                }
-            }
-        });
-    }
-    Proxy { addr, cut }
-}
 
 fn blob(n: u64) -> Vec<u8> {
     let len = if n % 50 == 7 {
@@ -226,7 +186,7 @@ async fn acknowledged_frames_survive_kills_and_cuts() {
     let root = tempfile::tempdir().expect("tempdir");
     let (pdir, tdir) = (root.path().join("p"), root.path().join("t"));
     let listen: SocketAddr = free_udp();
-    let proxy = proxy(listen).await;
+    let proxy = testkit::proxy::udp(listen).await.expect("proxy");
     let (tcfg, twin_fp) =
         daemon::init_twin(&tdir, proxy.addr, free_tcp(), None).expect("twin init");
     let (pcfg, primary_fp) =
@@ -277,9 +237,9 @@ async fn acknowledged_frames_survive_kills_and_cuts() {
 
     // Cut until the primary has noticed (its idle timeout), so that the
     // pair must reconnect, not merely resend.
-    proxy.cut.store(true, Ordering::SeqCst);
+    proxy.cut(true);
     twin_connected(&admin, primary_fp, listen, false).await;
-    proxy.cut.store(false, Ordering::SeqCst);
+    proxy.cut(false);
     twin_connected(&admin, primary_fp, listen, true).await;
     progress(&acked, 20, "after the link was cut and restored").await;
     verify(&pdir, &tdir, &acked, "after the link was cut and restored");

@@ -1,7 +1,8 @@
 //! What the tests, benches and drills share to run daemons: free loopback
 //! ports, child processes that are killed when their owner lets go of
-//! them, what a process spends, waits on state instead of sleeps, and a
-//! real etcd on loopback for the failover tests.
+//! them, what a process spends, waits on state instead of sleeps, a
+//! real etcd on loopback for the failover tests, and relays that cut a
+//! link on demand.
 //!
 //! A harness, not a product: its functions panic with a message where a
 //! test would, except where a drill needs the error to report it.
@@ -10,6 +11,7 @@ pub mod child;
 pub mod etcd;
 pub mod ports;
 pub mod procfs;
+pub mod proxy;
 pub mod wait;
 
 pub use child::Guard;

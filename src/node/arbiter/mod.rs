@@ -229,19 +229,21 @@ impl Arbiter {
     }
 
     /// One renewal of `lease`, waiting at most `limit`: what etcd granted
-    /// from when it handled it (zero: the lease is gone).
+    /// from when it handled it (zero: the lease is gone). etcd renews a
+    /// lease to the time to live it was granted with, which is at least
+    /// the one asked for (it raises, never lowers).
     pub async fn keep_alive(&self, lease: i64, limit: Duration) -> Result<Duration, ArbiterError> {
         let mut c = self.client.clone();
-        let endpoints = self.endpoints();
-        let round = async move {
-            let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
-            keeper.keep_alive().await?;
-            match stream.message().await? {
-                Some(r) => Ok(Duration::from_secs(r.ttl().max(0) as u64)),
-                None => Ok(Duration::ZERO),
-            }
-        };
-        within(&endpoints, limit, round).await
+        // Opening the keep-alive stream sends one renewal and waits for
+        // its answer, which is refused when the lease is gone.
+        match within(&self.endpoints(), limit, c.lease_keep_alive(lease)).await {
+            Ok(_) => Ok(self.options.ttl),
+            Err(ArbiterError::Etcd {
+                source: etcd_client::Error::LeaseKeepAliveError(why),
+                ..
+            }) if why.contains("lease not found") => Ok(Duration::ZERO),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -1,0 +1,104 @@
+//! Relays on loopback that cut a link on demand, as a partition does:
+//! while cut, nothing passes either way and nothing is closed, so each
+//! side learns of it only by its own timeouts.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// A relay: connect to `addr` instead of the upstream.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    pub addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    /// Cut the link (`true`) or mend it (`false`).
+    pub fn cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
+}
+
+/// A UDP relay to `upstream` (a QUIC link): datagrams from the last peer
+/// that wrote go up, and the answers back to it.
+pub async fn udp(upstream: SocketAddr) -> std::io::Result<Proxy> {
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
+    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
+    let addr = front.local_addr()?;
+    let cut = Arc::new(AtomicBool::new(false));
+    let peer: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
+    {
+        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while let Ok((n, from)) = front.recv_from(&mut buf).await {
+                *peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(from);
+                if !cut.load(Ordering::SeqCst) {
+                    let _ = back.send_to(&buf[..n], upstream).await;
+                }
+            }
+        });
+    }
+    {
+        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while let Ok((n, _)) = back.recv_from(&mut buf).await {
+                let to = *peer.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Some(to), false) = (to, cut.load(Ordering::SeqCst)) {
+                    let _ = front.send_to(&buf[..n], to).await;
+                }
+            }
+        });
+    }
+    Ok(Proxy { addr, cut })
+}
+
+/// A TCP relay to `upstream` (etcd's gRPC): each connection relayed both
+/// ways; while cut, bytes either way are dropped and new connections are
+/// held open and silent.
+pub async fn tcp(upstream: SocketAddr) -> std::io::Result<Proxy> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let cut = Arc::new(AtomicBool::new(false));
+    let relay_cut = cut.clone();
+    tokio::spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            let cut = relay_cut.clone();
+            tokio::spawn(async move {
+                let Ok(up) = TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pump(dr, uw, cut.clone()));
+                pump(ur, dw, cut).await;
+            });
+        }
+    });
+    Ok(Proxy { addr, cut })
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    cut: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            return;
+        }
+        if !cut.load(Ordering::SeqCst) && to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
