@@ -42,6 +42,7 @@ pub use crate::layout::{
     TWIN_SLOT,
 };
 
+mod arbiter_text;
 mod check;
 mod error;
 mod metrics_text;
@@ -51,6 +52,8 @@ mod serve_twin;
 mod setup;
 mod status_text;
 
+use arbiter_text::{primary_arbiter_metrics, twin_arbiter_metrics};
+pub use arbiter_text::{render_primary_arbiter, render_twin_arbiter};
 pub use check::*;
 pub use error::*;
 use metrics_text::*;

@@ -286,6 +286,9 @@ fn primary_metrics(node: &Primary, s: &crate::node::Status, out: &mut String) {
         s.epoch,
     );
     role_metrics(out, "primary");
+    if let Some(a) = &s.arbiter {
+        primary_arbiter_metrics(out, a);
+    }
     gauge(
         out,
         "twinlog_fenced",

@@ -224,6 +224,9 @@ fn twin_metrics(s: &crate::node::TwinStatus, out: &mut String) {
         s.epoch,
     );
     role_metrics(out, "twin");
+    if let Some(a) = &s.arbiter {
+        twin_arbiter_metrics(out, a);
+    }
     gauge(
         out,
         "twinlog_fenced",

@@ -151,6 +151,9 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
             ),
         });
     }
+    if let Some(a) = &s.arbiter {
+        out.push_str(&super::render_primary_arbiter(a));
+    }
     if let Some(p) = &s.predecessor {
         out.push_str(&match p.told {
             true => format!(
@@ -296,6 +299,9 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     }
     if let Some(e) = &s.last_error {
         out.push_str(&format!("last disconnect: {e}\n"));
+    }
+    if let Some(a) = &s.arbiter {
+        out.push_str(&super::render_twin_arbiter(a));
     }
     out.push_str(&render_twin_retention(&s.retention));
     out.push_str(&render_store(
