@@ -71,6 +71,23 @@ pub fn sync_parent_with(fs: &dyn Storage, path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Rename `from` to `to` (a file or a directory), durably: the
+/// directories of both names synced, `to`'s first. Where a crash leaves
+/// the old name or the new one, whole.
+pub fn move_aside(from: &Path, to: &Path) -> std::io::Result<()> {
+    move_aside_with(&StdStorage, from, to)
+}
+
+/// [`move_aside`] through `fs`.
+pub fn move_aside_with(fs: &dyn Storage, from: &Path, to: &Path) -> std::io::Result<()> {
+    fs.rename(from, to)?;
+    sync_parent_with(fs, to)?;
+    if from.parent() != to.parent() {
+        sync_parent_with(fs, from)?;
+    }
+    Ok(())
+}
+
 fn temp_beside(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");

@@ -10,9 +10,7 @@
 //! byte of a record is ever rewritten and a torn write can only be the tail.
 //! Layout in docs/FORMAT.md.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -356,7 +354,7 @@ impl Archive {
         for p in self.packs.iter_mut().filter(|p| p.seq < before) {
             p.erased = true;
             if p.body_len > 0 {
-                punch_file(&*self.file, p.body_at, p.body_len)?;
+                punch(&*self.file, p.body_at, p.body_len)?;
             }
             extents.push(p.extent());
         }
@@ -481,37 +479,11 @@ impl Extent {
 
 /// Deallocate a range of a store file, or zero it where the file system
 /// cannot punch, whatever the reason it gives.
-fn punch_file(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()> {
     match file.punch(at, len) {
         Ok(()) => Ok(()),
         Err(_) => write_zeros(file, at, len),
     }
-}
-
-/// Deallocate a range, or zero it where the file system cannot punch.
-pub(crate) fn punch(file: &File, at: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fallocate takes a file descriptor we own for the call and
-    // plain integers; it touches no memory of ours.
-    let r = unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            at as libc::off_t,
-            len as libc::off_t,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let zeros = vec![0u8; (1 << 20).min(len as usize)];
-    let mut pos = 0;
-    while pos < len {
-        let n = (zeros.len() as u64).min(len - pos) as usize;
-        file.write_all_at(&zeros[..n], at + pos)?;
-        pos += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

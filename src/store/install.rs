@@ -182,7 +182,7 @@ pub fn crc_of_frame(log: &Log, base: Option<&SnapshotBase>, seq: u64) -> Result<
 /// at `base_path` (see [`crc_of_frame`]); a base file that does not read is
 /// its error.
 pub fn head_crc(log: &Log, base_path: &Path) -> Result<u32> {
-    let base = read_base(base_path)?;
+    let base = read_base_with(&**log.storage(), base_path)?;
     crc_of_frame(log, base.as_ref(), log.head_seq())
 }
 
@@ -199,8 +199,9 @@ pub fn stage_base_with(fs: &dyn Storage, paths: &InstallPaths, base: &SnapshotBa
 
 /// Install the staged snapshot, stopping after `stop_after` (as a crash
 /// would) when given. The store must be closed (its files are moved).
+/// Through the log's storage: the store is kept beside the log.
 pub fn install(paths: &InstallPaths, log: &Log, stop_after: Option<InstallStep>) -> Result<u64> {
-    install_with(&StdStorage, paths, log, stop_after)
+    install_with(&**log.storage(), paths, log, stop_after)
 }
 
 /// [`install`] through `fs`.
@@ -300,8 +301,9 @@ fn roll_forward(
 
 /// At start, before the store opens: finish an install a crash
 /// interrupted after its intent. Answers the seq installed, if any.
+/// Through the log's storage, as [`install`].
 pub fn finish(paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
-    finish_with(&StdStorage, paths, log)
+    finish_with(&**log.storage(), paths, log)
 }
 
 /// [`finish`] through `fs`.
