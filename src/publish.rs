@@ -125,6 +125,7 @@ pub mod sabotage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     #[test]
     fn a_published_file_replaces_the_old_one_whole() {
@@ -132,12 +133,12 @@ mod tests {
         let path = dir.path().join("primary.toml");
         publish(&path, b"one").expect("publish");
         publish(&path, b"two").expect("publish again");
-        assert_eq!(std::fs::read(&path).expect("read"), b"two");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(StdStorage.read(&path).expect("read"), b"two");
+        let left = StdStorage.list(dir.path()).expect("list");
         assert_eq!(left.len(), 1, "no temporary file is left");
         publish_hint(&path, b"three").expect("a hint");
-        assert_eq!(std::fs::read(&path).expect("read"), b"three");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(StdStorage.read(&path).expect("read"), b"three");
+        let left = StdStorage.list(dir.path()).expect("list");
         assert_eq!(left.len(), 1, "no temporary file is left");
     }
 
@@ -145,8 +146,13 @@ mod tests {
     fn a_temporary_file_a_crash_left_is_replaced_not_appended_to() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("marker");
-        std::fs::write(dir.path().join("marker.tmp"), b"a longer leftover").expect("leftover");
+        write_file(
+            &StdStorage,
+            &dir.path().join("marker.tmp"),
+            b"a longer leftover",
+        )
+        .expect("leftover");
         publish(&path, b"new").expect("publish");
-        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(StdStorage.read(&path).expect("read"), b"new");
     }
 }

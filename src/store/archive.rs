@@ -489,6 +489,7 @@ pub(crate) fn punch(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     fn append(a: &mut Archive, seq: u64, body: &[u8]) -> PackRecord {
         let mut p = a.begin_pack(seq).expect("begin");
@@ -504,22 +505,22 @@ mod tests {
         append(&mut a, 3, b"first pack");
         let whole = a.len();
         append(&mut a, 9, b"second pack body");
-        let full = std::fs::read(&path).expect("read");
+        let full = StdStorage.read(&path).expect("read");
         drop(a);
         for cut in whole..full.len() as u64 {
-            std::fs::write(&path, &full[..cut as usize]).expect("write");
+            write_file(&StdStorage, &path, &full[..cut as usize]).expect("write");
             let a = Archive::open(&path).expect("reopen");
             assert_eq!(a.packs().len(), 1, "cut at {cut}");
             assert_eq!(a.len(), whole);
-            assert_eq!(std::fs::metadata(&path).expect("meta").len(), whole);
+            assert_eq!(StdStorage.read(&path).expect("read").len() as u64, whole);
         }
-        std::fs::write(&path, &full).expect("write");
+        write_file(&StdStorage, &path, &full).expect("write");
         let mut flipped = full.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
-        std::fs::write(&path, &flipped).expect("write");
+        write_file(&StdStorage, &path, &flipped).expect("write");
         assert_eq!(Archive::open(&path).expect("open").packs().len(), 1);
-        std::fs::write(&path, &full).expect("write");
+        write_file(&StdStorage, &path, &full).expect("write");
         let a = Archive::open(&path).expect("open");
         assert_eq!(a.last_seq(), 9);
         let p = a.packs()[1];
@@ -543,17 +544,17 @@ mod tests {
         let third_at = a.len();
         append(&mut a, 3, b"third");
         drop(a);
-        let full = std::fs::read(&path).expect("read");
+        let full = StdStorage.read(&path).expect("read");
         for byte in second_at..second_at + RECORD_HEADER_LEN {
             let mut bad = full.clone();
             bad[byte as usize] ^= 0x04;
-            std::fs::write(&path, &bad).expect("write");
+            write_file(&StdStorage, &path, &bad).expect("write");
             match Archive::open(&path) {
                 Err(StoreError::Corrupt { at, .. }) => assert_eq!(at, second_at, "flip at {byte}"),
                 other => panic!("flip at {byte}: {:?}", other.map(|a| a.packs().len())),
             }
             assert_eq!(
-                std::fs::read(&path).expect("read"),
+                StdStorage.read(&path).expect("read"),
                 bad,
                 "nothing is cut: flip at {byte}"
             );
@@ -561,7 +562,7 @@ mod tests {
         // The last record's header damaged is a torn tail, as before.
         let mut bad = full.clone();
         bad[third_at as usize + 3] ^= 0x04;
-        std::fs::write(&path, &bad).expect("write");
+        write_file(&StdStorage, &path, &bad).expect("write");
         assert_eq!(Archive::open(&path).expect("open").packs().len(), 2);
     }
 
@@ -575,7 +576,7 @@ mod tests {
         let ext = a.erase_before(5).expect("erase");
         assert_eq!(ext.len(), 1);
         drop(a);
-        let raw = std::fs::read(&path).expect("read");
+        let raw = StdStorage.read(&path).expect("read");
         assert!(!raw.windows(6).any(|w| w == b"MARKER"));
         let a = Archive::open(&path).expect("reopen");
         assert!(a.packs()[0].erased && !a.packs()[1].erased);
@@ -588,7 +589,7 @@ mod tests {
     fn a_foreign_file_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("archive");
-        std::fs::write(&path, b"definitely not an archive").expect("write");
+        write_file(&StdStorage, &path, b"definitely not an archive").expect("write");
         assert!(matches!(
             Archive::open(&path),
             Err(StoreError::Corrupt { at: 0, .. })

@@ -322,6 +322,7 @@ pub fn finish_with(fs: &dyn Storage, paths: &InstallPaths, log: &Log) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     #[test]
     fn the_head_crc_comes_from_the_log_or_the_base_and_is_never_made_up() {
@@ -351,7 +352,7 @@ mod tests {
         );
 
         // A base that does not decode is its error, not "no base".
-        std::fs::write(&base_path, b"{not json").expect("corrupt");
+        write_file(&StdStorage, &base_path, b"{not json").expect("corrupt");
         assert!(head_crc(&log, &base_path).is_err());
     }
 }

@@ -245,6 +245,7 @@ fn legacy(fs: &dyn Storage, path: &Path, head: u64) -> std::io::Result<EpochStat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     const T1: u64 = 1 << crate::repl::epochs::LIFE_BITS;
 
@@ -275,7 +276,7 @@ mod tests {
         assert!(held.fenced(), "still held");
         assert!(held.release().expect("release"));
         assert!(!Epochs::load(dir.path(), 0).expect("reload").fenced());
-        std::fs::write(dir.path().join(EPOCHS_FILE), "x").expect("damage");
+        write_file(&StdStorage, &dir.path().join(EPOCHS_FILE), "x".as_bytes()).expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
     }
 
@@ -283,13 +284,18 @@ mod tests {
     fn a_file_written_before_terms_reads_each_epoch_as_a_term() {
         let dir = tempfile::tempdir().expect("tempdir");
         let old = r#"{"history":[{"epoch":0,"first":1},{"epoch":2,"first":9}],"seen":3,"fenced_by":"twin"}"#;
-        std::fs::write(dir.path().join(EPOCHS_FILE), old).expect("write");
+        write_file(&StdStorage, &dir.path().join(EPOCHS_FILE), old.as_bytes()).expect("write");
         let e = Epochs::load(dir.path(), 0).expect("load");
         assert_eq!(e.current(), 2 * T1);
         assert_eq!(e.newest(), 3 * T1);
         assert!(e.fenced());
         let future = r#"{"format":9,"history":[{"epoch":0,"first":1}],"seen":0,"fenced_by":null}"#;
-        std::fs::write(dir.path().join(EPOCHS_FILE), future).expect("write");
+        write_file(
+            &StdStorage,
+            &dir.path().join(EPOCHS_FILE),
+            future.as_bytes(),
+        )
+        .expect("write");
         let err = Epochs::load(dir.path(), 0).expect_err("refused");
         assert!(err.to_string().contains("format 9"), "{err}");
     }
@@ -297,12 +303,22 @@ mod tests {
     #[test]
     fn an_older_directory_keeps_its_epoch_from_its_head_on() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "2\n").expect("write");
+        write_file(
+            &StdStorage,
+            &dir.path().join(LEGACY_EPOCH_FILE),
+            "2\n".as_bytes(),
+        )
+        .expect("write");
         let e = Epochs::load(dir.path(), 40).expect("load");
         assert_eq!(e.current(), 2 * T1);
         assert_eq!(e.history().epoch_of(40), Some(0));
         assert_eq!(e.history().epoch_of(41), Some(2 * T1));
-        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "two").expect("damage");
+        write_file(
+            &StdStorage,
+            &dir.path().join(LEGACY_EPOCH_FILE),
+            "two".as_bytes(),
+        )
+        .expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
     }
 }

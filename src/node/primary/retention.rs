@@ -147,7 +147,7 @@ mod tests {
         assert_eq!(load_slot(&p), 0);
         store_slot(&p, 77).expect("store");
         assert_eq!(load_slot(&p), 77);
-        std::fs::write(&p, b"garbage-garb").expect("write");
+        write_file(&StdStorage, &p, b"garbage-garb").expect("write");
         assert_eq!(load_slot(&p), 0);
     }
 }

@@ -210,7 +210,7 @@ mod tests {
         let body: Vec<u8> = (0..PIECE * 2 + 17).map(|i| i as u8).collect();
         f.write_all(&body).expect("write");
         assert_eq!(
-            std::fs::read_dir(dir.path()).expect("list").count(),
+            StdStorage.list(dir.path()).expect("list").len(),
             0,
             "nothing is left under a name"
         );
