@@ -94,15 +94,17 @@ fn temp_beside(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The negative control of the store's crash test: a publish that skips
+/// The negative controls of the store's crash test: a publish that skips
 /// the temporary file's fsync, so a crash after the rename can leave the
-/// new name on an empty file. Per thread, so one test turning it on does
-/// not reach the tests running beside it; absent from a build without the
-/// `testing` feature.
+/// new name on an empty file, and a saved divergent tail renamed into
+/// place without its fsync (`node::divergent::save`). Per thread, so one
+/// test turning one on does not reach the tests running beside it; absent
+/// from a build without the `testing` feature.
 pub mod sabotage {
     #[cfg(feature = "testing")]
     thread_local! {
         static SKIP_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static SKIP_TAIL_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
     /// Whether this thread's publishes skip the temporary file's fsync.
@@ -111,13 +113,29 @@ pub mod sabotage {
         SKIP_FSYNC.with(|s| s.set(on));
     }
 
+    /// Whether this thread's saved tails skip the frames file's fsync.
+    #[cfg(feature = "testing")]
+    pub fn skip_tail_fsync(on: bool) {
+        SKIP_TAIL_FSYNC.with(|s| s.set(on));
+    }
+
     #[cfg(feature = "testing")]
     pub(crate) fn fsync_skipped() -> bool {
         SKIP_FSYNC.with(|s| s.get())
     }
 
+    #[cfg(feature = "testing")]
+    pub(crate) fn tail_fsync_skipped() -> bool {
+        SKIP_TAIL_FSYNC.with(|s| s.get())
+    }
+
     #[cfg(not(feature = "testing"))]
     pub(crate) fn fsync_skipped() -> bool {
+        false
+    }
+
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn tail_fsync_skipped() -> bool {
         false
     }
 }

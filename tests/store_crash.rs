@@ -1,14 +1,17 @@
 //! The store's files under a simulated power cut: each operation that
 //! changes one (a push-log append, compaction and erase, an object-index
-//! append and erase, a publish by rename) is crashed at every sync it
-//! makes, and failed at every write and every fsync, one at a time. After
-//! each, the reopened file holds exactly the state before the operation or
-//! the state after it, never a third; and once the operation has returned,
-//! a power cut keeps the state after it.
+//! append and erase, a publish by rename, a store apply of each kind, a
+//! snapshot install) and each of the box's own durable files (a rejoin's
+//! saved tail and cut, EPOCHS, PREDECESSOR, a promoted box's
+//! configurations) is crashed at every sync it makes, and failed at every
+//! write and every fsync, one at a time. After each, the reopened file
+//! holds exactly the state before the operation or the state after it,
+//! never a third; and once the operation has returned, a power cut keeps
+//! the state after it.
 //!
-//! The negative control turns off the fsync of a publish's temporary file
-//! and expects the checker to report the empty file a power cut then
-//! leaves under the new name.
+//! The negative controls turn off an fsync (`publish::sabotage`: a
+//! publish's temporary file, a saved tail's frames file) and expect the
+//! checker to report what a power cut then leaves under the new name.
 
 #[path = "support/crash_everywhere.rs"]
 mod crash_everywhere;
@@ -251,11 +254,26 @@ fn publish_by_rename_leaves_the_old_file_or_the_new_one_at_every_crash() {
     assert_clean("publish", &publish_cov());
 }
 
+/// `cov` run with a sabotage switch on (on this thread), and the switch
+/// off again after.
+fn sabotaged(switch: fn(bool), cov: impl FnOnce() -> Coverage) -> Coverage {
+    switch(true);
+    let cov = cov();
+    switch(false);
+    cov
+}
+
+/// A negative control's verdict: the sabotage was seen.
+fn assert_caught(cov: &Coverage, missed: &str) {
+    assert!(
+        !cov.violations.is_empty(),
+        "the checker misses {missed}: {cov:?}"
+    );
+}
+
 #[test]
 fn negative_control_a_publish_without_its_fsync_is_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = publish_cov();
-    sabotage::skip_publish_fsync(false);
+    let cov = sabotaged(sabotage::skip_publish_fsync, publish_cov);
     assert!(
         cov.violations
             .iter()
@@ -635,17 +653,17 @@ fn snapshot_install_leaves_the_old_store_or_the_new_one_at_every_crash() {
 
 #[test]
 fn negative_control_a_document_published_without_its_fsync_is_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = crash_an_apply("doc, sabotaged", &|log, _| {
-        append(
-            log,
-            &frames::doc_frame("policy.toml", b"retain = 4").expect("f"),
-        );
+    let cov = sabotaged(sabotage::skip_publish_fsync, || {
+        crash_an_apply("doc, sabotaged", &|log, _| {
+            append(
+                log,
+                &frames::doc_frame("policy.toml", b"retain = 4").expect("f"),
+            );
+        })
     });
-    sabotage::skip_publish_fsync(false);
-    assert!(
-        !cov.violations.is_empty(),
-        "the checker misses a document renamed into place before its bytes were durable: {cov:?}"
+    assert_caught(
+        &cov,
+        "a document renamed into place before its bytes were durable",
     );
 }
 
@@ -737,9 +755,7 @@ fn a_rejoins_save_and_cut_keeps_the_tail_whole_or_the_log_uncut_at_every_crash()
 
 #[test]
 fn negative_control_a_tail_saved_without_its_fsync_is_caught() {
-    divergent::sabotage::skip_tail_fsync(true);
-    let cov = save_and_cut_cov();
-    divergent::sabotage::skip_tail_fsync(false);
+    let cov = sabotaged(sabotage::skip_tail_fsync, save_and_cut_cov);
     assert!(
         cov.violations
             .iter()
@@ -781,12 +797,10 @@ fn epochs_are_whole_or_absent_at_every_crash() {
 
 #[test]
 fn negative_control_epochs_published_without_their_fsync_are_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = epochs_cov();
-    sabotage::skip_publish_fsync(false);
-    assert!(
-        !cov.violations.is_empty(),
-        "the checker misses an EPOCHS file renamed into place before its bytes were durable: {cov:?}"
+    let cov = sabotaged(sabotage::skip_publish_fsync, epochs_cov);
+    assert_caught(
+        &cov,
+        "an EPOCHS file renamed into place before its bytes were durable",
     );
 }
 
@@ -826,12 +840,10 @@ fn forgetting_the_predecessor_is_durable_at_every_crash() {
 
 #[test]
 fn negative_control_a_predecessor_file_without_its_fsync_is_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = predecessor_cov();
-    sabotage::skip_publish_fsync(false);
-    assert!(
-        !cov.violations.is_empty(),
-        "the checker misses a PREDECESSOR renamed into place before its bytes were durable: {cov:?}"
+    let cov = sabotaged(sabotage::skip_publish_fsync, predecessor_cov);
+    assert_caught(
+        &cov,
+        "a PREDECESSOR renamed into place before its bytes were durable",
     );
 }
 
@@ -899,11 +911,9 @@ fn a_promoted_boxs_configurations_are_whole_or_absent_at_every_crash() {
 
 #[test]
 fn negative_control_configurations_moved_without_their_fsyncs_are_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = promote_cov();
-    sabotage::skip_publish_fsync(false);
-    assert!(
-        !cov.violations.is_empty(),
-        "the checker misses a configuration published or moved before it was durable: {cov:?}"
+    let cov = sabotaged(sabotage::skip_publish_fsync, promote_cov);
+    assert_caught(
+        &cov,
+        "a configuration published or moved before it was durable",
     );
 }

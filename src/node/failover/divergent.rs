@@ -97,7 +97,7 @@ pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, Pat
             .map_err(|e| std::io::Error::other(format!("reading frame {seq}: {e}")))?;
     }
     let f = out.into_inner().map_err(|e| e.into_error())?;
-    if !sabotage::tail_fsync_skipped() {
+    if !crate::publish::sabotage::tail_fsync_skipped() {
         f.file().sync_all()?;
     }
     drop(f);
@@ -453,31 +453,4 @@ pub fn sweep_with(fs: &dyn Storage, data_dir: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The negative control of the rejoin's crash test: a saved tail renamed
-/// into place without its fsync, so a power cut can leave a named frames
-/// file that is torn. Per thread; absent from a build without the
-/// `testing` feature.
-pub mod sabotage {
-    #[cfg(feature = "testing")]
-    thread_local! {
-        static SKIP_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    }
-
-    /// Whether this thread's saves skip the frames file's fsync.
-    #[cfg(feature = "testing")]
-    pub fn skip_tail_fsync(on: bool) {
-        SKIP_FSYNC.with(|s| s.set(on));
-    }
-
-    #[cfg(feature = "testing")]
-    pub(crate) fn tail_fsync_skipped() -> bool {
-        SKIP_FSYNC.with(|s| s.get())
-    }
-
-    #[cfg(not(feature = "testing"))]
-    pub(crate) fn tail_fsync_skipped() -> bool {
-        false
-    }
 }

@@ -145,16 +145,11 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
     let fork = heard.fork;
     // What the store applied past the fork, for the plan.
     let fs = log.storage().clone();
-    let store_dir = match at.store_dir.clone() {
-        Some(d)
-            if fs
-                .exists(&d.join("APPLIED"))
-                .map_err(io("reading the store"))? =>
-        {
-            Some(d)
-        }
-        _ => None,
-    };
+    // A mark that cannot be looked at counts as none (`Path::exists`).
+    let store_dir = at
+        .store_dir
+        .clone()
+        .filter(|d| fs.exists(&d.join("APPLIED")).unwrap_or(false));
     let store_applied = match &store_dir {
         Some(dir) => crate::store::Store::applied_mark_with(&*fs, dir, log.history())?,
         None => 0,

@@ -440,7 +440,12 @@ impl StoreHost {
         let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
         let applied = match g.as_ref() {
             Some(store) => store.applied(),
-            None if self.log.storage().exists(&self.dir.join("APPLIED"))? => {
+            None if self
+                .log
+                .storage()
+                .exists(&self.dir.join("APPLIED"))
+                .unwrap_or(false) =>
+            {
                 Store::applied_mark_with(&**self.log.storage(), &self.dir, self.log.history())?
             }
             None => 0,

@@ -292,7 +292,7 @@ pub async fn restore(
     // files all go through it.
     let fs: Arc<dyn Storage> = StdStorage::shared();
     let marker = data.join(RESTORING_FILE);
-    let resumed = fs.exists(&marker)?;
+    let resumed = fs.exists(&marker).unwrap_or(false);
     let salvaged = salvage(&*fs, &data)?;
     let log = Arc::new(Log::open_opts(
         data.join(crate::layout::LOG_DIR),
