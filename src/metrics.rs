@@ -1,8 +1,11 @@
 //! Latency histograms cheap enough for the log's hot paths: a fixed array
 //! of atomic buckets, no lock, rendered as Prometheus histograms.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::storage::{StdStorage, Storage};
 
 /// Upper bounds of the buckets, in nanoseconds: 0.1 ms to 10 s.
 const BOUNDS_NS: [u64; 16] = [
@@ -93,7 +96,8 @@ impl HistogramSnapshot {
 /// `Dirty` and `Writeback` of /proc/meminfo, in bytes: what the page cache
 /// holds for the disk that a sync will wait on.
 pub fn dirty_and_writeback() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let bytes = StdStorage.read(Path::new("/proc/meminfo")).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))

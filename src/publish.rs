@@ -71,21 +71,40 @@ pub fn sync_parent_with(fs: &dyn Storage, path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Rename `from` to `to` (a file or a directory), durably: the
+/// directories of both names synced, `to`'s first. Where a crash leaves
+/// the old name or the new one, whole.
+pub fn move_aside(from: &Path, to: &Path) -> std::io::Result<()> {
+    move_aside_with(&StdStorage, from, to)
+}
+
+/// [`move_aside`] through `fs`.
+pub fn move_aside_with(fs: &dyn Storage, from: &Path, to: &Path) -> std::io::Result<()> {
+    fs.rename(from, to)?;
+    sync_parent_with(fs, to)?;
+    if from.parent() != to.parent() {
+        sync_parent_with(fs, from)?;
+    }
+    Ok(())
+}
+
 fn temp_beside(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     path.with_file_name(name)
 }
 
-/// The negative control of the store's crash test: a publish that skips
+/// The negative controls of the store's crash test: a publish that skips
 /// the temporary file's fsync, so a crash after the rename can leave the
-/// new name on an empty file. Per thread, so one test turning it on does
-/// not reach the tests running beside it; absent from a build without the
-/// `testing` feature.
+/// new name on an empty file, and a saved divergent tail renamed into
+/// place without its fsync (`node::divergent::save`). Per thread, so one
+/// test turning one on does not reach the tests running beside it; absent
+/// from a build without the `testing` feature.
 pub mod sabotage {
     #[cfg(feature = "testing")]
     thread_local! {
         static SKIP_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        static SKIP_TAIL_FSYNC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
     /// Whether this thread's publishes skip the temporary file's fsync.
@@ -94,13 +113,29 @@ pub mod sabotage {
         SKIP_FSYNC.with(|s| s.set(on));
     }
 
+    /// Whether this thread's saved tails skip the frames file's fsync.
+    #[cfg(feature = "testing")]
+    pub fn skip_tail_fsync(on: bool) {
+        SKIP_TAIL_FSYNC.with(|s| s.set(on));
+    }
+
     #[cfg(feature = "testing")]
     pub(crate) fn fsync_skipped() -> bool {
         SKIP_FSYNC.with(|s| s.get())
     }
 
+    #[cfg(feature = "testing")]
+    pub(crate) fn tail_fsync_skipped() -> bool {
+        SKIP_TAIL_FSYNC.with(|s| s.get())
+    }
+
     #[cfg(not(feature = "testing"))]
     pub(crate) fn fsync_skipped() -> bool {
+        false
+    }
+
+    #[cfg(not(feature = "testing"))]
+    pub(crate) fn tail_fsync_skipped() -> bool {
         false
     }
 }
@@ -108,6 +143,7 @@ pub mod sabotage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     #[test]
     fn a_published_file_replaces_the_old_one_whole() {
@@ -115,12 +151,12 @@ mod tests {
         let path = dir.path().join("primary.toml");
         publish(&path, b"one").expect("publish");
         publish(&path, b"two").expect("publish again");
-        assert_eq!(std::fs::read(&path).expect("read"), b"two");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(StdStorage.read(&path).expect("read"), b"two");
+        let left = StdStorage.list(dir.path()).expect("list");
         assert_eq!(left.len(), 1, "no temporary file is left");
         publish_hint(&path, b"three").expect("a hint");
-        assert_eq!(std::fs::read(&path).expect("read"), b"three");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).expect("list").collect();
+        assert_eq!(StdStorage.read(&path).expect("read"), b"three");
+        let left = StdStorage.list(dir.path()).expect("list");
         assert_eq!(left.len(), 1, "no temporary file is left");
     }
 
@@ -128,8 +164,13 @@ mod tests {
     fn a_temporary_file_a_crash_left_is_replaced_not_appended_to() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("marker");
-        std::fs::write(dir.path().join("marker.tmp"), b"a longer leftover").expect("leftover");
+        write_file(
+            &StdStorage,
+            &dir.path().join("marker.tmp"),
+            b"a longer leftover",
+        )
+        .expect("leftover");
         publish(&path, b"new").expect("publish");
-        assert_eq!(std::fs::read(&path).expect("read"), b"new");
+        assert_eq!(StdStorage.read(&path).expect("read"), b"new");
     }
 }

@@ -1,14 +1,17 @@
 //! The store's files under a simulated power cut: each operation that
 //! changes one (a push-log append, compaction and erase, an object-index
-//! append and erase, a publish by rename) is crashed at every sync it
-//! makes, and failed at every write and every fsync, one at a time. After
-//! each, the reopened file holds exactly the state before the operation or
-//! the state after it, never a third; and once the operation has returned,
-//! a power cut keeps the state after it.
+//! append and erase, a publish by rename, a store apply of each kind, a
+//! snapshot install) and each of the box's own durable files (a rejoin's
+//! saved tail and cut, EPOCHS, PREDECESSOR, a promoted box's
+//! configurations) is crashed at every sync it makes, and failed at every
+//! write and every fsync, one at a time. After each, the reopened file
+//! holds exactly the state before the operation or the state after it,
+//! never a third; and once the operation has returned, a power cut keeps
+//! the state after it.
 //!
-//! The negative control turns off the fsync of a publish's temporary file
-//! and expects the checker to report the empty file a power cut then
-//! leaves under the new name.
+//! The negative controls turn off an fsync (`publish::sabotage`: a
+//! publish's temporary file, a saved tail's frames file) and expect the
+//! checker to report what a power cut then leaves under the new name.
 
 #[path = "support/crash_everywhere.rs"]
 mod crash_everywhere;
@@ -251,11 +254,26 @@ fn publish_by_rename_leaves_the_old_file_or_the_new_one_at_every_crash() {
     assert_clean("publish", &publish_cov());
 }
 
+/// `cov` run with a sabotage switch on (on this thread), and the switch
+/// off again after.
+fn sabotaged(switch: fn(bool), cov: impl FnOnce() -> Coverage) -> Coverage {
+    switch(true);
+    let cov = cov();
+    switch(false);
+    cov
+}
+
+/// A negative control's verdict: the sabotage was seen.
+fn assert_caught(cov: &Coverage, missed: &str) {
+    assert!(
+        !cov.violations.is_empty(),
+        "the checker misses {missed}: {cov:?}"
+    );
+}
+
 #[test]
 fn negative_control_a_publish_without_its_fsync_is_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = publish_cov();
-    sabotage::skip_publish_fsync(false);
+    let cov = sabotaged(sabotage::skip_publish_fsync, publish_cov);
     assert!(
         cov.violations
             .iter()
@@ -635,16 +653,267 @@ fn snapshot_install_leaves_the_old_store_or_the_new_one_at_every_crash() {
 
 #[test]
 fn negative_control_a_document_published_without_its_fsync_is_caught() {
-    sabotage::skip_publish_fsync(true);
-    let cov = crash_an_apply("doc, sabotaged", &|log, _| {
-        append(
-            log,
-            &frames::doc_frame("policy.toml", b"retain = 4").expect("f"),
-        );
+    let cov = sabotaged(sabotage::skip_publish_fsync, || {
+        crash_an_apply("doc, sabotaged", &|log, _| {
+            append(
+                log,
+                &frames::doc_frame("policy.toml", b"retain = 4").expect("f"),
+            );
+        })
     });
-    sabotage::skip_publish_fsync(false);
+    assert_caught(
+        &cov,
+        "a document renamed into place before its bytes were durable",
+    );
+}
+
+// ------------------------------------------- a rejoin's save and cut
+
+use twinlog::node::divergent;
+use twinlog::node::epoch::{Epochs, EPOCHS_FILE};
+use twinlog::node::predecessor::{self, PredecessorFile};
+
+/// The frames a deposed primary holds: 8, the last 3 of them past the
+/// fork with the new primary.
+const FORK: u64 = 5;
+
+fn divergent_log(fs: &SimStorage) {
+    let log = open_log(fs).expect("log");
+    for i in 0..8u8 {
+        append(
+            &log,
+            &frames::doc_frame("policy.toml", &[i; 300]).expect("f"),
+        );
+    }
+}
+
+/// What a reopen finds of a save and cut: the log's frames (seq, crc),
+/// once every saved tail is checked whole (every frame its manifest
+/// counts, every byte, each crc) and a cut log is checked to have saved
+/// what it cut. A torn tail counted as saved, or a cut with nothing
+/// saved, is an error.
+fn observe_save_and_cut(fs: &SimStorage) -> Result<Vec<(u64, u32)>, String> {
+    let log = open_log(fs)?;
+    let tails = divergent::list_with(fs, data()).map_err(|e| e.to_string())?;
+    for t in &tails {
+        let path = data().join(divergent::DIVERGENT_DIR).join(&t.file);
+        let mut seqs = Vec::new();
+        let n = divergent::read_with(
+            fs,
+            &path,
+            |_| false,
+            |f, _, _| {
+                seqs.push(f.seq);
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("a saved tail that does not read whole: {e}"))?;
+        let len = fs.read(&path).map_err(|e| e.to_string())?.len() as u64;
+        if n != t.frames || len != t.bytes || seqs != (t.first..=t.last).collect::<Vec<_>>() {
+            return Err(format!(
+                "a saved tail counted as {} frames, {} bytes, holds {n} frames, {len} bytes",
+                t.frames, t.bytes
+            ));
+        }
+    }
+    let head = log.head_seq();
+    if head < 8 && !tails.iter().any(|t| t.first == head + 1 && t.last == 8) {
+        return Err(format!("cut to {head} with no saved tail of what it cut"));
+    }
+    (log.first_seq()..=head)
+        .map(|seq| {
+            log.locate_blob(seq)
+                .map(|l| (seq, l.payload_crc))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+fn save_and_cut(fs: &SimStorage) -> Result<(), String> {
+    let log = open_log(fs)?;
+    let tail = divergent::Tail {
+        log: &log,
+        fork: FORK,
+        epoch: 1 << 32,
+        new_epoch: 2 << 32,
+        primary: "127.0.0.1:7000".into(),
+    };
+    divergent::save(data(), &tail).map_err(|e| e.to_string())?;
+    log.truncate_after(FORK)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+fn save_and_cut_cov() -> Coverage {
+    crash_everywhere(&divergent_log, &save_and_cut, &observe_save_and_cut)
+}
+
+#[test]
+fn a_rejoins_save_and_cut_keeps_the_tail_whole_or_the_log_uncut_at_every_crash() {
+    assert_clean("rejoin save and cut", &save_and_cut_cov());
+}
+
+#[test]
+fn negative_control_a_tail_saved_without_its_fsync_is_caught() {
+    let cov = sabotaged(sabotage::skip_tail_fsync, save_and_cut_cov);
     assert!(
-        !cov.violations.is_empty(),
-        "the checker misses a document renamed into place before its bytes were durable: {cov:?}"
+        cov.violations
+            .iter()
+            .any(|v| v.contains("does not read whole") || v.contains("holds")),
+        "the checker misses a saved tail named before its bytes were durable: {cov:?}"
+    );
+}
+
+// ------------------------- EPOCHS, PREDECESSOR, a promoted configuration
+
+fn epochs_of(fs: &SimStorage) -> Result<Epochs, String> {
+    Epochs::load_with(disk(fs), data(), 0).map_err(|e| e.to_string())
+}
+
+fn epochs_cov() -> Coverage {
+    crash_everywhere(
+        &|fs| {
+            let e = epochs_of(fs).expect("epochs");
+            e.begin_life(0).expect("a life");
+            // Made durable straight on the disk: only the write under test
+            // goes through the code the sabotage switch reaches.
+            let path = data().join(EPOCHS_FILE);
+            fs.write_file(&path, &fs.read(&path).expect("EPOCHS"));
+        },
+        &|fs| {
+            epochs_of(fs)?
+                .hear(7 << 32, "the new primary")
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+        &|fs| epochs_of(fs).map(|e| e.state()),
+    )
+}
+
+#[test]
+fn epochs_are_whole_or_absent_at_every_crash() {
+    assert_clean("EPOCHS", &epochs_cov());
+}
+
+#[test]
+fn negative_control_epochs_published_without_their_fsync_are_caught() {
+    let cov = sabotaged(sabotage::skip_publish_fsync, epochs_cov);
+    assert_caught(
+        &cov,
+        "an EPOCHS file renamed into place before its bytes were durable",
+    );
+}
+
+fn predecessor_cov() -> Coverage {
+    let file = PredecessorFile {
+        addr: "10.0.0.1:7000".into(),
+        fingerprint: "ab".repeat(32),
+        epoch: 3 << 32,
+        told: false,
+        told_ms: 0,
+    };
+    crash_everywhere(
+        &|_| {},
+        &|fs| file.save_with(fs, data()).map_err(|e| e.to_string()),
+        &|fs| PredecessorFile::load_with(fs, data()).map_err(|e| e.to_string()),
+    )
+}
+
+#[test]
+fn a_predecessor_file_is_whole_or_absent_at_every_crash() {
+    assert_clean("PREDECESSOR", &predecessor_cov());
+}
+
+#[test]
+fn forgetting_the_predecessor_is_durable_at_every_crash() {
+    let cov = crash_everywhere(
+        &|fs| {
+            PredecessorFile::default()
+                .save_with(fs, data())
+                .expect("save")
+        },
+        &|fs| predecessor::forget_with(fs, data()).map_err(|e| e.to_string()),
+        &|fs| PredecessorFile::load_with(fs, data()).map_err(|e| e.to_string()),
+    );
+    assert_clean("PREDECESSOR forgotten", &cov);
+}
+
+#[test]
+fn negative_control_a_predecessor_file_without_its_fsync_is_caught() {
+    let cov = sabotaged(sabotage::skip_publish_fsync, predecessor_cov);
+    assert_caught(
+        &cov,
+        "a PREDECESSOR renamed into place before its bytes were durable",
+    );
+}
+
+/// A switchover promoting a twin in place: its primary configuration
+/// published, then its twin configuration moved aside (to
+/// `twin.toml.promoted`), for a later rejoin to take back.
+fn promote_configs(fs: &SimStorage) -> Result<(), String> {
+    publish_with(
+        fs,
+        &data().join("primary.toml"),
+        b"listen = \"[::]:7000\"\n",
+    )
+    .map_err(|e| e.to_string())?;
+    twinlog::publish::move_aside_with(
+        fs,
+        &data().join("twin.toml"),
+        &data().join("twin.toml.promoted"),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Each configuration whole or absent: the twin's is under one name or
+/// the other, never both nor neither; the primary's is whole or absent,
+/// and present once the twin's moved.
+fn observe_configs(fs: &SimStorage) -> Result<(bool, bool), String> {
+    let read = |name: &str| match fs.read(&data().join(name)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    };
+    let twin = read("twin.toml")?;
+    let aside = read("twin.toml.promoted")?;
+    let primary = read("primary.toml")?;
+    let twins = [&twin, &aside].into_iter().flatten().collect::<Vec<_>>();
+    if twins.len() != 1 || twins[0] != b"primary = \"10.0.0.1:7000\"\n" {
+        return Err(format!(
+            "the twin's configuration is not whole once: {twins:?}"
+        ));
+    }
+    match &primary {
+        Some(b) if b != b"listen = \"[::]:7000\"\n" => {
+            return Err(format!("a torn primary configuration: {b:?}"))
+        }
+        None if aside.is_some() => return Err("moved aside before the primary's".into()),
+        _ => {}
+    }
+    Ok((primary.is_some(), aside.is_some()))
+}
+
+fn promote_cov() -> Coverage {
+    let setup = |fs: &SimStorage| {
+        fs.write_file(&data().join("twin.toml"), b"primary = \"10.0.0.1:7000\"\n")
+    };
+    // The primary's configuration written and not yet moved aside is a
+    // state the promotion's rerun finishes: observed as "before" the move.
+    crash_everywhere(&setup, &promote_configs, &|fs| {
+        observe_configs(fs).map(|(_, moved)| moved)
+    })
+}
+
+#[test]
+fn a_promoted_boxs_configurations_are_whole_or_absent_at_every_crash() {
+    assert_clean("promoted configurations", &promote_cov());
+}
+
+#[test]
+fn negative_control_configurations_moved_without_their_fsyncs_are_caught() {
+    let cov = sabotaged(sabotage::skip_publish_fsync, promote_cov);
+    assert_caught(
+        &cov,
+        "a configuration published or moved before it was durable",
     );
 }

@@ -217,6 +217,12 @@ impl Log {
         &self.dir
     }
 
+    /// The storage the log was opened on: what the files kept beside it
+    /// (the store, the epochs, saved tails) are written through too.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.fs
+    }
+
     /// The history id this log belongs to.
     pub fn history(&self) -> HistoryId {
         *read_lock(&self.history)

@@ -271,16 +271,27 @@ pub(super) fn schema_of(kind: ipc::SchemaKind) -> SchemaRef {
     }
 }
 
+/// Why the bytes of a frame (its crc checked) do not decode.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ContentsError {
+    /// Not one Arrow IPC stream of a known schema and one batch.
+    #[error("{0}")]
+    Stream(String),
+    /// A batch that is not a push.
+    #[error(transparent)]
+    Batch(#[from] PushLogError),
+}
+
 /// The frame Arrow IPC bytes (crc checked) hold. An error here is never a
 /// torn write: the bytes are the ones written.
-pub(super) fn decode_contents(ipc: &[u8]) -> Result<Frame, String> {
-    let (kind, batch) = ipc::decode_stream(ipc)?;
+pub(super) fn decode_contents(ipc: &[u8]) -> Result<Frame, ContentsError> {
+    let (kind, batch) = ipc::decode_stream(ipc).map_err(ContentsError::Stream)?;
     Ok(match kind {
-        ipc::SchemaKind::Push => Frame::Push(from_batch(&batch).map_err(|e| e.to_string())?),
+        ipc::SchemaKind::Push => Frame::Push(from_batch(&batch)?),
         ipc::SchemaKind::Checkpoint(c) => {
             let updates = match batch.num_rows() {
                 0 => Vec::new(),
-                _ => from_batch(&batch).map_err(|e| e.to_string())?.updates,
+                _ => from_batch(&batch)?.updates,
             };
             let state = Push {
                 seq: c.seq,

@@ -15,6 +15,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
+
+mod util;
+pub use util::{copy_file, file_len, remove_if_exists, write_file, Cursor};
 
 #[cfg(any(test, feature = "testing"))]
 mod sim;
@@ -34,6 +38,10 @@ pub enum OpenMode {
     /// when it does. The new name is durable only once its directory is
     /// synced.
     Create,
+    /// Read and write; a new file with no name in the directory `path`
+    /// (O_TMPFILE, or a name unlinked at once where the file system has
+    /// none): never durable, gone when its last handle closes.
+    Unnamed,
 }
 
 /// A file of the log. Every method takes `&self`: positioned I/O needs no
@@ -119,14 +127,31 @@ pub trait Storage: Send + Sync + Debug {
         Err(unsupported("remove_dir_all", dir))
     }
 
+    /// When a file was last written. What retention and an erase by time
+    /// ask of a segment; unsupported by default, as [`Storage::is_dir`].
+    fn modified(&self, path: &Path) -> io::Result<SystemTime> {
+        Err(unsupported("modified", path))
+    }
+
     /// A whole file's bytes: for the small files read at open (markers,
-    /// journals, manifests), never for a segment or a blob.
+    /// journals, manifests), never for a segment or a blob. Read to its
+    /// end, past the length it reports: a /proc file reports none.
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
         let f = self.open(path, OpenMode::Read)?;
         let len = usize::try_from(f.len()?)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too long to read"))?;
-        let mut bytes = vec![0; len];
-        f.read_exact_at(&mut bytes, 0)?;
+        let mut bytes = vec![0; len.max(4096)];
+        let mut filled = 0;
+        loop {
+            if filled == bytes.len() {
+                bytes.resize(filled * 2, 0);
+            }
+            match f.read_at(&mut bytes[filled..], filled as u64)? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        bytes.truncate(filled);
         Ok(bytes)
     }
 }
@@ -263,6 +288,33 @@ pub(crate) fn write_zeros(file: &dyn StorageFile, offset: u64, len: u64) -> io::
     Ok(())
 }
 
+/// An unnamed file in `dir`, or one whose name is gone at once.
+fn unnamed(dir: &Path) -> io::Result<Arc<dyn StorageFile>> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true).mode(0o600);
+    match opts
+        .clone()
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+    {
+        Ok(f) => Ok(Arc::new(StdFile(f))),
+        // Older kernels and some file systems have no O_TMPFILE.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = dir.join(format!("staging-{}-{n}.tmp", std::process::id()));
+            let f = opts
+                .create_new(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)?;
+            std::fs::remove_file(&path)?;
+            Ok(Arc::new(StdFile(f)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[derive(Debug)]
 struct StdLock(#[allow(dead_code)] File);
 
@@ -271,6 +323,7 @@ impl Storage for StdStorage {
         let mut opts = OpenOptions::new();
         opts.read(true);
         match mode {
+            OpenMode::Unnamed => return unnamed(path),
             OpenMode::Read => {}
             OpenMode::Write => {
                 opts.write(true);
@@ -350,6 +403,10 @@ impl Storage for StdStorage {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         }
+    }
+
+    fn modified(&self, path: &Path) -> io::Result<SystemTime> {
+        std::fs::metadata(path)?.modified()
     }
 }
 

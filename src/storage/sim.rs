@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
 use super::{OpenMode, Storage, StorageFile};
 
@@ -29,6 +30,10 @@ struct Inode {
     durable: Arc<Vec<u8>>,
     /// Writes since the last sync, oldest first, for a torn crash.
     unsynced: Vec<Write>,
+    /// The wall clock at the last write (or the creation): what a
+    /// segment's age is read from. Not rolled back by a crash, which the
+    /// callers (retention, an erase by time) never need.
+    mtime: Option<SystemTime>,
 }
 
 #[derive(Debug, Clone)]
@@ -51,7 +56,15 @@ impl Inode {
         }
     }
 
+    fn created() -> Inode {
+        Inode {
+            mtime: Some(SystemTime::now()),
+            ..Inode::default()
+        }
+    }
+
     fn record(&mut self, write: Write) {
+        self.mtime = Some(SystemTime::now());
         Self::apply(Arc::make_mut(&mut self.live), &write);
         self.unsynced.push(write);
     }
@@ -216,7 +229,7 @@ impl SimStorage {
         let i = match s.live_names.get(path) {
             Some(&i) => i,
             None => {
-                s.inodes.push(Inode::default());
+                s.inodes.push(Inode::created());
                 let i = s.inodes.len() - 1;
                 s.live_names.insert(path.to_owned(), i);
                 s.durable_names.insert(path.to_owned(), i);
@@ -224,6 +237,7 @@ impl SimStorage {
             }
         };
         s.inodes[i].live = Arc::new(bytes.to_vec());
+        s.inodes[i].mtime = Some(SystemTime::now());
         s.inodes[i].sync();
     }
 
@@ -438,6 +452,11 @@ impl Storage for SimStorage {
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
         let mut s = self.live()?;
         let inode = match (s.live_names.get(path).copied(), mode) {
+            // No name, so nothing a crash keeps.
+            (_, OpenMode::Unnamed) => {
+                s.inodes.push(Inode::created());
+                s.inodes.len() - 1
+            }
             (Some(_), OpenMode::CreateNew) => {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -446,7 +465,7 @@ impl Storage for SimStorage {
             }
             (Some(i), _) => i,
             (None, OpenMode::CreateNew | OpenMode::Create) => {
-                s.inodes.push(Inode::default());
+                s.inodes.push(Inode::created());
                 let i = s.inodes.len() - 1;
                 s.live_names.insert(path.to_owned(), i);
                 i
@@ -566,5 +585,11 @@ impl Storage for SimStorage {
             s.dir_moves.push((dir.to_owned(), None));
         }
         Ok(())
+    }
+
+    fn modified(&self, path: &Path) -> io::Result<SystemTime> {
+        let s = self.live()?;
+        let &i = s.live_names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(s.inodes[i].mtime.unwrap_or(SystemTime::UNIX_EPOCH))
     }
 }

@@ -10,9 +10,7 @@
 //! byte of a record is ever rewritten and a torn write can only be the tail.
 //! Layout in docs/FORMAT.md.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -356,7 +354,7 @@ impl Archive {
         for p in self.packs.iter_mut().filter(|p| p.seq < before) {
             p.erased = true;
             if p.body_len > 0 {
-                punch_file(&*self.file, p.body_at, p.body_len)?;
+                punch(&*self.file, p.body_at, p.body_len)?;
             }
             extents.push(p.extent());
         }
@@ -481,42 +479,17 @@ impl Extent {
 
 /// Deallocate a range of a store file, or zero it where the file system
 /// cannot punch, whatever the reason it gives.
-fn punch_file(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch(file: &dyn StorageFile, at: u64, len: u64) -> io::Result<()> {
     match file.punch(at, len) {
         Ok(()) => Ok(()),
         Err(_) => write_zeros(file, at, len),
     }
 }
 
-/// Deallocate a range, or zero it where the file system cannot punch.
-pub(crate) fn punch(file: &File, at: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fallocate takes a file descriptor we own for the call and
-    // plain integers; it touches no memory of ours.
-    let r = unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            at as libc::off_t,
-            len as libc::off_t,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    let zeros = vec![0u8; (1 << 20).min(len as usize)];
-    let mut pos = 0;
-    while pos < len {
-        let n = (zeros.len() as u64).min(len - pos) as usize;
-        file.write_all_at(&zeros[..n], at + pos)?;
-        pos += n as u64;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     fn append(a: &mut Archive, seq: u64, body: &[u8]) -> PackRecord {
         let mut p = a.begin_pack(seq).expect("begin");
@@ -532,22 +505,22 @@ mod tests {
         append(&mut a, 3, b"first pack");
         let whole = a.len();
         append(&mut a, 9, b"second pack body");
-        let full = std::fs::read(&path).expect("read");
+        let full = StdStorage.read(&path).expect("read");
         drop(a);
         for cut in whole..full.len() as u64 {
-            std::fs::write(&path, &full[..cut as usize]).expect("write");
+            write_file(&StdStorage, &path, &full[..cut as usize]).expect("write");
             let a = Archive::open(&path).expect("reopen");
             assert_eq!(a.packs().len(), 1, "cut at {cut}");
             assert_eq!(a.len(), whole);
-            assert_eq!(std::fs::metadata(&path).expect("meta").len(), whole);
+            assert_eq!(StdStorage.read(&path).expect("read").len() as u64, whole);
         }
-        std::fs::write(&path, &full).expect("write");
+        write_file(&StdStorage, &path, &full).expect("write");
         let mut flipped = full.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
-        std::fs::write(&path, &flipped).expect("write");
+        write_file(&StdStorage, &path, &flipped).expect("write");
         assert_eq!(Archive::open(&path).expect("open").packs().len(), 1);
-        std::fs::write(&path, &full).expect("write");
+        write_file(&StdStorage, &path, &full).expect("write");
         let a = Archive::open(&path).expect("open");
         assert_eq!(a.last_seq(), 9);
         let p = a.packs()[1];
@@ -571,17 +544,17 @@ mod tests {
         let third_at = a.len();
         append(&mut a, 3, b"third");
         drop(a);
-        let full = std::fs::read(&path).expect("read");
+        let full = StdStorage.read(&path).expect("read");
         for byte in second_at..second_at + RECORD_HEADER_LEN {
             let mut bad = full.clone();
             bad[byte as usize] ^= 0x04;
-            std::fs::write(&path, &bad).expect("write");
+            write_file(&StdStorage, &path, &bad).expect("write");
             match Archive::open(&path) {
                 Err(StoreError::Corrupt { at, .. }) => assert_eq!(at, second_at, "flip at {byte}"),
                 other => panic!("flip at {byte}: {:?}", other.map(|a| a.packs().len())),
             }
             assert_eq!(
-                std::fs::read(&path).expect("read"),
+                StdStorage.read(&path).expect("read"),
                 bad,
                 "nothing is cut: flip at {byte}"
             );
@@ -589,7 +562,7 @@ mod tests {
         // The last record's header damaged is a torn tail, as before.
         let mut bad = full.clone();
         bad[third_at as usize + 3] ^= 0x04;
-        std::fs::write(&path, &bad).expect("write");
+        write_file(&StdStorage, &path, &bad).expect("write");
         assert_eq!(Archive::open(&path).expect("open").packs().len(), 2);
     }
 
@@ -603,7 +576,7 @@ mod tests {
         let ext = a.erase_before(5).expect("erase");
         assert_eq!(ext.len(), 1);
         drop(a);
-        let raw = std::fs::read(&path).expect("read");
+        let raw = StdStorage.read(&path).expect("read");
         assert!(!raw.windows(6).any(|w| w == b"MARKER"));
         let a = Archive::open(&path).expect("reopen");
         assert!(a.packs()[0].erased && !a.packs()[1].erased);
@@ -616,7 +589,7 @@ mod tests {
     fn a_foreign_file_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("archive");
-        std::fs::write(&path, b"definitely not an archive").expect("write");
+        write_file(&StdStorage, &path, b"definitely not an archive").expect("write");
         assert!(matches!(
             Archive::open(&path),
             Err(StoreError::Corrupt { at: 0, .. })

@@ -182,7 +182,7 @@ pub fn crc_of_frame(log: &Log, base: Option<&SnapshotBase>, seq: u64) -> Result<
 /// at `base_path` (see [`crc_of_frame`]); a base file that does not read is
 /// its error.
 pub fn head_crc(log: &Log, base_path: &Path) -> Result<u32> {
-    let base = read_base(base_path)?;
+    let base = read_base_with(&**log.storage(), base_path)?;
     crc_of_frame(log, base.as_ref(), log.head_seq())
 }
 
@@ -199,8 +199,9 @@ pub fn stage_base_with(fs: &dyn Storage, paths: &InstallPaths, base: &SnapshotBa
 
 /// Install the staged snapshot, stopping after `stop_after` (as a crash
 /// would) when given. The store must be closed (its files are moved).
+/// Through the log's storage: the store is kept beside the log.
 pub fn install(paths: &InstallPaths, log: &Log, stop_after: Option<InstallStep>) -> Result<u64> {
-    install_with(&StdStorage, paths, log, stop_after)
+    install_with(&**log.storage(), paths, log, stop_after)
 }
 
 /// [`install`] through `fs`.
@@ -300,8 +301,9 @@ fn roll_forward(
 
 /// At start, before the store opens: finish an install a crash
 /// interrupted after its intent. Answers the seq installed, if any.
+/// Through the log's storage, as [`install`].
 pub fn finish(paths: &InstallPaths, log: &Log) -> Result<Option<u64>> {
-    finish_with(&StdStorage, paths, log)
+    finish_with(&**log.storage(), paths, log)
 }
 
 /// [`finish`] through `fs`.
@@ -320,6 +322,7 @@ pub fn finish_with(fs: &dyn Storage, paths: &InstallPaths, log: &Log) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     #[test]
     fn the_head_crc_comes_from_the_log_or_the_base_and_is_never_made_up() {
@@ -349,7 +352,7 @@ mod tests {
         );
 
         // A base that does not decode is its error, not "no base".
-        std::fs::write(&base_path, b"{not json").expect("corrupt");
+        write_file(&StdStorage, &base_path, b"{not json").expect("corrupt");
         assert!(head_crc(&log, &base_path).is_err());
     }
 }

@@ -414,6 +414,7 @@ impl LfsObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::{StdStorage, Storage};
     use crate::store::frames::lfs_oid;
 
     fn put(l: &mut Lfs, seq: u64, content: &[u8]) -> [u8; 32] {
@@ -458,14 +459,14 @@ mod tests {
         l.delete(9, [9u8; 32]).expect("a delete of nothing");
         l.erase_before(4).expect("erase");
         assert_eq!(l.list().expect("list"), vec![kept]);
-        let journal = std::fs::read(&l.journal_path).expect("read");
+        let journal = StdStorage.read(&l.journal_path).expect("read");
         for oid in [empty, erased, [9u8; 32]] {
             assert!(!journal.windows(32).any(|w| w == oid), "{}", hex(&oid));
         }
         let seqs: Vec<u64> = l.ops.iter().map(|o| o.seq).collect();
         assert_eq!(seqs, vec![6, 7, 8], "a delete after a kept put stays");
         l.erase_before(4).expect("a repeat");
-        assert_eq!(std::fs::read(&l.journal_path).expect("read"), journal);
+        assert_eq!(StdStorage.read(&l.journal_path).expect("read"), journal);
     }
 
     #[test]

@@ -134,8 +134,7 @@ impl AppliedMarker {
 mod tests {
     use super::*;
     use crate::storage::StdStorage;
-    use std::fs::OpenOptions;
-    use std::os::unix::fs::FileExt;
+    use crate::storage::{OpenMode, Storage};
 
     #[test]
     fn a_rewind_survives_a_reopen() {
@@ -171,7 +170,7 @@ mod tests {
         let m = AppliedMarker::open(&StdStorage, &path, HistoryId([9; 16])).expect("reopen");
         assert_eq!((m.history(), m.applied()), (h, 9));
         // Tear the newer slot (slot 0 holds 9 after two records).
-        let f = OpenOptions::new().write(true).open(&path).expect("open");
+        let f = StdStorage.open(&path, OpenMode::Write).expect("open");
         f.write_all_at(&[0xff; 10], 20).expect("tear");
         let m = AppliedMarker::open(&StdStorage, &path, h).expect("reopen");
         assert_eq!(m.applied(), 5);

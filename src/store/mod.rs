@@ -26,7 +26,6 @@ pub mod skips;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -34,7 +33,7 @@ use crate::log::{self, HistoryId, Kind, Log, Meta};
 use crate::objects::{ObjType, OID_LEN};
 use crate::publish::sync_parent_with;
 use crate::pushlog::{Push, PushLogError, RefUpdate};
-use crate::storage::{OpenMode, StdStorage, Storage};
+use crate::storage::{OpenMode, StdStorage, Storage, StorageFile};
 
 pub(crate) use archive::punch;
 pub use frames::{FrameParts, PackBuilder, RepoOp};
@@ -206,10 +205,6 @@ pub struct Store {
 pub type EraseAlso =
     std::sync::Arc<dyn Fn(u64, u64, &[String]) -> std::io::Result<u64> + Send + Sync>;
 
-/// fsync the directory holding `path` (for the restore's marker, on the
-/// real file system).
-pub(crate) use crate::publish::sync_parent as sync_dir;
-
 /// Whether a store directory holds no repository and no document: only
 /// then may it take another history.
 fn holds_nothing(fs: &dyn Storage, dir: &Path) -> Result<bool> {
@@ -290,7 +285,7 @@ impl Store {
     }
 
     /// [`Store::open`], every file of the store read and written through
-    /// `fs` (a control document opened by [`Store::open_doc`] excepted).
+    /// `fs`.
     pub fn open_with(
         fs: Arc<dyn Storage>,
         dir: impl AsRef<Path>,
@@ -363,7 +358,12 @@ impl Store {
 
     /// The seq the store in `dir` has durably applied up to.
     pub fn applied_mark(dir: &Path, history: HistoryId) -> Result<u64> {
-        Ok(marker::AppliedMarker::open(&StdStorage, &dir.join("APPLIED"), history)?.applied())
+        Self::applied_mark_with(&StdStorage, dir, history)
+    }
+
+    /// [`Store::applied_mark`] through `fs`.
+    pub fn applied_mark_with(fs: &dyn Storage, dir: &Path, history: HistoryId) -> Result<u64> {
+        Ok(marker::AppliedMarker::open(fs, &dir.join("APPLIED"), history)?.applied())
     }
 
     /// Forget that frames past `seq` were applied: the log they came from
@@ -371,7 +371,17 @@ impl Store {
     /// them was the store's, so the store's files hold nothing of them.
     /// Recorded durably; a store at or below `seq` is left alone.
     pub fn rewind_to(dir: &Path, history: HistoryId, seq: u64) -> Result<u64> {
-        let mut marker = marker::AppliedMarker::open(&StdStorage, &dir.join("APPLIED"), history)?;
+        Self::rewind_to_with(&StdStorage, dir, history, seq)
+    }
+
+    /// [`Store::rewind_to`] through `fs`.
+    pub fn rewind_to_with(
+        fs: &dyn Storage,
+        dir: &Path,
+        history: HistoryId,
+        seq: u64,
+    ) -> Result<u64> {
+        let mut marker = marker::AppliedMarker::open(fs, &dir.join("APPLIED"), history)?;
         let was = marker.applied();
         if was > seq {
             marker.rewind(seq)?;
@@ -614,11 +624,13 @@ impl Store {
 
     /// A control document opened for reading: once open it reads without
     /// the store, as it was (a put replaces it by rename, and the open
-    /// file keeps what it opened). A `std::fs::File`, so always from the
-    /// real file system, whatever storage the store was opened with.
-    pub fn open_doc(&self, name: &str) -> Result<Option<File>> {
+    /// file keeps what it opened).
+    pub fn open_doc(&self, name: &str) -> Result<Option<Arc<dyn StorageFile>>> {
         frames::check_doc_name(name)?;
-        match File::open(self.dir.join("docs").join(name)) {
+        match self
+            .fs
+            .open(&self.dir.join("docs").join(name), OpenMode::Read)
+        {
             Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),

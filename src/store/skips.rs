@@ -110,7 +110,12 @@ fn parse(fs: &dyn Storage, path: &Path) -> Result<(BTreeMap<u64, SkipRecord>, us
 
 /// The skips a store directory records, oldest first, read only.
 pub fn read_skips(store_dir: &Path) -> Result<Vec<SkipRecord>> {
-    Ok(parse(&StdStorage, &store_dir.join(SKIPPED_FILE))?
+    read_skips_with(&StdStorage, store_dir)
+}
+
+/// [`read_skips`] through `fs`.
+pub fn read_skips_with(fs: &dyn Storage, store_dir: &Path) -> Result<Vec<SkipRecord>> {
+    Ok(parse(fs, &store_dir.join(SKIPPED_FILE))?
         .0
         .into_values()
         .collect())

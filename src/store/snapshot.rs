@@ -94,7 +94,12 @@ fn copy_file(fs: &dyn Storage, from: &Path, to: &Path) -> Result<(u64, u32)> {
 
 /// The length and crc of a file, read in pieces.
 pub fn crc_of_file(path: &Path) -> Result<(u64, u32)> {
-    read_crc(&StdStorage, path, &mut |_| Ok(()))
+    crc_of_file_with(&StdStorage, path)
+}
+
+/// [`crc_of_file`] through `fs`.
+pub fn crc_of_file_with(fs: &dyn Storage, path: &Path) -> Result<(u64, u32)> {
+    read_crc(fs, path, &mut |_| Ok(()))
 }
 
 fn read_crc(

@@ -29,6 +29,7 @@
 
 mod acts;
 
+use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ use twinlog::daemon::{self, PrimaryConfig};
 use twinlog::net::Identity;
 use twinlog::node::api::ClientRole;
 use twinlog::node::{Client, Durability, Status};
+use twinlog::storage::{remove_if_exists, write_file, StdStorage, Storage};
 
 /// The limits the daemon is served with, small enough that clients meet
 /// them: the bound of memory follows from them.
@@ -111,6 +113,8 @@ fn spawn(a: &Args, config: &std::path::Path, log: &std::path::Path) -> Result<Da
         .iter()
         .map(|s| s.replace("{config}", &config.display().to_string()))
         .collect();
+    // The child's stderr needs an OS file descriptor, which the storage
+    // seam does not hand out: the one file opened here directly.
     let stderr = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -164,8 +168,10 @@ fn metrics_text(addr: std::net::SocketAddr) -> std::io::Result<String> {
 }
 
 fn rss(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+    StdStorage
+        .read(Path::new(&format!("/proc/{pid}/status")))
         .ok()
+        .and_then(|b| String::from_utf8(b).ok())
         .and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -228,9 +234,11 @@ fn steady_blob(i: u64) -> Vec<u8> {
 }
 
 async fn run(a: Args) -> Result<serde_json::Value, String> {
-    std::fs::create_dir_all(&a.dir).map_err(|e| e.to_string())?;
+    StdStorage
+        .create_dir_all(&a.dir)
+        .map_err(|e| e.to_string())?;
     let data = a.dir.join("p");
-    let _ = std::fs::remove_dir_all(&data);
+    let _ = StdStorage.remove_dir_all(&data);
     let listen = free_port(std::net::UdpSocket::bind);
     let metrics = free_port(std::net::TcpListener::bind);
     let (config, fp) =
@@ -241,7 +249,7 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     cfg.limits.body_piece_timeout_ms = 1000;
     cfg.limits.staged_body_max_mib = 64;
     cfg.limits.staging_mib = 256;
-    std::fs::write(&config, cfg.render()).map_err(|e| e.to_string())?;
+    write_file(&StdStorage, &config, cfg.render().as_bytes()).map_err(|e| e.to_string())?;
     let mint = || Identity::mint().map(Arc::new).map_err(|e| e.to_string());
     let (reader, writer, steady_id, stranger) = (mint()?, mint()?, mint()?, mint()?);
     for (id, role) in [
@@ -254,7 +262,7 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     let admin =
         Arc::new(daemon::load_identity(&data.join(daemon::ADMIN_DIR)).map_err(|e| e.to_string())?);
     let log = a.dir.join("primary.log");
-    let _ = std::fs::remove_file(&log);
+    let _ = remove_if_exists(&StdStorage, &log);
     let mut child = spawn(&a, &config, &log)?;
     until_serving(metrics, &mut child).await?;
     let pid = child.0.id();
@@ -466,7 +474,10 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
             }
         }
     }
-    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let logged = StdStorage
+        .read(&log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     if logged.contains("panicked") {
         violations.push("the daemon's log holds a panic".into());
     }

@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::log::{Error as LogError, Log};
+use crate::publish::{publish_with, sync_parent_with};
 use crate::repl::wire::{frame_prefix, FrameDecoder, FrameEvent};
+use crate::storage::{Cursor, OpenMode, StdStorage, Storage};
 
 pub use crate::layout::DIVERGENT_DIR;
 
@@ -65,16 +67,18 @@ pub struct Tail<'a> {
 }
 
 /// Save frames `fork + 1..=head` of the log under `data_dir/divergent/`,
-/// durably, before anything is cut. Answers the manifest and its path.
+/// durably, before anything is cut, through the log's storage. Answers
+/// the manifest and its path.
 pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, PathBuf)> {
+    let fs = &**tail.log.storage();
     let dir = data_dir.join(DIVERGENT_DIR);
-    std::fs::create_dir_all(&dir)?;
-    crate::publish::sync_parent(&dir)?;
+    fs.create_dir_all(&dir)?;
+    sync_parent_with(fs, &dir)?;
     let (first, last) = (tail.fork + 1, tail.log.head_seq());
     let stem = format!("e{}-{first}-{last}", tail.new_epoch);
     let file = format!("{stem}.frames");
     let tmp = dir.join(format!("{file}.tmp"));
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, create(fs, &tmp)?);
     let mut bytes = 0u64;
     for seq in first..=last {
         let mut begun = false;
@@ -93,9 +97,11 @@ pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, Pat
             .map_err(|e| std::io::Error::other(format!("reading frame {seq}: {e}")))?;
     }
     let f = out.into_inner().map_err(|e| e.into_error())?;
-    f.sync_all()?;
+    if !crate::publish::sabotage::tail_fsync_skipped() {
+        f.file().sync_all()?;
+    }
     drop(f);
-    std::fs::rename(&tmp, dir.join(&file))?;
+    fs.rename(&tmp, &dir.join(&file))?;
     let manifest = SavedTail {
         file,
         history: tail.log.history().to_string(),
@@ -111,24 +117,43 @@ pub fn save(data_dir: &Path, tail: &Tail<'_>) -> std::io::Result<(SavedTail, Pat
     };
     let path = dir.join(format!("{stem}.json"));
     let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;
-    crate::publish::publish(&path, &text)?;
+    publish_with(fs, &path, &text)?;
     Ok((manifest, path))
+}
+
+/// A new, empty file at `path` (one a crash left there is emptied).
+fn create(fs: &dyn Storage, path: &Path) -> std::io::Result<Cursor> {
+    let f = fs.open(path, OpenMode::Create)?;
+    f.set_len(0)?;
+    Ok(Cursor::new(f))
+}
+
+/// The names in `dir`; none when it is not there.
+fn names(fs: &dyn Storage, dir: &Path) -> std::io::Result<Vec<String>> {
+    match fs.list(dir) {
+        Ok(mut n) => {
+            n.sort();
+            Ok(n)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Every saved tail in `data_dir`, oldest first: the manifests that name
 /// a whole frames file.
 pub fn list(data_dir: &Path) -> std::io::Result<Vec<SavedTail>> {
+    list_with(&StdStorage, data_dir)
+}
+
+/// [`list`] through `fs`.
+pub fn list_with(fs: &dyn Storage, data_dir: &Path) -> std::io::Result<Vec<SavedTail>> {
     let dir = data_dir.join(DIVERGENT_DIR);
     let mut out = Vec::new();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(e),
-    };
-    for e in entries {
-        let path = e?.path();
+    for name in names(fs, &dir)? {
+        let path = dir.join(name);
         if path.extension().is_some_and(|x| x == "json") {
-            let text = std::fs::read(&path)?;
+            let text = fs.read(&path)?;
             let m: SavedTail = serde_json::from_slice(&text).map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -149,9 +174,19 @@ pub fn list(data_dir: &Path) -> std::io::Result<Vec<SavedTail>> {
 pub fn read(
     path: &Path,
     keep: impl Fn(u64) -> bool,
+    each: impl FnMut(&SavedFrame, &[u8], &[u8]) -> std::io::Result<()>,
+) -> std::io::Result<u64> {
+    read_with(&StdStorage, path, keep, each)
+}
+
+/// [`read`] through `fs`.
+pub fn read_with(
+    fs: &dyn Storage,
+    path: &Path,
+    keep: impl Fn(u64) -> bool,
     mut each: impl FnMut(&SavedFrame, &[u8], &[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<u64> {
-    let mut f = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut f = Cursor::new(fs.open(path, OpenMode::Read)?);
     let mut decoder = FrameDecoder::default();
     let mut buf = vec![0u8; 1 << 16];
     let (mut filled, mut at) = (0usize, 0usize);
@@ -235,10 +270,20 @@ pub fn read(
 /// punched out and removed; a crash in between leaves the old file
 /// unnamed, which [`sweep`] removes. Answers the frames erased.
 pub fn erase(data_dir: &Path, before: u64, repos: &[String]) -> std::io::Result<u64> {
-    sweep(data_dir)?;
+    erase_with(&StdStorage, data_dir, before, repos)
+}
+
+/// [`erase`] through `fs`.
+pub fn erase_with(
+    fs: &dyn Storage,
+    data_dir: &Path,
+    before: u64,
+    repos: &[String],
+) -> std::io::Result<u64> {
+    sweep_with(fs, data_dir)?;
     let dir = data_dir.join(DIVERGENT_DIR);
     let mut erased = 0;
-    for tail in list(data_dir)? {
+    for tail in list_with(fs, data_dir)? {
         if tail.first >= before || repos.is_empty() {
             continue;
         }
@@ -246,38 +291,39 @@ pub fn erase(data_dir: &Path, before: u64, repos: &[String]) -> std::io::Result<
         let stem = tail.file.trim_end_matches(".frames");
         let file = format!("{stem}.x{before}.frames");
         let tmp = dir.join(format!("{file}.tmp"));
-        let (n, bytes) = rewrite(&old, &tmp, before, repos)?;
+        let (n, bytes) = rewrite(fs, &old, &tmp, before, repos)?;
         if n == 0 {
-            std::fs::remove_file(&tmp)?;
+            fs.remove(&tmp)?;
             continue;
         }
-        std::fs::rename(&tmp, dir.join(&file))?;
-        crate::publish::sync_parent(&dir.join(&file))?;
+        fs.rename(&tmp, &dir.join(&file))?;
+        sync_parent_with(fs, &dir.join(&file))?;
         let manifest = SavedTail {
             file: file.clone(),
             bytes,
             ..tail.clone()
         };
         let text = serde_json::to_vec_pretty(&manifest).map_err(std::io::Error::other)?;
-        crate::publish::publish(&dir.join(format!("{}.json", manifest_stem(&tail))), &text)?;
-        gone(&old)?;
+        publish_with(
+            fs,
+            &dir.join(format!("{}.json", manifest_stem(&tail))),
+            &text,
+        )?;
+        gone(fs, &old)?;
         erased += n;
     }
     // A store a rejoin set aside (to be rebuilt from the log) is a stale
     // copy: the erased repositories go from it whole.
-    for e in std::fs::read_dir(&dir).into_iter().flatten() {
-        let path = e?.path();
-        let set_aside = path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("store-"));
-        if !set_aside || !path.is_dir() {
+    for name in names(fs, &dir)? {
+        let path = dir.join(&name);
+        if !name.starts_with("store-") || !fs.is_dir(&path)? {
             continue;
         }
         for repo in repos {
             let r = path.join("repos").join(crate::store::repo_dir_name(repo));
-            if r.exists() {
-                remove_tree(&r)?;
-                crate::publish::sync_parent(&r)?;
+            if fs.exists(&r)? {
+                remove_tree(fs, &r)?;
+                sync_parent_with(fs, &r)?;
             }
         }
     }
@@ -285,16 +331,16 @@ pub fn erase(data_dir: &Path, before: u64, repos: &[String]) -> std::io::Result<
 }
 
 /// Every file under `dir` punched out, then the tree removed.
-fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let path = e?.path();
-        if path.is_dir() {
-            remove_tree(&path)?;
+fn remove_tree(fs: &dyn Storage, dir: &Path) -> std::io::Result<()> {
+    for name in fs.list(dir)? {
+        let path = dir.join(name);
+        if fs.is_dir(&path)? {
+            remove_tree(fs, &path)?;
         } else {
-            gone(&path)?;
+            gone(fs, &path)?;
         }
     }
-    std::fs::remove_dir(dir)
+    fs.remove_dir_all(dir)
 }
 
 /// The manifest's name of a tail, as [`save`] wrote it.
@@ -305,11 +351,17 @@ fn manifest_stem(tail: &SavedTail) -> String {
 /// Copy the frames file `from` to `to`, the frames erase chooses written
 /// as erased; in pieces, whatever the blobs' sizes. Answers the frames it
 /// erased and the new file's length.
-fn rewrite(from: &Path, to: &Path, before: u64, repos: &[String]) -> std::io::Result<(u64, u64)> {
+fn rewrite(
+    fs: &dyn Storage,
+    from: &Path,
+    to: &Path,
+    before: u64,
+    repos: &[String],
+) -> std::io::Result<(u64, u64)> {
     use crate::log::format::FrameHeader;
     use crate::log::{Kind, Meta};
-    let mut input = std::io::BufReader::new(std::fs::File::open(from)?);
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(to)?);
+    let mut input = Cursor::new(fs.open(from, OpenMode::Read)?);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, create(fs, to)?);
     let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
     let mut decoder = FrameDecoder::default();
     let mut buf = vec![0u8; 1 << 16];
@@ -361,46 +413,43 @@ fn rewrite(from: &Path, to: &Path, before: u64, repos: &[String]) -> std::io::Re
         }
     }
     let f = out.into_inner().map_err(|e| e.into_error())?;
-    f.sync_all()?;
+    f.file().sync_all()?;
     Ok((erased, bytes))
 }
 
 /// Punch a file out, then remove it: what it held does not linger in
 /// freed blocks where the file system can punch.
-fn gone(path: &Path) -> std::io::Result<()> {
-    match std::fs::OpenOptions::new().write(true).open(path) {
+fn gone(fs: &dyn Storage, path: &Path) -> std::io::Result<()> {
+    match fs.open(path, OpenMode::Write) {
         Ok(f) => {
-            let len = f.metadata()?.len();
-            crate::store::punch(&f, 0, len)?;
+            crate::store::punch(&*f, 0, f.len()?)?;
             f.sync_all()?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     }
-    std::fs::remove_file(path)?;
-    crate::publish::sync_parent(path)
+    fs.remove(path)?;
+    sync_parent_with(fs, path)
 }
 
 /// Remove what no manifest names in `divergent/`: a frames file an erase
 /// replaced, or one a crash left before its manifest was written.
 pub fn sweep(data_dir: &Path) -> std::io::Result<()> {
+    sweep_with(&StdStorage, data_dir)
+}
+
+/// [`sweep`] through `fs`.
+pub fn sweep_with(fs: &dyn Storage, data_dir: &Path) -> std::io::Result<()> {
     let dir = data_dir.join(DIVERGENT_DIR);
-    let named: std::collections::HashSet<String> =
-        list(data_dir)?.into_iter().map(|t| t.file).collect();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for e in entries {
-        let path = e?.path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    let named: std::collections::HashSet<String> = list_with(fs, data_dir)?
+        .into_iter()
+        .map(|t| t.file)
+        .collect();
+    for name in names(fs, &dir)? {
+        let path = dir.join(&name);
         let stray = name.ends_with(".tmp") || (name.ends_with(".frames") && !named.contains(&name));
-        if stray && path.is_file() {
-            gone(&path)?;
+        if stray && !fs.is_dir(&path)? {
+            gone(fs, &path)?;
         }
     }
     Ok(())

@@ -3,11 +3,12 @@
 //! The rules are [`crate::repl::epochs`]'; this keeps them durable.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 use crate::repl::epochs::{EpochError, EpochHistory, EpochState};
+use crate::storage::{StdStorage, Storage};
 
 /// The `EPOCHS` file: the state, and the format it is written in. Files
 /// without a format were written before epochs had terms and lives.
@@ -37,6 +38,8 @@ pub use crate::layout::{EPOCHS_FILE, LEGACY_EPOCH_FILE};
 #[derive(Debug)]
 pub struct Epochs {
     path: Option<PathBuf>,
+    /// What `path` is written through.
+    fs: Arc<dyn Storage>,
     state: Mutex<EpochState>,
     /// Turns true when this box is fenced.
     fenced: watch::Sender<bool>,
@@ -50,10 +53,11 @@ fn invalid(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
 }
 
 impl Epochs {
-    fn with(path: Option<PathBuf>, state: EpochState) -> Epochs {
+    fn with(fs: Arc<dyn Storage>, path: Option<PathBuf>, state: EpochState) -> Epochs {
         let fenced = watch::channel(state.fenced()).0;
         Epochs {
             path,
+            fs,
             state: Mutex::new(state),
             fenced,
         }
@@ -61,7 +65,7 @@ impl Epochs {
 
     /// Epochs that live only in memory (tests): `epoch` from sequence 1.
     pub fn in_memory(epoch: u64) -> Epochs {
-        Epochs::with(None, EpochState::new(epoch))
+        Epochs::with(StdStorage::shared(), None, EpochState::new(epoch))
     }
 
     /// The epochs kept in `dir`. A directory with none yet is at epoch 0
@@ -70,8 +74,13 @@ impl Epochs {
     /// holds are then treated as shared with a box of epoch 0, which is
     /// what a box promoted before epoch histories existed holds.
     pub fn load(dir: &Path, head: u64) -> std::io::Result<Epochs> {
+        Self::load_with(StdStorage::shared(), dir, head)
+    }
+
+    /// [`Epochs::load`], read and kept through `fs`.
+    pub fn load_with(fs: Arc<dyn Storage>, dir: &Path, head: u64) -> std::io::Result<Epochs> {
         let path = dir.join(EPOCHS_FILE);
-        let state = match std::fs::read(&path) {
+        let state = match fs.read(&path) {
             Ok(bytes) => {
                 let file = serde_json::from_slice::<EpochsFile>(&bytes)
                     .map_err(|e| invalid(&path, format!("not an epoch history: {e}")))?;
@@ -90,7 +99,7 @@ impl Epochs {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                legacy(&dir.join(LEGACY_EPOCH_FILE), head)?
+                legacy(&*fs, &dir.join(LEGACY_EPOCH_FILE), head)?
             }
             Err(e) => return Err(e),
         };
@@ -104,7 +113,7 @@ impl Epochs {
                 ),
             ));
         }
-        Ok(Epochs::with(Some(path), state))
+        Ok(Epochs::with(fs, Some(path), state))
     }
 
     /// The state as it is now.
@@ -153,7 +162,7 @@ impl Epochs {
             f(&mut next).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         if next != *st {
             if let Some(path) = &self.path {
-                crate::publish::publish(path, &file_bytes(&next)?)?;
+                crate::publish::publish_with(&*self.fs, path, &file_bytes(&next)?)?;
             }
             *st = next;
             self.fenced.send_replace(st.fenced());
@@ -209,12 +218,14 @@ impl Epochs {
     }
 }
 
-fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
-    let n: u64 = match std::fs::read_to_string(path) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .map_err(|_| invalid(path, format!("not an epoch: {text:?}")))?,
+fn legacy(fs: &dyn Storage, path: &Path, head: u64) -> std::io::Result<EpochState> {
+    let n: u64 = match fs.read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            text.trim()
+                .parse()
+                .map_err(|_| invalid(path, format!("not an epoch: {text:?}")))?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => return Err(e),
     };
@@ -234,6 +245,7 @@ fn legacy(path: &Path, head: u64) -> std::io::Result<EpochState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::write_file;
 
     const T1: u64 = 1 << crate::repl::epochs::LIFE_BITS;
 
@@ -264,7 +276,7 @@ mod tests {
         assert!(held.fenced(), "still held");
         assert!(held.release().expect("release"));
         assert!(!Epochs::load(dir.path(), 0).expect("reload").fenced());
-        std::fs::write(dir.path().join(EPOCHS_FILE), "x").expect("damage");
+        write_file(&StdStorage, &dir.path().join(EPOCHS_FILE), "x".as_bytes()).expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
     }
 
@@ -272,13 +284,18 @@ mod tests {
     fn a_file_written_before_terms_reads_each_epoch_as_a_term() {
         let dir = tempfile::tempdir().expect("tempdir");
         let old = r#"{"history":[{"epoch":0,"first":1},{"epoch":2,"first":9}],"seen":3,"fenced_by":"twin"}"#;
-        std::fs::write(dir.path().join(EPOCHS_FILE), old).expect("write");
+        write_file(&StdStorage, &dir.path().join(EPOCHS_FILE), old.as_bytes()).expect("write");
         let e = Epochs::load(dir.path(), 0).expect("load");
         assert_eq!(e.current(), 2 * T1);
         assert_eq!(e.newest(), 3 * T1);
         assert!(e.fenced());
         let future = r#"{"format":9,"history":[{"epoch":0,"first":1}],"seen":0,"fenced_by":null}"#;
-        std::fs::write(dir.path().join(EPOCHS_FILE), future).expect("write");
+        write_file(
+            &StdStorage,
+            &dir.path().join(EPOCHS_FILE),
+            future.as_bytes(),
+        )
+        .expect("write");
         let err = Epochs::load(dir.path(), 0).expect_err("refused");
         assert!(err.to_string().contains("format 9"), "{err}");
     }
@@ -286,12 +303,22 @@ mod tests {
     #[test]
     fn an_older_directory_keeps_its_epoch_from_its_head_on() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "2\n").expect("write");
+        write_file(
+            &StdStorage,
+            &dir.path().join(LEGACY_EPOCH_FILE),
+            "2\n".as_bytes(),
+        )
+        .expect("write");
         let e = Epochs::load(dir.path(), 40).expect("load");
         assert_eq!(e.current(), 2 * T1);
         assert_eq!(e.history().epoch_of(40), Some(0));
         assert_eq!(e.history().epoch_of(41), Some(2 * T1));
-        std::fs::write(dir.path().join(LEGACY_EPOCH_FILE), "two").expect("damage");
+        write_file(
+            &StdStorage,
+            &dir.path().join(LEGACY_EPOCH_FILE),
+            "two".as_bytes(),
+        )
+        .expect("damage");
         assert!(Epochs::load(dir.path(), 0).is_err());
     }
 }

@@ -21,6 +21,7 @@ use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::node::clock::unix_ms;
 use crate::repl::promote::{Predecessor, Told};
 use crate::repl::rejoin::LogHead;
+use crate::storage::{remove_if_exists, StdStorage, Storage};
 
 pub use crate::layout::{HEARD_PRIMARY_FILE, PREDECESSOR_FILE};
 
@@ -52,7 +53,12 @@ pub struct PredecessorStatus {
 
 impl PredecessorFile {
     pub fn load(dir: &Path) -> std::io::Result<Option<PredecessorFile>> {
-        match std::fs::read(dir.join(PREDECESSOR_FILE)) {
+        Self::load_with(&StdStorage, dir)
+    }
+
+    /// [`PredecessorFile::load`] through `fs`.
+    pub fn load_with(fs: &dyn Storage, dir: &Path) -> std::io::Result<Option<PredecessorFile>> {
+        match fs.read(&dir.join(PREDECESSOR_FILE)) {
             Ok(b) => serde_json::from_slice(&b)
                 .map(Some)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
@@ -63,28 +69,35 @@ impl PredecessorFile {
 
     /// Written durably: a crash after a promotion must not forget the call.
     pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        self.save_with(&StdStorage, dir)
+    }
+
+    /// [`PredecessorFile::save`] through `fs`.
+    pub fn save_with(&self, fs: &dyn Storage, dir: &Path) -> std::io::Result<()> {
         let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        crate::publish::publish(&dir.join(PREDECESSOR_FILE), &bytes)
+        crate::publish::publish_with(fs, &dir.join(PREDECESSOR_FILE), &bytes)
     }
 }
 
 /// This box no longer owes a call (it became a twin, or its predecessor
 /// heard of it at a switchover).
 pub fn forget(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(dir.join(PREDECESSOR_FILE)) {
-        Ok(()) => crate::publish::sync_parent(&dir.join(PREDECESSOR_FILE)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+    forget_with(&StdStorage, dir)
+}
+
+/// [`forget`] through `fs`.
+pub fn forget_with(fs: &dyn Storage, dir: &Path) -> std::io::Result<()> {
+    let path = dir.join(PREDECESSOR_FILE);
+    if remove_if_exists(fs, &path)? {
+        crate::publish::sync_parent_with(fs, &path)?;
     }
+    Ok(())
 }
 
 /// When the twin in `dir` last heard its primary, ms since the Unix epoch.
 pub fn heard_primary(dir: &Path) -> Option<u64> {
-    std::fs::read_to_string(dir.join(HEARD_PRIMARY_FILE))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let bytes = StdStorage.read(&dir.join(HEARD_PRIMARY_FILE)).ok()?;
+    std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
 }
 
 /// Record that the twin in `dir` heard its primary now. Not synced: a

@@ -144,9 +144,14 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
     let heard = machine.answer(answer).map_err(refused)?;
     let fork = heard.fork;
     // What the store applied past the fork, for the plan.
-    let store_dir = at.store_dir.clone().filter(|d| d.join("APPLIED").exists());
+    let fs = log.storage().clone();
+    // A mark that cannot be looked at counts as none (`Path::exists`).
+    let store_dir = at
+        .store_dir
+        .clone()
+        .filter(|d| fs.exists(&d.join("APPLIED")).unwrap_or(false));
     let store_applied = match &store_dir {
-        Some(dir) => crate::store::Store::applied_mark(dir, log.history())?,
+        Some(dir) => crate::store::Store::applied_mark_with(&*fs, dir, log.history())?,
         None => 0,
     };
     let mut store_frames_past_fork = false;
@@ -222,7 +227,7 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
             Step::Store(StoreStep::Keep) => {}
             Step::Store(StoreStep::Rewind { from }) => {
                 if let Some(dir) = &store_dir {
-                    crate::store::Store::rewind_to(dir, log.history(), fork)?;
+                    crate::store::Store::rewind_to_with(&*fs, dir, log.history(), fork)?;
                     done.store = StoreFate::Rewound { from };
                 }
             }
@@ -233,8 +238,8 @@ pub async fn rejoin(at: RejoinAt<'_>) -> Result<Rejoined, RejoinError> {
                         heard.epoch,
                         fork + 1
                     ));
-                    std::fs::rename(dir, &moved_to).map_err(io("moving the store aside"))?;
-                    crate::publish::sync_parent(dir).map_err(io("moving the store aside"))?;
+                    crate::publish::move_aside_with(&*fs, dir, &moved_to)
+                        .map_err(io("moving the store aside"))?;
                     done.store = StoreFate::Rebuilt { moved_to };
                 }
             }

@@ -16,42 +16,52 @@ use super::refusals::Cut;
 use super::*;
 use crate::log::BlobReader;
 use crate::node::api::MAX_LISTING;
+use crate::storage::Cursor;
 use crate::store::{GitObjectReader, LfsObject};
+
+/// Why a piece of an answer did not read: the answer is cut short.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PieceError {
+    #[error("reading a frame's blob: {0}")]
+    Log(#[from] crate::log::Error),
+    #[error("reading an object: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("reading a document: {0}")]
+    Doc(#[from] std::io::Error),
+}
 
 /// What follows an answer's head, read a piece at a time by whoever holds
 /// it; nothing waits between two pieces.
 pub(super) trait Pieces: Send + 'static {
     /// Read the next bytes into `buf`, at most its length: how many; 0 at
     /// the end. An error cuts the answer short.
-    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, String>;
+    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, PieceError>;
 }
 
 impl Pieces for BlobReader {
-    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, String> {
-        BlobReader::next_piece(self, buf)
-            .map(|(n, _)| n)
-            .map_err(|e| e.to_string())
+    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, PieceError> {
+        Ok(BlobReader::next_piece(self, buf).map(|(n, _)| n)?)
     }
 }
 
 impl Pieces for GitObjectReader {
-    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, String> {
-        GitObjectReader::next_piece(self, buf).map_err(|e| e.to_string())
+    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, PieceError> {
+        Ok(GitObjectReader::next_piece(self, buf)?)
     }
 }
 
 impl Pieces for LfsObject {
-    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, String> {
-        LfsObject::next_piece(self, buf).map_err(|e| e.to_string())
+    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, PieceError> {
+        Ok(LfsObject::next_piece(self, buf)?)
     }
 }
 
 /// A control document's file, as it was when opened.
-pub(super) struct DocPieces(pub(super) std::fs::File);
+pub(super) struct DocPieces(pub(super) Cursor);
 
 impl Pieces for DocPieces {
-    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, String> {
-        self.0.read(buf).map_err(|e| e.to_string())
+    fn next_piece(&mut self, buf: &mut [u8]) -> Result<usize, PieceError> {
+        Ok(self.0.read(buf)?)
     }
 }
 

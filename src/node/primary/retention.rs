@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::storage::{write_file, StdStorage, Storage};
+
 /// How much log the primary keeps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Retention {
@@ -68,7 +70,7 @@ pub fn parse_seq_file(b: &[u8]) -> Option<u64> {
 
 /// The twin's position as the slot file holds it; 0 when there is none.
 pub fn load_slot(path: &Path) -> u64 {
-    let Ok(b) = std::fs::read(path) else {
+    let Ok(b) = StdStorage.read(path) else {
         return 0;
     };
     parse_seq_file(&b).unwrap_or_else(|| {
@@ -81,8 +83,8 @@ pub fn load_slot(path: &Path) -> u64 {
 /// fsynced: an older slot after a power cut only holds more.
 pub fn store_slot(path: &Path, seq: u64) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, seq_file_bytes(seq))?;
-    std::fs::rename(&tmp, path)
+    write_file(&StdStorage, &tmp, &seq_file_bytes(seq))?;
+    StdStorage.rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -145,7 +147,7 @@ mod tests {
         assert_eq!(load_slot(&p), 0);
         store_slot(&p, 77).expect("store");
         assert_eq!(load_slot(&p), 77);
-        std::fs::write(&p, b"garbage-garb").expect("write");
+        write_file(&StdStorage, &p, b"garbage-garb").expect("write");
         assert_eq!(load_slot(&p), 0);
     }
 }

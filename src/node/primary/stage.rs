@@ -12,10 +12,8 @@
 //! the log's open removes, should a crash fall between the two). It is
 //! never synced: its pages are dropped, unwritten, when it closes.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -25,6 +23,7 @@ use super::shares::{Holder, Share, Shares, Split};
 use super::PIECE;
 use crate::node::api::ApiError;
 use crate::node::WriteRefusal;
+use crate::storage::{Cursor, OpenMode, StdStorage, Storage};
 
 /// The largest body taken by default (all of it staged).
 pub const DEFAULT_STAGE_MAX_BYTES: u64 = 1 << 30;
@@ -119,7 +118,7 @@ impl Staging {
             }
             let batch = std::mem::take(&mut pieces);
             file = pool
-                .run(move || -> std::io::Result<File> {
+                .run(move || -> std::io::Result<Cursor> {
                     for p in batch {
                         file.write_all(&p)?;
                     }
@@ -134,9 +133,8 @@ impl Staging {
         }
         let written = pool
             .run(move || -> Result<Result<T, E>, ApiError> {
-                file.seek(SeekFrom::Start(0)).map_err(staging_failed)?;
                 let mut pieces = StagedPieces {
-                    file,
+                    file: Cursor::new(file.file().clone()),
                     left: len,
                     failed: None,
                 };
@@ -165,39 +163,16 @@ fn staging_failed(e: std::io::Error) -> ApiError {
     }
 }
 
-/// An unnamed file in `dir`, or one whose name is gone at once.
-fn stage_file(dir: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let unnamed = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir);
-    match unnamed {
-        Ok(f) => Ok(f),
-        // Older kernels and some file systems have no O_TMPFILE.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!("staging-{}-{n}.tmp", std::process::id()));
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)?;
-            std::fs::remove_file(&path)?;
-            Ok(f)
-        }
-        Err(e) => Err(e),
-    }
+/// An unnamed file in `dir` (see [`OpenMode::Unnamed`]), written from its
+/// start. On the real disk, which the log's directory is.
+fn stage_file(dir: &Path) -> std::io::Result<Cursor> {
+    Ok(Cursor::new(StdStorage.open(dir, OpenMode::Unnamed)?))
 }
 
 /// A staged body read back in pieces; a read that fails ends the pieces
 /// early (the writer refuses the short body) and is kept to report.
 struct StagedPieces {
-    file: File,
+    file: Cursor,
     left: u64,
     failed: Option<std::io::Error>,
 }
@@ -234,14 +209,13 @@ mod tests {
         let mut f = stage_file(dir.path()).expect("stage");
         let body: Vec<u8> = (0..PIECE * 2 + 17).map(|i| i as u8).collect();
         f.write_all(&body).expect("write");
-        f.seek(SeekFrom::Start(0)).expect("seek");
         assert_eq!(
-            std::fs::read_dir(dir.path()).expect("list").count(),
+            StdStorage.list(dir.path()).expect("list").len(),
             0,
             "nothing is left under a name"
         );
         let pieces = StagedPieces {
-            file: f,
+            file: Cursor::new(f.file().clone()),
             left: body.len() as u64,
             failed: None,
         };

@@ -368,8 +368,8 @@ impl Primary {
             };
             Ok(Some(Opened {
                 obj_type: 0,
-                len: file.metadata()?.len(),
-                pieces: Box::new(DocPieces(file)),
+                len: file.len()?,
+                pieces: Box::new(DocPieces(crate::storage::Cursor::new(file))),
             }))
         })
         .await

@@ -38,7 +38,7 @@ impl Applier {
             .name("store-applier".into())
             .spawn(move || {
                 use std::sync::mpsc::RecvTimeoutError;
-                use std::time::Instant;
+                use tokio::time::Instant;
                 let mut backoff = STALL_RETRY;
                 // While stalled: when the next try is due. New frames (a
                 // StoreSkip among them) bring it to a second after the last

@@ -48,7 +48,7 @@ struct Health {
     stalled: Option<StoreStall>,
     /// When the last try that failed was made: a stalled store is retried
     /// at most every [`STALL_RETRY`] by the requests that need it.
-    last_try: Option<std::time::Instant>,
+    last_try: Option<tokio::time::Instant>,
 }
 
 /// How often requests retry a stalled store by themselves.
@@ -209,7 +209,7 @@ impl StoreHost {
                     StoreError::Apply { source, .. } => source.to_string(),
                     other => other.to_string(),
                 };
-                h.last_try = Some(std::time::Instant::now());
+                h.last_try = Some(tokio::time::Instant::now());
                 match h.stalled.as_mut() {
                     Some(s) if s.seq == seq => {
                         s.attempts += 1;
@@ -301,7 +301,7 @@ impl StoreHost {
                     }
                 }
             }
-            match Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+            match self.open_store().map(|mut s| {
                 s.set_erase_also(self.erase_also.clone());
                 s
             }) {
@@ -315,7 +315,7 @@ impl StoreHost {
                 Err(e) => {
                     let why = format!("the store does not open: {e}");
                     let mut h = self.health_lock();
-                    h.last_try = Some(std::time::Instant::now());
+                    h.last_try = Some(tokio::time::Instant::now());
                     match h.stalled.as_mut() {
                         Some(s) if s.kind == 0 && s.seq == 0 => {
                             s.attempts += 1;
@@ -392,7 +392,7 @@ impl StoreHost {
         let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
         drop(g.take());
         let installed = install::install(paths, &self.log, stop_after);
-        let reopened = Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+        let reopened = self.open_store().map(|mut s| {
             s.set_erase_also(self.erase_also.clone());
             s
         });
@@ -416,6 +416,17 @@ impl StoreHost {
         &self.log
     }
 
+    /// The store, opened through the log's storage: the two are kept on
+    /// one disk and crash together.
+    fn open_store(&self) -> Result<Store, StoreError> {
+        Store::open_with(
+            self.log.storage().clone(),
+            &self.dir,
+            self.log.history(),
+            self.opts,
+        )
+    }
+
     /// Run `cut`, which cuts the log after `after`, with the store first
     /// moved back to `after` when it applied frames past it, and no frame
     /// applied meanwhile. Frames of the store's own past `after` changed
@@ -429,8 +440,13 @@ impl StoreHost {
         let mut g = self.store.lock().unwrap_or_else(|e| e.into_inner());
         let applied = match g.as_ref() {
             Some(store) => store.applied(),
-            None if self.dir.join("APPLIED").exists() => {
-                Store::applied_mark(&self.dir, self.log.history())?
+            None if self
+                .log
+                .storage()
+                .exists(&self.dir.join("APPLIED"))
+                .unwrap_or(false) =>
+            {
+                Store::applied_mark_with(&**self.log.storage(), &self.dir, self.log.history())?
             }
             None => 0,
         };
@@ -450,14 +466,14 @@ impl StoreHost {
             }
             // Closed while its mark moves; the applier reopens it.
             drop(g.take());
-            Store::rewind_to(&self.dir, self.log.history(), after)?;
+            Store::rewind_to_with(&**self.log.storage(), &self.dir, self.log.history(), after)?;
             moved = Some(applied);
         }
         let done = cut()?;
         if g.is_none() && moved.is_some() {
             // Reopened at its moved mark; should that fail, the applier
             // tries again and reports the stall.
-            match Store::open(&self.dir, self.log.history(), self.opts).map(|mut s| {
+            match self.open_store().map(|mut s| {
                 s.set_erase_also(self.erase_also.clone());
                 s
             }) {

@@ -219,9 +219,10 @@ impl StoreHost {
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms);
         let mut before = self.log.first_seq();
         for (first, last, _) in self.log.layout() {
-            let written =
-                std::fs::metadata(crate::log::format::segment_path(self.log.dir(), first))
-                    .and_then(|m| m.modified());
+            let written = self
+                .log
+                .storage()
+                .modified(&crate::log::format::segment_path(self.log.dir(), first));
             match written {
                 Ok(t) if t < at && last >= first => before = last + 1,
                 _ => break,

@@ -10,10 +10,9 @@
 //! is checked when it commits.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use quinn::Connection;
 use serde::{Deserialize, Serialize};
@@ -23,6 +22,8 @@ use super::snapshot_transfer::{self as snapshot, Fetched, SnapshotError};
 use crate::log::{self, HistoryId, Log, OpenOptions as LogOptions};
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::node::epoch::Epochs;
+use crate::publish::{publish_hint_with, publish_with, sync_parent_with};
+use crate::storage::{remove_if_exists, write_file, OpenMode, StdStorage, Storage};
 use crate::store::install::{self, InstallPaths};
 use crate::store::{Store, StoreError, StoreOptions};
 
@@ -127,35 +128,36 @@ fn json(v: &impl Serialize) -> std::io::Result<Vec<u8>> {
     serde_json::to_vec(v).map_err(std::io::Error::other)
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
-    let b = std::fs::read(path).ok()?;
+fn read_json<T: for<'de> Deserialize<'de>>(fs: &dyn Storage, path: &Path) -> Option<T> {
+    let b = fs.read(path).ok()?;
     serde_json::from_slice(&b).ok()
 }
 
 /// Before the log opens: keep the bytes of an entry a killed run was
 /// writing. Answers the salvaged entry (its bytes in `restore.partial`).
-fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
-    let side: Option<PartialEntry> = read_json(&data.join(SALVAGE_META));
-    let Some(p) = read_json::<PartialEntry>(&data.join(PARTIAL_FILE)) else {
+fn salvage(fs: &dyn Storage, data: &Path) -> std::io::Result<Option<PartialEntry>> {
+    let side: Option<PartialEntry> = read_json(fs, &data.join(SALVAGE_META));
+    let Some(p) = read_json::<PartialEntry>(fs, &data.join(PARTIAL_FILE)) else {
         return Ok(side);
     };
     if side
         .as_ref()
         .is_some_and(|s| s.seq == p.seq && s.written >= p.written)
     {
-        std::fs::remove_file(data.join(PARTIAL_FILE))?;
+        fs.remove(&data.join(PARTIAL_FILE))?;
         return Ok(side);
     }
     let out_path = data.join(SALVAGE_FILE);
     let tmp = out_path.with_extension("tmp");
-    let out = std::fs::File::create(&tmp)?;
+    let out = fs.open(&tmp, OpenMode::Create)?;
+    out.set_len(0)?;
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; RESTORE_PIECE];
     // The record is a hint (published without fsyncs): after a power cut
     // the segment it names may be gone or shorter, and its bytes may not
     // be the ones it counted. Any of those fetches the entry whole.
     let copied = (|| -> std::io::Result<()> {
-        let seg = std::fs::File::open(&p.segment)?;
+        let seg = fs.open(&p.segment, OpenMode::Read)?;
         let mut pos = 0;
         while pos < p.written {
             let n = (buf.len() as u64).min(p.written - pos) as usize;
@@ -171,7 +173,7 @@ fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => false,
         Err(_) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = fs.remove(&tmp);
             return copied.map(|()| None);
         }
     };
@@ -181,13 +183,13 @@ fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
             written = p.written,
             "the unfinished entry's bytes are not all there or do not check: fetching it whole"
         );
-        let _ = std::fs::remove_file(&tmp);
-        std::fs::remove_file(data.join(PARTIAL_FILE))?;
+        let _ = fs.remove(&tmp);
+        fs.remove(&data.join(PARTIAL_FILE))?;
         return Ok(None);
     }
-    std::fs::rename(&tmp, &out_path)?;
-    crate::publish::publish(&data.join(SALVAGE_META), &json(&p)?)?;
-    std::fs::remove_file(data.join(PARTIAL_FILE))?;
+    fs.rename(&tmp, &out_path)?;
+    publish_with(fs, &data.join(SALVAGE_META), &json(&p)?)?;
+    fs.remove(&data.join(PARTIAL_FILE))?;
     tracing::info!(
         seq = p.seq,
         bytes = p.written,
@@ -196,9 +198,9 @@ fn salvage(data: &Path) -> std::io::Result<Option<PartialEntry>> {
     Ok(Some(p))
 }
 
-fn drop_partial(data: &Path) {
+fn drop_partial(fs: &dyn Storage, data: &Path) {
     for f in [PARTIAL_FILE, SALVAGE_FILE, SALVAGE_META] {
-        let _ = std::fs::remove_file(data.join(f));
+        let _ = remove_if_exists(fs, &data.join(f));
     }
 }
 
@@ -286,13 +288,17 @@ pub async fn restore(
     let started = Instant::now();
     let data = opts.data_dir.clone();
     let paths = InstallPaths::new(&data);
+    // The box's real disk: the log, the store and the restore's own
+    // files all go through it.
+    let fs: Arc<dyn Storage> = StdStorage::shared();
     let marker = data.join(RESTORING_FILE);
-    let resumed = marker.exists();
-    let salvaged = salvage(&data)?;
+    let resumed = fs.exists(&marker).unwrap_or(false);
+    let salvaged = salvage(&*fs, &data)?;
     let log = Arc::new(Log::open_opts(
         data.join(crate::layout::LOG_DIR),
         LogOptions {
             segment_bytes: opts.segment_bytes,
+            storage: Some(fs.clone()),
             ..LogOptions::default()
         },
     )?);
@@ -303,11 +309,11 @@ pub async fn restore(
             }
             other => RestoreError::Log(other),
         })?;
-        if std::fs::read_dir(paths.store()).is_ok_and(|mut d| d.next().is_some()) {
+        if fs.list(&paths.store()).is_ok_and(|d| !d.is_empty()) {
             return Err(RestoreError::NotFresh("its store holds data".into()));
         }
-        std::fs::write(&marker, b"a restore is filling this box\n")?;
-        crate::store::sync_dir(&marker)?;
+        write_file(&*fs, &marker, b"a restore is filling this box\n")?;
+        sync_parent_with(&*fs, &marker)?;
     }
     log.set_follower(true);
     install::finish(&paths, &log)?;
@@ -331,7 +337,7 @@ pub async fn restore(
         }
         log.adopt_history(history)?;
     }
-    let epochs = Epochs::load(&data, log.head_seq())?;
+    let epochs = Epochs::load_with(fs.clone(), &data, log.head_seq())?;
     let mut cut_after = reconcile(&log, &epochs, &w)?;
     if log.head_seq() > w.head {
         return Err(RestoreError::Diverged(format!(
@@ -358,7 +364,7 @@ pub async fn restore(
             shown.snapshot_total = total;
             p2(&shown);
         };
-        let fetched: Fetched = snapshot::fetch(&conn, &paths, &mut on_bytes).await?;
+        let fetched: Fetched = snapshot::fetch_with(&fs, &conn, &paths, &mut on_bytes).await?;
         let (l2, p3) = (log.clone(), paths.clone());
         let at = tokio::task::spawn_blocking(move || install::install(&p3, &l2, None))
             .await
@@ -374,7 +380,7 @@ pub async fn restore(
     let handle = tokio::runtime::Handle::current();
     let mut partial = salvaged.filter(|p| p.seq == log.head_seq() + 1);
     if partial.is_none() {
-        drop_partial(&data);
+        drop_partial(&*fs, &data);
     }
     report.started_at_byte = partial.as_ref().map_or(0, |p| p.written);
     report.salvaged_bytes = report.started_at_byte;
@@ -384,7 +390,7 @@ pub async fn restore(
             cut_after = Some(cut_after.map_or(cut, |c| c.min(cut)));
             report.cut_after = cut_after;
             partial = None;
-            drop_partial(&data);
+            drop_partial(&*fs, &data);
             prog.head = log.head_seq();
         }
         let target = w.head;
@@ -446,9 +452,9 @@ pub async fn restore(
         })
         .map_err(|e| RestoreError::Protocol(format!("epochs: {e}")))?;
     log.set_follower(false);
-    drop_partial(&data);
-    std::fs::remove_file(&marker)?;
-    crate::store::sync_dir(&marker)?;
+    drop_partial(&*fs, &data);
+    fs.remove(&marker)?;
+    sync_parent_with(&*fs, &marker)?;
     report.head = log.head_seq();
     report.first = log.first_seq();
     report.epoch = w.epoch;
@@ -544,7 +550,8 @@ fn pull(
                 if !tracked {
                     return Ok(());
                 }
-                crate::publish::publish_hint(
+                publish_hint_with(
+                    &**log.storage(),
                     &data.join(PARTIAL_FILE),
                     &json(&PartialEntry {
                         seq,
@@ -561,7 +568,9 @@ fn pull(
             };
             // The salvaged bytes first, from the side file.
             if h.from > 0 {
-                let side = std::fs::File::open(data.join(SALVAGE_FILE))?;
+                let side = log
+                    .storage()
+                    .open(&data.join(SALVAGE_FILE), OpenMode::Read)?;
                 let mut pos = 0;
                 while pos < h.from {
                     let n = (buf.len() as u64).min(h.from - pos) as usize;
@@ -601,7 +610,7 @@ fn pull(
         if unsynced_bytes >= SYNC_EVERY || seq == through {
             log.sync()?;
             unsynced_bytes = 0;
-            drop_partial(data);
+            drop_partial(&**log.storage(), data);
             progress(&prog);
         }
     }

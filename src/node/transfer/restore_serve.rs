@@ -15,7 +15,7 @@ use quinn::{Connection, SendStream};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use super::snapshot_transfer::{SnapshotReq, SnapshotSource};
+use super::snapshot_transfer::{SnapshotError, SnapshotReq, SnapshotSource};
 use crate::log::{Error as LogError, Log};
 use crate::net::{self, Fingerprint, NetError, Pins, Role};
 use crate::node::epoch::Epochs;
@@ -184,24 +184,31 @@ async fn connection(source: Arc<RestoreSource>, conn: Connection, pins: &Pins, f
     }
 }
 
+/// Why a restore request was not answered whole.
+#[derive(Debug, thiserror::Error)]
+enum AnswerError {
+    #[error("a snapshot request: {0}")]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+}
+
 async fn answer(
     source: &Arc<RestoreSource>,
     req: RestoreReq,
     mut send: SendStream,
-) -> Result<(), String> {
+) -> Result<(), AnswerError> {
     match req {
-        RestoreReq::Manifest => source
+        RestoreReq::Manifest => Ok(source
             .snapshots
             .clone()
             .answer(SnapshotReq::Manifest, send)
-            .await
-            .map_err(|e| e.to_string()),
-        RestoreReq::File { at, path, offset } => source
+            .await?),
+        RestoreReq::File { at, path, offset } => Ok(source
             .snapshots
             .clone()
             .answer(SnapshotReq::File { at, path, offset }, send)
-            .await
-            .map_err(|e| e.to_string()),
+            .await?),
         RestoreReq::Hello => {
             let head = source.log.head_seq();
             // A head that does not read is refused, not served as another
@@ -217,15 +224,11 @@ async fn answer(
                 },
                 Err(e) => RestoreResp::Refused(format!("this box's head frame {head}: {e}")),
             };
-            net::write_msg(&mut send, &resp)
-                .await
-                .map_err(|e| e.to_string())?;
+            net::write_msg(&mut send, &resp).await?;
             let _ = send.finish();
             Ok(())
         }
-        RestoreReq::Frames { from, offset } => frames(source, from, offset, send)
-            .await
-            .map_err(|e| e.to_string()),
+        RestoreReq::Frames { from, offset } => Ok(frames(source, from, offset, send).await?),
     }
 }
 

@@ -13,36 +13,63 @@ use std::sync::{Arc, Mutex};
 
 use quinn::{Connection, RecvStream, SendStream};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use crate::net::{self, NetError};
 use crate::node::store_host::StoreHost;
+use crate::storage::{file_len, OpenMode, StdStorage, Storage, StorageFile};
 use crate::store::install::{self, InstallPaths, SnapshotBase};
 use crate::store::snapshot::{self as store_snapshot, Manifest, MANIFEST_NAME};
 use crate::store::StoreError;
 
-/// Remove the snapshot directories under `dir` (named by their seq, or
-/// `taking`) whose seq `drop` picks, durably; answers how many went.
-fn remove_snapshots(dir: &Path, drop: impl Fn(u64) -> bool) -> std::io::Result<usize> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
+/// Remove the snapshot directories under `dir` (named by their seq)
+/// whose seq `drop` picks, durably; answers how many went.
+fn remove_snapshots(
+    fs: &dyn Storage,
+    dir: &Path,
+    drop: impl Fn(u64) -> bool,
+) -> std::io::Result<usize> {
+    let names = match fs.list(dir) {
+        Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(e),
     };
     let mut removed = 0;
-    for e in entries {
-        let e = e?;
-        let name = e.file_name();
-        let at = name.to_str().and_then(|n| n.parse::<u64>().ok());
-        if at.is_some_and(&drop) {
-            std::fs::remove_dir_all(e.path())?;
+    for name in names {
+        if name.parse::<u64>().is_ok_and(&drop) {
+            fs.remove_dir_all(&dir.join(name))?;
             removed += 1;
         }
     }
     if removed > 0 {
-        std::fs::File::open(dir)?.sync_all()?;
+        fs.sync_dir(dir)?;
     }
     Ok(removed)
+}
+
+/// `n` bytes of `file` at `at` into `buf`, off the async threads (as
+/// tokio's files are read); answers the buffer.
+async fn read_piece(
+    file: Arc<dyn StorageFile>,
+    mut buf: Vec<u8>,
+    n: usize,
+    at: u64,
+) -> std::io::Result<Vec<u8>> {
+    tokio::task::spawn_blocking(move || file.read_exact_at(&mut buf[..n], at).map(|()| buf))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+/// The first `n` bytes of `buf` written to `file` at `at`, off the async
+/// threads; answers the buffer.
+async fn write_piece(
+    file: Arc<dyn StorageFile>,
+    buf: Vec<u8>,
+    n: usize,
+    at: u64,
+) -> std::io::Result<Vec<u8>> {
+    tokio::task::spawn_blocking(move || file.write_all_at(&buf[..n], at).map(|()| buf))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// Requests closer together than this belong to one restore, whose lowest
@@ -103,7 +130,7 @@ pub struct SnapshotSource {
     erased_through: std::sync::atomic::AtomicU64,
     /// The lowest frame a restore being served needs, and when it last
     /// asked: the twin's retention keeps the frames from there on.
-    restore_use: Mutex<Option<(u64, std::time::Instant)>>,
+    restore_use: Mutex<Option<(u64, tokio::time::Instant)>>,
 }
 
 #[derive(Clone)]
@@ -118,7 +145,7 @@ impl SnapshotSource {
     /// What an earlier run left under `dir` is removed: nothing offers it
     /// any more, and it may hold data erased since.
     pub fn new(host: Arc<StoreHost>, dir: &Path, own_base: Option<PathBuf>) -> Arc<SnapshotSource> {
-        if let Err(e) = remove_snapshots(dir, |_| true) {
+        if let Err(e) = remove_snapshots(&**host.log().storage(), dir, |_| true) {
             tracing::error!(dir = %dir.display(), error = %e, "removing old snapshots");
         }
         let source = Arc::new(SnapshotSource {
@@ -145,7 +172,7 @@ impl SnapshotSource {
     fn erased(&self, erase_seq: u64) {
         self.erased_through
             .fetch_max(erase_seq, std::sync::atomic::Ordering::SeqCst);
-        match remove_snapshots(&self.dir, |at| at < erase_seq) {
+        match remove_snapshots(self.fs(), &self.dir, |at| at < erase_seq) {
             Ok(0) => {}
             Ok(n) => tracing::info!(
                 erase_seq,
@@ -154,6 +181,11 @@ impl SnapshotSource {
             ),
             Err(e) => tracing::error!(error = %e, "dropping snapshots taken before an erase"),
         }
+    }
+
+    /// The storage snapshots are taken on: the log's, as the store's.
+    fn fs(&self) -> &dyn Storage {
+        &**self.host.log().storage()
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Offered>> {
@@ -168,7 +200,9 @@ impl SnapshotSource {
     /// Drop the offered snapshot once no receiver needs it.
     pub fn forget(&self) {
         if let Some(o) = self.current().take() {
-            let _ = std::fs::remove_dir_all(self.dir.join(o.base.at.to_string()));
+            let _ = self
+                .fs()
+                .remove_dir_all(&self.dir.join(o.base.at.to_string()));
             tracing::info!(at = o.base.at, "dropped the offered snapshot");
         }
     }
@@ -177,7 +211,7 @@ impl SnapshotSource {
     /// them, or for the snapshot at `from` (whose frame proves its base).
     /// A use older than the pin window starts afresh.
     pub fn note_restore(&self, from: u64) {
-        let now = std::time::Instant::now();
+        let now = tokio::time::Instant::now();
         let mut u = self.restore_use.lock().unwrap_or_else(|e| e.into_inner());
         let low = match *u {
             Some((f, at)) if now.duration_since(at) < RESTORE_USE_FRESH => f.min(from),
@@ -212,7 +246,7 @@ impl SnapshotSource {
     /// The payload crc of the frame at `at`, from the log or the base.
     fn crc_at(&self, at: u64) -> Result<u32, StoreError> {
         let base = match self.own_base.as_deref() {
-            Some(path) => install::read_base(path)?,
+            Some(path) => install::read_base_with(self.fs(), path)?,
             None => None,
         };
         install::crc_of_frame(self.host.log(), base.as_ref(), at)
@@ -232,25 +266,22 @@ impl SnapshotSource {
                 return Ok(o.clone());
             }
         }
-        std::fs::create_dir_all(&self.dir)?;
+        let fs = self.fs();
+        fs.create_dir_all(&self.dir)?;
         let taking = self.dir.join("taking");
-        if taking.exists() {
-            std::fs::remove_dir_all(&taking)?;
-        }
+        fs.remove_dir_all(&taking)?;
         let manifest = self.host.snapshot_to(&taking)?;
         let at = manifest.at;
         let crc_at = self.crc_at(at)?;
         let dest = self.dir.join(at.to_string());
-        if dest.exists() {
-            std::fs::remove_dir_all(&dest)?;
-        }
-        std::fs::rename(&taking, &dest)?;
+        fs.remove_dir_all(&dest)?;
+        fs.rename(&taking, &dest)?;
         if let Some(old) = cur.take() {
             if old.base.at != at {
-                let _ = std::fs::remove_dir_all(self.dir.join(old.base.at.to_string()));
+                let _ = fs.remove_dir_all(&self.dir.join(old.base.at.to_string()));
             }
         }
-        let bytes = std::fs::read(dest.join(MANIFEST_NAME))?;
+        let bytes = fs.read(&dest.join(MANIFEST_NAME))?;
         let offered = Offered {
             base: SnapshotBase {
                 at,
@@ -331,15 +362,14 @@ impl SnapshotSource {
                     return Ok(());
                 }
                 net::write_msg(&mut send, &SnapshotResp::File { len: len - offset }).await?;
-                let mut f = tokio::fs::File::open(&full).await?;
-                f.seek(std::io::SeekFrom::Start(offset)).await?;
-                let mut left = len - offset;
+                let f = self.fs().open(&full, OpenMode::Read)?;
+                let mut at = offset;
                 let mut buf = vec![0u8; PIECE];
-                while left > 0 {
-                    let n = (PIECE as u64).min(left) as usize;
-                    f.read_exact(&mut buf[..n]).await?;
+                while at < len {
+                    let n = (PIECE as u64).min(len - at) as usize;
+                    buf = read_piece(f.clone(), buf, n, at).await?;
                     send.write_all(&buf[..n]).await.map_err(NetError::from)?;
-                    left -= n as u64;
+                    at += n as u64;
                 }
             }
         }
@@ -395,6 +425,16 @@ pub async fn fetch(
     paths: &InstallPaths,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<Fetched, SnapshotError> {
+    fetch_with(&StdStorage::shared(), conn, paths, progress).await
+}
+
+/// [`fetch`], staged through `fs`.
+pub async fn fetch_with(
+    fs: &Arc<dyn Storage>,
+    conn: &Connection,
+    paths: &InstallPaths,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<Fetched, SnapshotError> {
     let (resp, mut recv) = request(conn, &SnapshotReq::Manifest).await?;
     let SnapshotResp::Manifest { base, len } = resp else {
         return Err(SnapshotError::Protocol(format!(
@@ -408,18 +448,18 @@ pub async fn fetch(
     }
     let mut bytes = vec![0u8; len as usize];
     recv.read_exact(&mut bytes).await.map_err(NetError::from)?;
-    let staged = install::read_base(&paths.staged_base())?;
+    let staged = install::read_base_with(&**fs, &paths.staged_base())?;
     if staged != Some(base) {
-        if paths.staging().exists() {
+        if fs.exists(&paths.staging())? {
             tracing::info!(?staged, offered = ?base, "a different snapshot is on offer: staging anew");
-            std::fs::remove_dir_all(paths.staging())?;
+            fs.remove_dir_all(&paths.staging())?;
         }
-        install::stage_base(paths, &base)?;
+        install::stage_base_with(&**fs, paths, &base)?;
     }
     let files_dir = paths.files();
     let manifest_path = files_dir.join(MANIFEST_NAME);
-    crate::publish::publish(&manifest_path, &bytes)?;
-    let manifest = store_snapshot::read_manifest(&files_dir)?;
+    crate::publish::publish_with(&**fs, &manifest_path, &bytes)?;
+    let manifest = store_snapshot::read_manifest_with(&**fs, &files_dir)?;
     if manifest.at != base.at {
         return Err(SnapshotError::Protocol(format!(
             "the manifest is at {}, the base at {}",
@@ -434,17 +474,17 @@ pub async fn fetch(
     let mut held = 0u64;
     for f in &manifest.files {
         let local = files_dir.join(&f.path);
-        let have = std::fs::metadata(&local).map_or(0, |m| m.len());
+        let have = file_len(&**fs, &local).ok().flatten().unwrap_or(0);
         let have = if have > f.len { 0 } else { have };
         out.reused += have;
         held += have;
         progress(held, out.total);
         if let Some(parent) = local.parent() {
-            std::fs::create_dir_all(parent)?;
+            fs.create_dir_all(parent)?;
         }
         if have == f.len {
-            if f.len == 0 && !local.exists() {
-                std::fs::File::create(&local)?;
+            if f.len == 0 && !fs.exists(&local)? {
+                fs.open(&local, OpenMode::Create)?;
             }
             continue;
         }
@@ -463,28 +503,25 @@ pub async fn fetch(
                 )))
             }
         }
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .open(&local)
-            .await?;
-        file.set_len(have).await?;
-        file.seek(std::io::SeekFrom::Start(have)).await?;
-        let mut left = f.len - have;
+        let file = fs.open(&local, OpenMode::Create)?;
+        file.set_len(have)?;
+        let mut at = have;
         let mut buf = vec![0u8; PIECE];
-        while left > 0 {
-            let n = (PIECE as u64).min(left) as usize;
+        while at < f.len {
+            let n = (PIECE as u64).min(f.len - at) as usize;
             recv.read_exact(&mut buf[..n])
                 .await
                 .map_err(NetError::from)?;
-            file.write_all(&buf[..n]).await?;
-            left -= n as u64;
+            buf = write_piece(file.clone(), buf, n, at).await?;
+            at += n as u64;
             held += n as u64;
             out.received += n as u64;
             progress(held, out.total);
         }
-        file.sync_all().await?;
+        let synced = file.clone();
+        tokio::task::spawn_blocking(move || synced.sync_all())
+            .await
+            .map_err(std::io::Error::other)??;
     }
     Ok(out)
 }

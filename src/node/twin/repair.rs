@@ -16,7 +16,7 @@ impl Twin {
     /// Fetch the primary's snapshot over `conn` (resuming a staged one),
     /// install it and restart the log after it.
     pub(super) async fn take_snapshot(&self, conn: &Connection, s: &Arc<TwinSnapshots>) -> Ended {
-        let mut last_report = std::time::Instant::now();
+        let mut last_report = tokio::time::Instant::now();
         let status = &self.status;
         let mut progress = |held: u64, total: u64| {
             if let Ok(mut st) = status.lock() {
@@ -24,14 +24,15 @@ impl Twin {
                 st.snapshot_total = total;
             }
             if last_report.elapsed() > Duration::from_secs(2) {
-                last_report = std::time::Instant::now();
+                last_report = tokio::time::Instant::now();
                 tracing::info!(held, total, "fetching the snapshot");
             }
         };
-        let fetched = match snapshot::fetch(conn, &s.paths, &mut progress).await {
-            Ok(f) => f,
-            Err(e) => return Ended::SnapshotFetch(e),
-        };
+        let fetched =
+            match snapshot::fetch_with(self.log.storage(), conn, &s.paths, &mut progress).await {
+                Ok(f) => f,
+                Err(e) => return Ended::SnapshotFetch(e),
+            };
         tracing::info!(
             total = fetched.total,
             received = fetched.received,
@@ -43,7 +44,9 @@ impl Twin {
             tokio::task::spawn_blocking(move || s2.store.install_snapshot(&s2.paths, None)).await;
         match installed {
             Ok(Ok(at)) => {
-                let base = install::read_base(&s.paths.base()).ok().flatten();
+                let base = install::read_base_with(&**self.log.storage(), &s.paths.base())
+                    .ok()
+                    .flatten();
                 *self.base.lock().unwrap_or_else(|e| e.into_inner()) = base;
                 self.durable.send_replace(self.log.head_seq());
                 self.set_status(|st| {
@@ -56,7 +59,7 @@ impl Twin {
             Ok(Err(e)) => {
                 // A staged snapshot that does not check is fetched anew.
                 if matches!(e, crate::store::StoreError::BadSnapshot { .. }) {
-                    let _ = std::fs::remove_dir_all(s.paths.staging());
+                    let _ = self.log.storage().remove_dir_all(&s.paths.staging());
                 }
                 Ended::SnapshotInstall(e)
             }

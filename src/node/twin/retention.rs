@@ -135,13 +135,16 @@ impl TwinRetainer {
     }
 
     fn segs(&self) -> Vec<SegView> {
-        let now = SystemTime::now();
+        // The wall clock, as the segments' times are.
+        let now = SystemTime::UNIX_EPOCH + Duration::from_millis(crate::repl::unix_ms());
         self.log
             .layout()
             .into_iter()
             .map(|(first, last, bytes)| {
-                let age_secs = std::fs::metadata(format::segment_path(self.log.dir(), first))
-                    .and_then(|m| m.modified())
+                let age_secs = self
+                    .log
+                    .storage()
+                    .modified(&format::segment_path(self.log.dir(), first))
                     .ok()
                     .and_then(|t| now.duration_since(t).ok())
                     .map_or(0, |d| d.as_secs());

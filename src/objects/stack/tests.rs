@@ -91,7 +91,7 @@ fn a_swapped_in_tail_keeps_the_rows_and_arrivals_and_no_byte_of_the_others() {
     assert!(!staged.exists());
     assert_eq!(s.len(), 1500);
     assert!(s.projection_is_complete());
-    let raw = std::fs::read(&path).expect("read");
+    let raw = StdStorage.read(&path).expect("read");
     let oids: std::collections::HashSet<&[u8]> = all.iter().map(|e| &e.oid[..]).collect();
     let held: std::collections::HashSet<&[u8]> =
         raw.windows(OID_LEN).filter(|w| oids.contains(w)).collect();
