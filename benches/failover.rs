@@ -35,6 +35,8 @@
 //!   and forth, the worst of them.
 //! - `restart_to_twin_ack_ms`: from a primary's SIGKILL, then its start
 //!   again at once, to the first `twin` acknowledgement; the median.
+//! - `auto_failover_ms` and `fence_margin_ms`: automatic failover under a
+//!   real etcd (`failover_cases/auto.rs` says how).
 //!
 //! The daemons and the offline commands are this binary re-executed with
 //! [`ROLE_ENV`] set: the child runs the library entry point the `primary`
@@ -44,6 +46,8 @@
 //! cargo's target tmp dir, removed at the end.
 
 mod common;
+#[path = "failover_cases/auto.rs"]
+mod auto;
 
 use common::*;
 
@@ -77,6 +81,7 @@ struct Config {
     tail_bytes: u64,
     switchovers: usize,
     restart_rounds: usize,
+    auto_rounds: usize,
 }
 
 impl Config {
@@ -89,6 +94,7 @@ impl Config {
             tail_bytes: if quick { MIB } else { 10 * MIB },
             switchovers: if quick { 3 } else { 10 },
             restart_rounds: if quick { 2 } else { 6 },
+            auto_rounds: if quick { 2 } else { 6 },
         }
     }
 
@@ -137,6 +143,12 @@ fn main() {
         if cfg.wants("restart_to_twin_ack_ms") {
             restart_to_twin_ack(&cfg, &root.path().join("restart")).await;
         }
+        if cfg.wants("auto_failover_ms") {
+            auto::auto_failover(&cfg, &root.path().join("auto")).await;
+        }
+        if cfg.wants("fence_margin_ms") {
+            auto::fence_margin(&cfg, &root.path().join("fence")).await;
+        }
     });
     drop(rt);
     eprintln!(
@@ -169,15 +181,22 @@ fn child_main(role: &str) {
                 .map_err(|e| e.to_string())?;
                 // A switchover changed the role: serve the new one in a new
                 // program image, as the shipped binaries do.
-                // (These pairs run without an arbiter.)
+                // Under an arbiter: a replaced primary rejoins by itself,
+                // and one whose lease ended starts again.
+                let served = if role == "serve-primary" {
+                    daemon::auto_failover::after_primary_serve(served, &config)
+                        .await
+                        .map_err(|e| e.to_string())?
+                } else {
+                    served
+                };
                 let (next, config) = match &served {
-                    daemon::Served::Stopped
-                    | daemon::Served::Replaced { .. }
-                    | daemon::Served::LeaseLost => return Ok(()),
+                    daemon::Served::Stopped | daemon::Served::Replaced { .. } => return Ok(()),
                     daemon::Served::Deposed { twin_config } => ("serve-twin", twin_config),
                     daemon::Served::Promoted { primary_config } => {
                         ("serve-primary", primary_config)
                     }
+                    daemon::Served::LeaseLost => (role, &config),
                 };
                 use std::os::unix::process::CommandExt;
                 let me = std::env::current_exe().map_err(|e| e.to_string())?;

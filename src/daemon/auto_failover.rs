@@ -72,7 +72,7 @@ pub(super) async fn start_primary(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Start, DaemonError> {
     let options = failover.options(&cfg.listen);
-    let arbiter = Arbiter::connect(options.clone())
+    let mut arbiter = Arbiter::connect(options.clone())
         .await
         .map_err(|e| DaemonError::Failed(format!("the arbiter: {e}")))?;
     let me = arbiter::me(fingerprint, &options);
@@ -81,7 +81,7 @@ pub(super) async fn start_primary(
     loop {
         let st = epochs.state();
         let begun = life::begin(
-            &arbiter,
+            &mut arbiter,
             st.current(),
             st.unserved,
             &me,

@@ -1,6 +1,8 @@
 //! Relays on loopback that cut a link on demand, as a partition does:
 //! while cut, nothing passes either way and nothing is closed, so each
-//! side learns of it only by its own timeouts.
+//! side learns of it only by its own timeouts. A UDP relay drops the
+//! datagrams; a TCP relay holds the bytes back, as TCP's retransmissions
+//! would, and delivers them once the link mends (or the peer gave up).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,8 +65,8 @@ pub async fn udp(upstream: SocketAddr) -> std::io::Result<Proxy> {
 }
 
 /// A TCP relay to `upstream` (etcd's gRPC): each connection relayed both
-/// ways; while cut, bytes either way are dropped and new connections are
-/// held open and silent.
+/// ways; while cut, no byte moves either way (they wait) and new
+/// connections are held open and silent.
 pub async fn tcp(upstream: SocketAddr) -> std::io::Result<Proxy> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -93,12 +95,23 @@ async fn pump(
     cut: Arc<AtomicBool>,
 ) {
     let mut buf = vec![0u8; 65536];
-    while let Ok(n) = from.read(&mut buf).await {
+    loop {
+        hold_while_cut(&cut).await;
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
         if n == 0 {
             return;
         }
-        if !cut.load(Ordering::SeqCst) && to.write_all(&buf[..n]).await.is_err() {
+        hold_while_cut(&cut).await;
+        if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+async fn hold_while_cut(cut: &AtomicBool) {
+    while cut.load(Ordering::SeqCst) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }

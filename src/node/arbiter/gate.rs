@@ -138,10 +138,11 @@ impl LeaseGate {
     /// each waiting no longer than the lease has left.
     pub fn keep(
         self: Arc<Self>,
-        arbiter: Arbiter,
+        mut arbiter: Arbiter,
         mut stop: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
+            let mut failed_in_a_row = 0u32;
             let rules = lock(&self.lease).rules();
             let retry =
                 (rules.ttl / 20).clamp(Duration::from_millis(50), Duration::from_millis(500));
@@ -163,6 +164,7 @@ impl LeaseGate {
                 let ask = self.ask();
                 match arbiter.keep_alive(self.id(), limit).await {
                     Ok(granted) => {
+                        failed_in_a_row = 0;
                         self.answered(ask, granted);
                         if granted.is_zero() {
                             tracing::error!(
@@ -175,6 +177,10 @@ impl LeaseGate {
                     Err(e) => {
                         tracing::warn!(error = %e, left_ms = left.as_millis() as u64, "renewing the lease failed");
                         self.failed(e.to_string());
+                        failed_in_a_row += 1;
+                        if failed_in_a_row % super::RECONNECT_AFTER == 0 {
+                            arbiter = arbiter.reconnect().await;
+                        }
                         tokio::select! {
                             _ = tokio::time::sleep(retry) => {}
                             _ = stop.wait_for(|&s| s) => return,

@@ -50,7 +50,7 @@ fn poll(ttl: Duration) -> Duration {
 /// it serves. Waits while etcd is unreachable or another box's lease
 /// holds, saying why in the log and on `waiting`.
 pub async fn begin(
-    arbiter: &Arbiter,
+    arbiter: &mut Arbiter,
     mine: u64,
     unserved: bool,
     me: &LeaderRecord,
@@ -67,11 +67,21 @@ pub async fn begin(
         }
         waiting.send_replace(Some(why));
     };
+    let mut failed_in_a_row = 0u32;
     loop {
         if *stop.borrow() {
             return Err(NoLife::Stopped);
         }
-        match try_begin(arbiter, rules, mine, unserved, me, clients).await {
+        let tried = try_begin(arbiter, rules, mine, unserved, me, clients).await;
+        if let Err(Wait::Arbiter(_)) = &tried {
+            failed_in_a_row += 1;
+            if failed_in_a_row % super::RECONNECT_AFTER == 0 {
+                *arbiter = arbiter.reconnect().await;
+            }
+        } else {
+            failed_in_a_row = 0;
+        }
+        match tried {
             Ok(Some(begun)) => {
                 waiting.send_replace(None);
                 return Ok(begun);

@@ -35,6 +35,9 @@ pub use gate::{LeaseGate, LeaseShown};
 /// A lease's renewal is bounded tighter, by what is left of the lease.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Calls failed in a row after which the connection is made anew.
+pub const RECONNECT_AFTER: u32 = 2;
+
 /// How a box reaches the arbiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArbiterOptions {
@@ -102,6 +105,19 @@ impl Arbiter {
             keys,
             options,
         })
+    }
+
+    /// A new connection to the same etcd: after calls failed in a row, a
+    /// connection that may be wedged (a stream cut mid-frame by a
+    /// partition) is not relied on again.
+    pub async fn reconnect(&self) -> Arbiter {
+        match Arbiter::connect(self.options.clone()).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "reconnecting to etcd failed: the old connection is kept");
+                self.clone()
+            }
+        }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -272,5 +288,50 @@ pub fn me(fingerprint: &str, options: &ArbiterOptions) -> LeaderRecord {
         epoch: 0,
         fingerprint: fingerprint.to_owned(),
         addr: options.advertise.clone(),
+    }
+}
+
+/// Why the arbiter's leader could not be dialled.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error(transparent)]
+    Arbiter(#[from] ArbiterError),
+    #[error("the arbiter names no primary now (a failover may be under way)")]
+    NoLeader,
+    #[error("the arbiter's leader record does not parse: {0}")]
+    BadRecord(String),
+    #[error(transparent)]
+    Client(#[from] crate::node::ClientError),
+}
+
+impl Arbiter {
+    /// The primary the arbiter names now: its epoch, fingerprint and
+    /// address, parsed.
+    pub async fn leader(
+        &self,
+    ) -> Result<(u64, crate::net::Fingerprint, std::net::SocketAddr), FollowError> {
+        let view = self.view().await?;
+        let l = view.leader.ok_or(FollowError::NoLeader)?.value;
+        let fp = l
+            .fingerprint
+            .parse()
+            .map_err(|_| FollowError::BadRecord(format!("fingerprint {:?}", l.fingerprint)))?;
+        let addr = tokio::net::lookup_host(&l.addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| FollowError::BadRecord(format!("address {:?}", l.addr)))?;
+        Ok((l.epoch, fp, addr))
+    }
+
+    /// A client of the primary the arbiter names now.
+    pub async fn dial_leader(
+        &self,
+        identity: &crate::net::Identity,
+        opts: crate::node::ClientOptions,
+    ) -> Result<(u64, crate::node::Client), FollowError> {
+        let (epoch, fp, addr) = self.leader().await?;
+        let c = crate::node::Client::connect_with(identity, fp, addr, opts).await?;
+        Ok((epoch, c))
     }
 }
