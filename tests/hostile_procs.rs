@@ -268,7 +268,8 @@ async fn a_flood_of_idle_status_connections_costs_little_cpu_and_blocks_no_clien
     })
     .await
     .expect("the flood");
-    // A window to sample the daemon's CPU in while the flood is held.
+    // A window to sample the daemon's CPU in while the flood is held: the
+    // sleep is the measurement.
     let before = p.daemon.cpu_secs();
     let window = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;

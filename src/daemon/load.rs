@@ -109,7 +109,10 @@ fn progress_line(
     started: Instant,
     terminal: bool,
 ) {
-    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let secs = crate::clock::monotonic()
+        .saturating_duration_since(started)
+        .as_secs_f64()
+        .max(1e-3);
     let line = format!(
         "appended {done_frames}/{total_frames} frames, {:.1} MiB, {:.0} frames/s, {:.1} MiB/s",
         bytes as f64 / 1048576.0,
@@ -133,7 +136,7 @@ pub async fn run(
     twin_log: Option<&Path>,
     opts: ClientOptions,
 ) -> Result<LoadReport, DaemonError> {
-    let started = Instant::now();
+    let started = crate::clock::monotonic();
     let terminal = std::io::stderr().is_terminal();
     let acked: Arc<Mutex<BTreeMap<u64, (u32, u64)>>> = Arc::new(Mutex::new(BTreeMap::new()));
     let done = Arc::new(AtomicU64::new(0));
@@ -246,7 +249,9 @@ pub async fn run(
     Ok(LoadReport {
         frames: acked.len() as u64,
         bytes: bytes.load(Ordering::Relaxed),
-        secs: started.elapsed().as_secs_f64(),
+        secs: crate::clock::monotonic()
+            .saturating_duration_since(started)
+            .as_secs_f64(),
         primary_head: status.head,
         twin_acked: status.twin_acked,
         verified_on_twin,

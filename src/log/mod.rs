@@ -164,6 +164,8 @@ pub struct Log {
     cut_heads: Mutex<Vec<u64>>,
     gate: FreezeGate,
     recovery: Recovery,
+    /// What the log decides by time with ([`OpenOptions::clock`]).
+    clock: Arc<dyn crate::clock::Clock>,
     _lock: Box<dyn Any + Send + Sync>,
 }
 

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::clock::Clock;
+
 use super::format::{
     self, FrameHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, LOCK_FILE,
     RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
@@ -30,6 +32,9 @@ pub struct OpenOptions {
     pub repair: bool,
     /// The file system; the real one when None.
     pub storage: Option<Arc<dyn Storage>>,
+    /// The clock the log times its syncs and paces its group commits by;
+    /// the machine's monotonic clock unless a test gives another.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for OpenOptions {
@@ -38,6 +43,7 @@ impl Default for OpenOptions {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             repair: false,
             storage: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -327,6 +333,7 @@ impl Log {
             cut_heads: Mutex::new(Vec::new()),
             gate: FreezeGate::default(),
             recovery: Recovery::default(),
+            clock: opts.clock.clone(),
             _lock: lock,
         };
         // Before the segments are checked: a cut stopped halfway may have

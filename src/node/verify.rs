@@ -62,7 +62,9 @@ impl Pace {
     pub fn new(rate: u64) -> Pace {
         Pace {
             rate: rate.max(1),
-            started: Instant::now(),
+            // The pace sleeps on its thread, so it measures on the
+            // machine's clock, not tokio's.
+            started: crate::clock::monotonic(),
             bytes: 0,
         }
     }
@@ -70,7 +72,7 @@ impl Pace {
     pub fn read(&mut self, n: u64) {
         self.bytes += n;
         let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
-        let elapsed = self.started.elapsed();
+        let elapsed = crate::clock::monotonic().saturating_duration_since(self.started);
         if due > elapsed + Duration::from_millis(20) {
             std::thread::sleep(due - elapsed);
         }

@@ -264,7 +264,7 @@ mod tests {
     fn no_write_slips_between_the_pause_and_the_count() {
         let mut gate = Gate::default();
         assert_eq!(gate.admit(), Ok(()));
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let mut sw = Switchover::start(&mut gate, now, Duration::from_secs(1)).expect("start");
         assert!(Switchover::start(&mut gate, now, Duration::from_secs(1)).is_none());
         assert_eq!(gate.admit(), Err(Paused), "paused before anything else");
@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn silence_after_the_handover_keeps_the_hold_and_a_refusal_lifts_it() {
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let wait = Duration::from_millis(100);
         let mut gate = Gate::default();
         let mut sw = Switchover::start(&mut gate, now, wait).expect("start");
@@ -328,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_twin_behind_or_a_failed_hold_ends_it_with_writes_going_on() {
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let wait = Duration::from_millis(100);
         let mut gate = Gate::default();
         let mut sw = Switchover::start(&mut gate, now, wait).expect("start");

@@ -562,7 +562,7 @@ mod tests {
 
     fn streaming_twin() -> TwinCore {
         let now = Now {
-            at: std::time::Instant::now(),
+            at: crate::clock::monotonic(),
             unix_ms: 0,
         };
         let view = TwinView {

@@ -554,7 +554,7 @@ impl Primary {
                 s.twin_connected = false;
                 s.twin_last_error = Some(why);
                 *self.lag_at_end.lock().unwrap_or_else(|e| e.into_inner()) = Some(LagAtEnd {
-                    at: tokio::time::Instant::now(),
+                    at: crate::node::clock::instant(),
                     bytes_appended: self.head.borrow().1,
                     lag_bytes: s.lag_bytes,
                     lag_ms: s.lag_ms,

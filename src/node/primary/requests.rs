@@ -395,7 +395,7 @@ impl Primary {
             Durability::Local => local,
             Durability::Twin if !self.twin_configured => local,
             Durability::Twin => {
-                let started = std::time::Instant::now();
+                let started = crate::node::clock::instant();
                 let mut resp = self.wait_for_twin(seq).await;
                 if let Response::Appended { twin_wait_us, .. } = &mut resp {
                     *twin_wait_us = started.elapsed().as_micros() as u64;

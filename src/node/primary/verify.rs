@@ -2,8 +2,6 @@
 //! serve ([`crate::repl::verify`]). The twin session carries the questions;
 //! this side digests its own ranges at the same pace and keeps the search.
 
-use std::time::Instant;
-
 use tokio::sync::{mpsc, oneshot};
 
 use super::Primary;
@@ -35,7 +33,7 @@ impl Primary {
     /// and keep the report for `status`.
     pub async fn verify(&self, from: u64, through: u64, mib_per_s: u32) -> VerifyReport {
         let mib_per_s = (verify::verify_rate(mib_per_s) >> 20) as u32;
-        let started = Instant::now();
+        let started = crate::node::clock::instant();
         let seq_cst = std::sync::atomic::Ordering::SeqCst;
         let mut hi = self.log.head_seq().min(*self.acked.borrow());
         // An erase is carried out on each box as its store applies it:

@@ -348,7 +348,7 @@ impl Twin {
 
     /// The primary was heard: recorded, at most once a second.
     fn heard_primary(&self) {
-        let now = tokio::time::Instant::now();
+        let now = crate::node::clock::instant();
         let dir = {
             let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());
             if h.1

@@ -316,7 +316,7 @@ impl<'t> Session<'t> {
                 self.conn.clone(),
                 self.chunks_tx.clone(),
             )));
-            self.streaming_since = Some(tokio::time::Instant::now());
+            self.streaming_since = Some(crate::node::clock::instant());
         }
     }
 
