@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 #[cfg(any(test, feature = "testing"))]
 pub use crate::storage::{CrashMode, SimStorage};
 pub use erase::Erased;
-pub use error::{Error, Result};
+pub use error::{Error, Result, SegmentDamage};
 pub use guard::{FreezeGuard, MutationGuard};
 pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};

@@ -83,6 +83,17 @@ impl Pace {
     }
 }
 
+/// Why this box has no digests for a verify's question.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestError {
+    /// The log did not read.
+    #[error("{0}")]
+    Log(#[from] crate::log::Error),
+    /// The blocking task that read it did not finish.
+    #[error("{0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// This box's digests of `ask`, read on a blocking thread at `rate`.
 /// Answers them and the bytes read.
 pub async fn digests(
@@ -90,7 +101,7 @@ pub async fn digests(
     epochs: EpochHistory,
     ask: Ask,
     rate: u64,
-) -> Result<(Vec<Digest>, u64), String> {
+) -> Result<(Vec<Digest>, u64), DigestError> {
     tokio::task::spawn_blocking(move || {
         let (mut pace, mut blob_bytes) = (Pace::new(rate), 0u64);
         let d = verify::digests(
@@ -103,12 +114,10 @@ pub async fn digests(
                 blob_bytes += bytes;
                 pace.read(bytes + frames * verify::FRAME_COST)
             },
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok((d, blob_bytes))
     })
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
 }
 
 /// Milliseconds since the Unix epoch, for the report.

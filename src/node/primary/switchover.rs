@@ -194,7 +194,7 @@ impl Primary {
                     primary,
                 }
             }
-            (Outcome::Refused(why), _) => refused(&why),
+            (Outcome::Refused(why), _) => refused(&why.to_string()),
             (Outcome::Unknown { .. }, _) => Response::Error(ApiError::SwitchoverRefused {
                 why: format!(
                     "the twin did not answer the handover within {} ms; this box is fenced until an operator checks whether the twin promoted itself (then `primary rejoin`) or not (then `primary unfence`)",
@@ -234,11 +234,7 @@ impl Primary {
                         SwitchAction::Hold { why } => {
                             // On disk before the handover leaves: a crash
                             // from here on brings this box back fenced.
-                            let held = self
-                                .epochs
-                                .hold(&why)
-                                .map(|_| ())
-                                .map_err(|e| e.to_string());
+                            let held = self.epochs.hold(&why).map(|_| ());
                             next.extend(self.switch.with_gate(|g| sw.held(g, held)));
                         }
                         SwitchAction::Handover { head } => {
