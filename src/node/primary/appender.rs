@@ -6,7 +6,8 @@
 //! group costs one wake of this thread. It hands the group to the twin
 //! sessions from the buffer in hand before its fdatasync, so that the
 //! twin's sync runs beside this one (a `twin` answer waits for both), and
-//! answers nobody before its own sync.
+//! answers nobody before its own sync. Should the thread not start, the
+//! same steps run on the blocking pool, one group at a time.
 
 use std::sync::Arc;
 
