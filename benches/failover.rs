@@ -45,9 +45,9 @@
 //! (parent-death signal, and SIGKILL on drop). Every file lives under
 //! cargo's target tmp dir, removed at the end.
 
-mod common;
 #[path = "failover_cases/auto.rs"]
 mod auto;
+mod common;
 
 use common::*;
 

@@ -25,7 +25,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Clock;
 
 use crate::log::format::{FrameHeader, FRAME_HEADER_LEN};
 use crate::log::storage::Storage;
@@ -82,6 +84,8 @@ pub struct WalOptions {
     pub segment_bytes: u64,
     /// The file system; the real one when None.
     pub storage: Option<Arc<dyn Storage>>,
+    /// The clock the log decides by; the machine's unless a test says.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for WalOptions {
@@ -90,6 +94,7 @@ impl Default for WalOptions {
             max_record_size: 1 << 20,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             storage: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -119,6 +124,7 @@ impl Wal {
                 segment_bytes: opts.segment_bytes,
                 repair: false,
                 storage: opts.storage,
+                clock: opts.clock,
             },
         )?;
         Ok(Wal {
@@ -212,6 +218,7 @@ impl Wal {
     pub fn external_reader(dir: impl AsRef<Path>, from: Lsn) -> Result<ExternalReader, WalError> {
         Ok(ExternalReader {
             tail: Tail::open(dir, from.0)?,
+            clock: crate::clock::system(),
         })
     }
 }
@@ -240,9 +247,15 @@ impl Reader<'_> {
 #[derive(Debug)]
 pub struct ExternalReader {
     tail: Tail,
+    clock: Arc<dyn Clock>,
 }
 
 impl ExternalReader {
+    /// The same reader, timing [`ExternalReader::wait_next`] by `clock`.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> ExternalReader {
+        ExternalReader { clock, ..self }
+    }
+
     /// The next durable record, or None when caught up with the writer.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<Result<(Lsn, &[u8]), WalError>> {
@@ -255,11 +268,11 @@ impl ExternalReader {
 
     /// The next record, polling until one is durable or `timeout` passes.
     pub fn wait_next(&mut self, timeout: Duration) -> Option<Result<(Lsn, Vec<u8>), WalError>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = self.clock.now() + timeout;
         loop {
             match self.tail.next() {
                 Ok(Some(f)) => return Some(Ok((Lsn(f.seq), f.blob.to_vec()))),
-                Ok(None) if Instant::now() < deadline => {
+                Ok(None) if self.clock.now() < deadline => {
                     std::thread::sleep(Duration::from_millis(1));
                 }
                 Ok(None) => return None,

@@ -143,14 +143,11 @@ fn verify(pdir: &Path, tdir: &Path, acked: &Acked, what: &str) {
 /// works again after whatever was broken.
 async fn progress(acked: &Acked, more: usize, what: &str) {
     let target = acked.lock().expect("lock").len() + more;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while acked.lock().expect("lock").len() < target {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: no {more} more frames acknowledged within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let waited = format!("{what}: {more} more frames acknowledged");
+    testkit::until(&waited, Duration::from_secs(60), || {
+        (acked.lock().expect("lock").len() >= target).then_some(())
+    })
+    .await;
 }
 
 /// Wait until the primary at `addr` reports its twin connected, or not.

@@ -51,6 +51,8 @@ fn trickle(
                 return;
             }
             sent.fetch_add(1, Ordering::SeqCst);
+            // The trickle's pace is the hostile client's behaviour under
+            // test, not a wait.
             tokio::time::sleep(Duration::from_millis(every_ms)).await;
         }
     })

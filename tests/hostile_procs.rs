@@ -177,18 +177,11 @@ async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
         .await
         .expect("a few bytes");
     let stalled_at = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    testkit::until("the stalled body staged", Duration::from_secs(10), || {
         let (_, s) = daemon::fetch_status::<Status>(p.metrics).expect("status");
-        if s.staging_held > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stalled body was never staged"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        (s.staging_held > 0).then_some(())
+    })
+    .await;
 
     let mut writers = Vec::new();
     for w in 0..8u8 {
@@ -268,7 +261,8 @@ async fn a_flood_of_idle_status_connections_costs_little_cpu_and_blocks_no_clien
     })
     .await
     .expect("the flood");
-    // A window to sample the daemon's CPU in while the flood is held.
+    // A window to sample the daemon's CPU in while the flood is held: the
+    // sleep is the measurement.
     let before = p.daemon.cpu_secs();
     let window = Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -290,13 +284,16 @@ async fn a_flood_of_idle_status_connections_costs_little_cpu_and_blocks_no_clien
     );
     // Each idle connection is dropped after the head deadline, so `/status`
     // is answered again while the flood is still held open.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if daemon::fetch_status::<Status>(metrics).is_ok_and(|(_, s)| s.head == 40) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "/status never answered again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    testkit::poll(
+        "/status answered again",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            daemon::fetch_status::<Status>(metrics)
+                .is_ok_and(|(_, s)| s.head == 40)
+                .then_some(())
+        },
+    )
+    .await;
     drop(flood);
 }

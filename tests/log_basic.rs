@@ -252,7 +252,10 @@ fn freeze_waits_for_mutations_in_flight_and_holds_back_new_ones() {
             let _outer = log.mutation();
             let _nested = log.mutation();
             entered.wait();
-            std::thread::sleep(Duration::from_millis(50));
+            // The freeze is under way, waiting for this mutation.
+            testkit::wait::until_blocking("freezing", Duration::from_secs(30), || {
+                log.freeze_state().0.then_some(())
+            });
             stage.store(1, Ordering::SeqCst);
         });
         entered.wait();
@@ -267,7 +270,10 @@ fn freeze_waits_for_mutations_in_flight_and_holds_back_new_ones() {
             let _m = log.mutation();
             stage.load(Ordering::SeqCst)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        // The other thread is held back at the gate.
+        testkit::wait::until_blocking("a mutation held back", Duration::from_secs(30), || {
+            (log.freeze_state().1 == 1).then_some(())
+        });
         stage.store(2, Ordering::SeqCst);
         drop(_mine);
         drop(frozen);

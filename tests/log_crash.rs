@@ -32,6 +32,7 @@ fn sim_opts(fs: &SimStorage, segment_bytes: u64, repair: bool) -> OpenOptions {
         segment_bytes,
         repair,
         storage: Some(Arc::new(fs.clone())),
+        ..OpenOptions::default()
     }
 }
 
@@ -1216,6 +1217,7 @@ impl StorageFile for DiskLatencyFile {
         self.0.write_all_at(buf, offset)
     }
     fn sync_data(&self) -> std::io::Result<()> {
+        // The disk's latency is what this storage simulates, not a wait.
         std::thread::sleep(DISK_SYNC);
         self.0.sync_data()
     }

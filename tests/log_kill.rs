@@ -56,6 +56,8 @@ fn run_writer(dir: &Path, round: u64, delay: Duration) -> Vec<(u64, String)> {
         stdout.read_to_end(&mut out).expect("read writer's stdout");
         out
     });
+    // The kill's moment is the test's input (seeded, replayable), not a
+    // wait for anything: it must land anywhere in the writer's run.
     std::thread::sleep(delay);
     writer.0.kill().expect("SIGKILL the writer");
     writer.0.wait().expect("reap the writer");

@@ -66,6 +66,7 @@ fn a_frame_whose_room_cannot_be_reserved_poisons_nothing_and_leaves_no_segment()
                 segment_bytes: SEGMENT,
                 repair: false,
                 storage: Some(Arc::new(disk.clone())),
+                ..OpenOptions::default()
             },
         )
     };

@@ -117,6 +117,7 @@ impl Harness {
                 segment_bytes: self.segment_bytes,
                 repair: false,
                 storage: Some(Arc::new(self.disk.clone())),
+                ..OpenOptions::default()
             },
         )
         .expect("open");

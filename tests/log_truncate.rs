@@ -28,6 +28,7 @@ fn open_sim(fs: &SimStorage, segment_bytes: u64) -> Result<Log> {
             segment_bytes,
             repair: false,
             storage: Some(Arc::new(fs.clone())),
+            ..OpenOptions::default()
         },
     )
 }

@@ -133,11 +133,10 @@ async fn a_stalled_body_under_the_staging_bound_holds_no_writer_at_all() {
         stall(&r, 64 << 20, 3 << 20).await,
     ];
     // The staged bytes show before anything is appended.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while r.primary.status().staging_held < (64 << 20) {
-        assert!(tokio::time::Instant::now() < deadline, "nothing was staged");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::until("the stalled bodies staged", Duration::from_secs(10), || {
+        (r.primary.status().staging_held >= (64 << 20)).then_some(())
+    })
+    .await;
     for i in 0..20u8 {
         let (seq, _) = tokio::time::timeout(
             Duration::from_secs(2),

@@ -469,14 +469,12 @@ async fn a_twin_below_the_floor_gets_a_snapshot_and_converges() {
     };
     // It is in the primary's log before the twin returns, so the snapshot
     // is taken past it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while plog.head_seq() == before {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the append never reached the primary's log"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::until(
+        "the append in the primary's log",
+        Duration::from_secs(10),
+        || (plog.head_seq() != before).then_some(()),
+    )
+    .await;
     // The twin returns, below the floor: a snapshot, then the stream.
     let (_stop, _task) = run_twin();
     let head = plog.head_seq();

@@ -63,6 +63,7 @@ async fn health_and_readiness_answer_for_load_balancers_and_a_flood_costs_little
     let idle: Vec<TcpStream> = (0..300)
         .map(|_| TcpStream::connect(addr).expect("connect"))
         .collect();
+    // A window that measures CPU: the sleep is the measurement.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let spent = cpu_secs() - before;
     assert!(spent < 0.5, "{spent:.2} s of CPU for idle connections");

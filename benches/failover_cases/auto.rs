@@ -87,9 +87,14 @@ impl AutoPair {
                 let logs: Vec<String> = self
                     .boxes
                     .iter()
-                    .map(|b| std::fs::read_to_string(b.dir.with_extension("log")).unwrap_or_default())
+                    .map(|b| {
+                        std::fs::read_to_string(b.dir.with_extension("log")).unwrap_or_default()
+                    })
                     .collect();
-                panic!("box {i} does not lead in 60 s; their logs:\n{}", logs.join("\n-----\n"));
+                panic!(
+                    "box {i} does not lead in 60 s; their logs:\n{}",
+                    logs.join("\n-----\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::log::Log;
@@ -32,36 +32,55 @@ const WRITER_LIFETIME: Duration = Duration::from_secs(10);
 
 type Failed = Box<dyn std::error::Error + Send + Sync>;
 
+/// What this child fails at, by name; the rest (a daemon's, a restore's
+/// own errors) pass through as they are.
+#[derive(Debug, thiserror::Error)]
+enum ChildError {
+    #[error(transparent)]
+    Log(#[from] twinlog::log::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("a writer thread panicked")]
+    WriterPanicked,
+    #[error("no daemon role {0:?}")]
+    NoRole(String),
+    #[error("the role changed to {role}, but serving it failed: {error}")]
+    NewRoleFailed {
+        role: &'static str,
+        error: std::io::Error,
+    },
+    #[error("bad arguments: {0:?} (see the source's doc)")]
+    BadArguments(Vec<String>),
+}
+
 /// Append from several threads until killed, printing `ACK {seq} {name}`
 /// once each append has returned.
 fn log_writer(dir: &str, round: &str) -> Result<(), Failed> {
     use kill_frames::{content, CHUNK, SEGMENT, WRITERS};
     let log = Log::open_with(dir, SEGMENT)?;
-    let deadline = Instant::now() + WRITER_LIFETIME;
+    let deadline = twinlog::clock::monotonic() + WRITER_LIFETIME;
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..WRITERS)
             .map(|w| {
                 let log = &log;
-                s.spawn(move || -> Result<(), String> {
+                s.spawn(move || -> Result<(), ChildError> {
                     let mut n = 0u64;
-                    while Instant::now() < deadline {
+                    while twinlog::clock::monotonic() < deadline {
                         let name = format!("r{round}w{w}n{n}");
                         let (kind, blob) = content(&name);
                         let seq = if w == 0 {
-                            let mut p = log
-                                .begin(None, kind, name.as_bytes(), blob.len() as u64)
-                                .map_err(|e| e.to_string())?;
+                            let mut p =
+                                log.begin(None, kind, name.as_bytes(), blob.len() as u64)?;
                             for chunk in blob.chunks(CHUNK) {
-                                p.write(chunk).map_err(|e| e.to_string())?;
+                                p.write(chunk)?;
                             }
-                            p.commit().map_err(|e| e.to_string())?
+                            p.commit()?
                         } else {
-                            log.append_raw(kind, name.as_bytes(), &blob)
-                                .map_err(|e| e.to_string())?
+                            log.append_raw(kind, name.as_bytes(), &blob)?
                         };
                         let mut out = std::io::stdout().lock();
-                        writeln!(out, "ACK {seq} {name}").map_err(|e| e.to_string())?;
-                        out.flush().map_err(|e| e.to_string())?;
+                        writeln!(out, "ACK {seq} {name}")?;
+                        out.flush()?;
                         n += 1;
                     }
                     Ok(())
@@ -71,7 +90,7 @@ fn log_writer(dir: &str, round: &str) -> Result<(), Failed> {
         for w in workers {
             match w.join() {
                 Ok(r) => r.map_err(Failed::from)?,
-                Err(_) => return Err(Failed::from("a writer thread panicked")),
+                Err(_) => return Err(ChildError::WriterPanicked.into()),
             }
         }
         Ok(())
@@ -101,7 +120,7 @@ async fn serve(role: &str, config: &str) -> Result<(), Failed> {
     let served = match role {
         "primary" => daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown).await?,
         "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await?,
-        other => return Err(format!("no daemon role {other:?}").into()),
+        other => return Err(ChildError::NoRole(other.to_string()).into()),
     };
     // A switchover changed the role: become the daemon of the new one in a
     // new program image, as `daemon::failover::continue_as` makes the
@@ -114,14 +133,15 @@ async fn serve(role: &str, config: &str) -> Result<(), Failed> {
         daemon::Served::Stopped | daemon::Served::Replaced { .. } => return Ok(()),
         daemon::Served::Deposed { twin_config } => ("twin", twin_config),
         daemon::Served::Promoted { primary_config } => ("primary", primary_config),
-        daemon::Served::LeaseLost => (role, &config),
+        daemon::Served::LeaseLost if role == "primary" => ("primary", &config),
+        daemon::Served::LeaseLost => ("twin", &config),
     };
     use std::os::unix::process::CommandExt;
     let e = std::process::Command::new(std::env::current_exe()?)
         .args(["daemon", role])
         .arg(config)
         .exec();
-    Err(format!("the role changed to {role}, but serving it failed: {e}").into())
+    Err(ChildError::NewRoleFailed { role, error: e }.into())
 }
 
 /// One restore run, its report printed as one JSON line.
@@ -161,12 +181,16 @@ fn main() -> ExitCode {
                         match (cmd.as_str(), rest.as_slice()) {
                             ("daemon", [role, config]) => serve(role, config).await,
                             ("restore", [config, from, fp]) => run_restore(config, from, fp).await,
-                            _ => Err(format!("bad arguments: {cmd} {rest:?}").into()),
+                            _ => {
+                                let mut all = vec![cmd.clone()];
+                                all.extend(rest.iter().map(|a| a.to_string()));
+                                Err(ChildError::BadArguments(all).into())
+                            }
                         }
                     })
                 })
         }
-        _ => Err(format!("bad arguments: {args:?} (see the source's doc)").into()),
+        _ => Err(ChildError::BadArguments(args.iter().map(|a| a.to_string()).collect()).into()),
     };
     match ran {
         Ok(()) => ExitCode::SUCCESS,

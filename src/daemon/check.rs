@@ -31,16 +31,10 @@ impl std::fmt::Display for LogCheck {
 /// at a time, without taking the log's lock or writing anything: safe
 /// while a daemon runs. A damaged frame is an error naming it.
 pub fn check_log(dir: &Path) -> Result<LogCheck, DaemonError> {
-    let mut tail = crate::log::Tail::open(dir, 0).map_err(|e| {
-        DaemonError::Failed(format!(
-            "reading the log {}: {e}{}",
-            dir.display(),
-            if dir.exists() {
-                ""
-            } else {
-                " (a daemon creates it when it first starts)"
-            }
-        ))
+    let mut tail = crate::log::Tail::open(dir, 0).map_err(|error| DaemonError::LogUnread {
+        dir: dir.to_owned(),
+        error,
+        absent: !dir.exists(),
     })?;
     let mut c = LogCheck::default();
     while let Some(h) = tail.next_checked()? {

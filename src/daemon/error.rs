@@ -48,10 +48,11 @@ pub enum DaemonError {
         addr: String,
         what: String,
     },
-    /// A setup that cannot be used as it is (a key not set, ...).
+    /// A setup that cannot be used as it is, as a command of the binaries
+    /// (`primary/`, `twin/`) says it; the library's own have names below.
     #[error("{0}")]
     Setup(String),
-    /// Arguments that parse but cannot be used.
+    /// Arguments that parse but cannot be used, as a command says it.
     #[error("{0}")]
     Usage(String),
     /// A request to the running daemon failed or was refused, or its
@@ -69,10 +70,104 @@ pub enum DaemonError {
         data_dir: PathBuf,
         before: &'static str,
     },
-    /// A runtime failure a command found itself (nothing by that name, no
-    /// daemon answering, ...).
+    /// A runtime failure a command of the binaries found itself (nothing
+    /// by that name, ...); the library's own have names below.
     #[error("{0}")]
     Failed(String),
+    /// A twin with no primary pinned.
+    #[error("primary_fingerprint is not set: run `twin pin`")]
+    PrimaryNotPinned,
+    /// A restore pin's expiry that is not a time.
+    #[error("restore_expiry for {fingerprint}: {at:?} is not a time like 2026-12-01T00:00:00Z")]
+    BadRestoreExpiry {
+        fingerprint: Fingerprint,
+        at: String,
+    },
+    /// `pin-restore` on a twin that serves no restore, told no address.
+    #[error("{}: restore_listen is not set, so this twin serves no restore: give --listen ADDRESS (as 0.0.0.0:7401) to set it", config.display())]
+    NoRestoreListen { config: PathBuf },
+    #[error(
+        "no daemon answers on {metrics} (`metrics` in the configuration): {error}; is it serving?"
+    )]
+    NoDaemon {
+        metrics: Address,
+        error: std::io::Error,
+    },
+    #[error("the status from {metrics}: {error}")]
+    BadStatus {
+        metrics: Address,
+        error: serde_json::Error,
+    },
+    /// A blocking task or a task of the command's did not finish.
+    #[error("{what}: {error}")]
+    Task {
+        what: &'static str,
+        error: tokio::task::JoinError,
+    },
+    #[error("{0}")]
+    PromoteRefused(crate::repl::promote::PromoteRefusal),
+    #[error("{0}")]
+    Rejoin(Box<crate::node::rejoin::RejoinError>),
+    #[error("this primary is not fenced: it serves epoch {}", crate::repl::epochs::EpochName(*.epoch))]
+    NotFenced { epoch: u64 },
+    #[error("epoch {} exists ({by}): lifting this fence makes this box a primary beside it, a split brain. Rejoin it instead (`primary rejoin`), or, if the newer primary is gone for good, say --i-accept-split-brain", crate::repl::epochs::EpochName(*.seen))]
+    SplitBrain { seen: u64, by: String },
+    #[error("no saved frame {seq} here")]
+    NoSavedFrame { seq: u64 },
+    /// A switchover's new primary, as the twin named it, does not parse.
+    #[error("the new primary's fingerprint {0:?} does not parse")]
+    NewPrimaryFingerprint(String),
+    #[error("the new primary's address {0:?} does not parse")]
+    NewPrimaryAddress(String),
+    #[error("finding this program: {0}")]
+    NoProgramPath(std::io::Error),
+    #[error("the switchover changed this box's role, but {} did not start: {error}. Serve it with `{binary} serve --config {}`", sibling.display(), config.display())]
+    NewRoleNotStarted {
+        sibling: PathBuf,
+        binary: &'static str,
+        config: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "connecting to the primary at {addr} (`listen` = \"{listen}\" in the configuration): {}",
+        connect_why(error)
+    )]
+    PrimaryUnreachable {
+        addr: SocketAddr,
+        listen: Address,
+        error: Box<ClientError>,
+    },
+    #[error("frame {seq} was acknowledged as {durability:?}")]
+    AckedAs {
+        seq: u64,
+        durability: crate::node::Durability,
+    },
+    #[error("reading the twin's log {}: {error}", dir.display())]
+    TwinLogUnread {
+        dir: PathBuf,
+        error: crate::log::Error,
+    },
+    #[error("frame {seq} differs on the twin")]
+    DiffersOnTwin { seq: u64 },
+    #[error("only {verified} of {acked} acknowledged frames are on the twin")]
+    MissingOnTwin { verified: u64, acked: usize },
+    #[error("reading the log {}: {error}{}", dir.display(), if *absent { " (a daemon creates it when it first starts)" } else { "" })]
+    LogUnread {
+        dir: PathBuf,
+        error: crate::log::Error,
+        /// The directory did not exist.
+        absent: bool,
+    },
+}
+
+/// Why a client did not connect, as `primary load` says it.
+fn connect_why(e: &ClientError) -> String {
+    match e {
+        ClientError::Deadline { after } => format!(
+            "no answer within {after:?}: is `primary serve` running with this configuration?"
+        ),
+        _ => e.to_string(),
+    }
 }
 
 impl DaemonError {
@@ -93,9 +188,11 @@ impl DaemonError {
             DaemonError::Config(_)
             | DaemonError::Initialized(_)
             | DaemonError::Address { .. }
-            | DaemonError::Setup(_) => exit::CONFIG,
+            | DaemonError::Setup(_)
+            | DaemonError::PrimaryNotPinned
+            | DaemonError::BadRestoreExpiry { .. } => exit::CONFIG,
             DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
-            DaemonError::Usage(_) => exit::USAGE,
+            DaemonError::Usage(_) | DaemonError::NoRestoreListen { .. } => exit::USAGE,
             DaemonError::Log(_)
             | DaemonError::Store(_)
             | DaemonError::Net(_)
@@ -103,7 +200,25 @@ impl DaemonError {
             | DaemonError::File { .. }
             | DaemonError::Request { .. }
             | DaemonError::Running { .. }
-            | DaemonError::Failed(_) => exit::FAILURE,
+            | DaemonError::Failed(_)
+            | DaemonError::NoDaemon { .. }
+            | DaemonError::BadStatus { .. }
+            | DaemonError::Task { .. }
+            | DaemonError::PromoteRefused(_)
+            | DaemonError::Rejoin(_)
+            | DaemonError::NotFenced { .. }
+            | DaemonError::SplitBrain { .. }
+            | DaemonError::NoSavedFrame { .. }
+            | DaemonError::NewPrimaryFingerprint(_)
+            | DaemonError::NewPrimaryAddress(_)
+            | DaemonError::NoProgramPath(_)
+            | DaemonError::NewRoleNotStarted { .. }
+            | DaemonError::PrimaryUnreachable { .. }
+            | DaemonError::AckedAs { .. }
+            | DaemonError::TwinLogUnread { .. }
+            | DaemonError::DiffersOnTwin { .. }
+            | DaemonError::MissingOnTwin { .. }
+            | DaemonError::LogUnread { .. } => exit::FAILURE,
         }
     }
 }

@@ -72,7 +72,7 @@ pub fn promote(
         Duration::from_millis(cfg.promote_quiet_ms),
         force,
     )
-    .map_err(|e| DaemonError::Failed(e.to_string()))?;
+    .map_err(DaemonError::PromoteRefused)?;
     let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
     let new = epochs
         .update(|s| s.promote(head))
@@ -221,7 +221,7 @@ pub async fn rejoin(
         deadline,
     })
     .await
-    .map_err(|e| DaemonError::Failed(e.to_string()))?;
+    .map_err(|e| DaemonError::Rejoin(Box::new(e)))?;
     endpoint.close(0u32.into(), b"rejoined");
     drop(log);
     let (twin_path, deposed) =
@@ -320,10 +320,9 @@ pub fn unfence(primary_config: &Path, accept_split_brain: bool) -> Result<Unfenc
     let epochs = Epochs::load(&cfg.data_dir, head).at("reading the epochs in", &cfg.data_dir)?;
     let st = epochs.state();
     if !st.fenced() {
-        return Err(DaemonError::Failed(format!(
-            "this primary is not fenced: it serves epoch {}",
-            EpochName(st.current())
-        )));
+        return Err(DaemonError::NotFenced {
+            epoch: st.current(),
+        });
     }
     if st.seen <= st.current() {
         epochs.release().at("lifting the hold in", &cfg.data_dir)?;
@@ -333,11 +332,10 @@ pub fn unfence(primary_config: &Path, accept_split_brain: bool) -> Result<Unfenc
         });
     }
     if !accept_split_brain {
-        return Err(DaemonError::Failed(format!(
-            "epoch {} exists ({}): lifting this fence makes this box a primary beside it, a split brain. Rejoin it instead (`primary rejoin`), or, if the newer primary is gone for good, say --i-accept-split-brain",
-            EpochName(st.seen),
-            st.fenced_by.unwrap_or_default()
-        )));
+        return Err(DaemonError::SplitBrain {
+            seen: st.seen,
+            by: st.fenced_by.unwrap_or_default(),
+        });
     }
     let epoch = epochs
         .update(|s| s.promote(head))
@@ -406,7 +404,7 @@ pub fn divergent(
     }
     if let Some(seq) = extract {
         if !found {
-            return Err(DaemonError::Failed(format!("no saved frame {seq} here")));
+            return Err(DaemonError::NoSavedFrame { seq });
         }
     }
     Ok(out)
@@ -498,22 +496,15 @@ pub fn follow_after_switchover(
     cfg: &PrimaryConfig,
     np: &crate::node::api::NewPrimary,
 ) -> Result<PathBuf, DaemonError> {
-    let fingerprint: Fingerprint = np.fingerprint.parse().map_err(|_| {
-        DaemonError::Failed(format!(
-            "the new primary's fingerprint {:?} does not parse",
-            np.fingerprint
-        ))
-    })?;
+    let fingerprint: Fingerprint = np
+        .fingerprint
+        .parse()
+        .map_err(|_| DaemonError::NewPrimaryFingerprint(np.fingerprint.clone()))?;
     let primary: Address = np
         .addr
         .parse::<SocketAddr>()
         .map(Address::from)
-        .map_err(|_| {
-            DaemonError::Failed(format!(
-                "the new primary's address {:?} does not parse",
-                np.addr
-            ))
-        })?;
+        .map_err(|_| DaemonError::NewPrimaryAddress(np.addr.clone()))?;
     let (twin_path, _) = become_twin(
         cfg,
         &cfg.data_dir.join(PRIMARY_CONFIG),
@@ -537,8 +528,7 @@ pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonE
         super::Served::Deposed { twin_config } => ("twin", twin_config),
         super::Served::Promoted { primary_config } => ("primary", primary_config),
     };
-    let me = std::env::current_exe()
-        .map_err(|e| DaemonError::Failed(format!("finding this program: {e}")))?;
+    let me = std::env::current_exe().map_err(DaemonError::NoProgramPath)?;
     let sibling = me.with_file_name(binary);
     let mut cmd = std::process::Command::new(&sibling);
     cmd.arg("serve").arg("--config").arg(config);
@@ -546,12 +536,13 @@ pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonE
         cmd.arg("--log-json");
     }
     tracing::warn!(binary = %sibling.display(), config = %config.display(), "the switchover changed this box's role: serving the new one");
-    let e = cmd.exec();
-    Err(DaemonError::Failed(format!(
-        "the switchover changed this box's role, but {} did not start: {e}. Serve it with `{binary} serve --config {}`",
-        sibling.display(),
-        config.display()
-    )))
+    let error = cmd.exec();
+    Err(DaemonError::NewRoleNotStarted {
+        sibling,
+        binary,
+        config: config.clone(),
+        error,
+    })
 }
 
 /// The lease of this life is gone: the same program, with the same

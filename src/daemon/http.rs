@@ -79,7 +79,7 @@ pub async fn serve(listener: TcpListener, handler: Handler, mut shutdown: watch:
 async fn answer(mut stream: tokio::net::TcpStream, handler: Handler) -> std::io::Result<()> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
-    let head_by = tokio::time::Instant::now() + HEAD_DEADLINE;
+    let head_by = crate::node::clock::instant() + HEAD_DEADLINE;
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
         let n = tokio::time::timeout_at(head_by, stream.read(&mut buf))
             .await

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::{DaemonError, PrimaryConfig};
 use crate::log::Tail;
-use crate::node::{Client, ClientError, ClientOptions, Durability};
+use crate::node::{Client, ClientOptions, Durability};
 
 /// What a load run did.
 #[derive(Debug, Default)]
@@ -88,17 +88,10 @@ pub async fn admin_client_with(
     let addr = local(super::resolve("listen", &cfg.listen)?);
     Client::connect_with(&admin, me.fingerprint(), addr, opts)
         .await
-        .map_err(|e| {
-            let why = match &e {
-                ClientError::Deadline { after } => format!(
-                    "no answer within {after:?}: is `primary serve` running with this configuration?"
-                ),
-                _ => e.to_string(),
-            };
-            DaemonError::Failed(format!(
-                "connecting to the primary at {addr} (`listen` = \"{}\" in the configuration): {why}",
-                cfg.listen
-            ))
+        .map_err(|e| DaemonError::PrimaryUnreachable {
+            addr,
+            listen: cfg.listen.clone(),
+            error: Box::new(e),
         })
 }
 
@@ -109,7 +102,10 @@ fn progress_line(
     started: Instant,
     terminal: bool,
 ) {
-    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let secs = crate::clock::monotonic()
+        .saturating_duration_since(started)
+        .as_secs_f64()
+        .max(1e-3);
     let line = format!(
         "appended {done_frames}/{total_frames} frames, {:.1} MiB, {:.0} frames/s, {:.1} MiB/s",
         bytes as f64 / 1048576.0,
@@ -133,7 +129,7 @@ pub async fn run(
     twin_log: Option<&Path>,
     opts: ClientOptions,
 ) -> Result<LoadReport, DaemonError> {
-    let started = Instant::now();
+    let started = crate::clock::monotonic();
     let terminal = std::io::stderr().is_terminal();
     let acked: Arc<Mutex<BTreeMap<u64, (u32, u64)>>> = Arc::new(Mutex::new(BTreeMap::new()));
     let done = Arc::new(AtomicU64::new(0));
@@ -160,10 +156,10 @@ pub async fn run(
                     .await
                     .map_err(DaemonError::request("append"))?;
                 if a.durability != Durability::Twin {
-                    return Err(DaemonError::Failed(format!(
-                        "frame {} was acknowledged as {:?}",
-                        a.seq, a.durability
-                    )));
+                    return Err(DaemonError::AckedAs {
+                        seq: a.seq,
+                        durability: a.durability,
+                    });
                 }
                 let crc = crate::log::format::payload_crc(&n.to_le_bytes(), &blob);
                 acked
@@ -191,8 +187,10 @@ pub async fn run(
         })
     };
     for t in tasks {
-        t.await
-            .map_err(|e| DaemonError::Failed(format!("an appender: {e}")))??;
+        t.await.map_err(|error| DaemonError::Task {
+            what: "an appender",
+            error,
+        })??;
     }
     if blob_mib > 0 {
         let client = admin_client_with(cfg, opts).await?;
@@ -246,7 +244,9 @@ pub async fn run(
     Ok(LoadReport {
         frames: acked.len() as u64,
         bytes: bytes.load(Ordering::Relaxed),
-        secs: started.elapsed().as_secs_f64(),
+        secs: crate::clock::monotonic()
+            .saturating_duration_since(started)
+            .as_secs_f64(),
         primary_head: status.head,
         twin_acked: status.twin_acked,
         verified_on_twin,
@@ -256,8 +256,9 @@ pub async fn run(
 /// Every acknowledged frame, read back from the twin's log directory (no
 /// lock taken: the twin keeps running): same crc, same length.
 fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, DaemonError> {
-    let mut tail = Tail::open(dir, 0).map_err(|e| {
-        DaemonError::Failed(format!("reading the twin's log {}: {e}", dir.display()))
+    let mut tail = Tail::open(dir, 0).map_err(|error| DaemonError::TwinLogUnread {
+        dir: dir.to_owned(),
+        error,
     })?;
     let mut verified = 0;
     // Every frame's crc is checked on the way, a piece at a time: the
@@ -265,19 +266,16 @@ fn verify_on_twin(dir: &Path, acked: &BTreeMap<u64, (u32, u64)>) -> Result<u64, 
     while let Some(h) = tail.next_checked()? {
         if let Some(&(crc, len)) = acked.get(&h.seq) {
             if h.payload_crc != crc || h.blob_len != len {
-                return Err(DaemonError::Failed(format!(
-                    "frame {} differs on the twin",
-                    h.seq
-                )));
+                return Err(DaemonError::DiffersOnTwin { seq: h.seq });
             }
             verified += 1;
         }
     }
     if verified != acked.len() as u64 {
-        return Err(DaemonError::Failed(format!(
-            "only {verified} of {} acknowledged frames are on the twin",
-            acked.len()
-        )));
+        return Err(DaemonError::MissingOnTwin {
+            verified,
+            acked: acked.len(),
+        });
     }
     Ok(verified)
 }

@@ -107,7 +107,10 @@ pub(super) async fn wind_down(
     let _ = follow.await;
     tokio::task::spawn_blocking(move || applier.stop())
         .await
-        .map_err(|e| DaemonError::Failed(format!("stopping the store: {e}")))?;
+        .map_err(|error| DaemonError::Task {
+            what: "stopping the store",
+            error,
+        })?;
     let _ = status_server.await;
     tracing::info!(head = log.head_seq(), "{role} stopped");
     Ok(())
@@ -129,7 +132,26 @@ pub(super) async fn open_store(
         )
     })
     .await
-    .map_err(|e| DaemonError::Failed(format!("opening the store: {e}")))??)
+    .map_err(|error| DaemonError::Task {
+        what: "opening the store",
+        error,
+    })??)
+}
+
+/// Why a daemon is not ready (its `/readyz` answer), read from its
+/// status; the texts in it are the status's own.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("the log is poisoned: {0}")]
+    LogPoisoned(String),
+    #[error("held ({by}): this primary acknowledges no write")]
+    Held { by: String },
+    #[error("fenced: epoch {} exists ({by}); this primary acknowledges no write", crate::repl::epochs::EpochName(*.epoch))]
+    Fenced { epoch: u64, by: String },
+    #[error("the store is stopped at frame {seq}: {error}")]
+    StoreStopped { seq: u64, error: String },
+    #[error("not following the primary: {}", .why.as_deref().unwrap_or("not connected yet"))]
+    NotFollowing { why: Option<String> },
 }
 
 /// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
@@ -144,7 +166,7 @@ pub(super) async fn serve_status<S: serde::Serialize + 'static>(
     log: Arc<Log>,
     role: &'static str,
     status: impl Fn() -> S + Send + Sync + 'static,
-    ready: impl Fn(&S) -> Result<(), String> + Send + Sync + 'static,
+    ready: impl Fn(&S) -> Result<(), NotReady> + Send + Sync + 'static,
     more: impl Fn(&S, &mut String) + Send + Sync + 'static,
 ) -> Result<tokio::task::JoinHandle<()>, DaemonError> {
     let listener = tokio::net::TcpListener::bind(resolve("metrics", addr)?)

@@ -249,25 +249,24 @@ fn primary_options(cfg: &PrimaryConfig, epochs: &Epochs) -> PrimaryOptions {
 
 /// Whether the primary is ready (its `/ready` answer): not when its log is
 /// poisoned, it is fenced or held, or its store is stopped.
-fn primary_ready(s: &crate::node::Status) -> Result<(), String> {
+fn primary_ready(s: &crate::node::Status) -> Result<(), NotReady> {
     if let Some(why) = &s.log_poisoned {
-        return Err(format!("the log is poisoned: {why}"));
+        return Err(NotReady::LogPoisoned(why.clone()));
     }
     if let Some(f) = &s.fenced {
         return Err(match f.held {
-            true => format!("held ({}): this primary acknowledges no write", f.by),
-            false => format!(
-                "fenced: epoch {} exists ({}); this primary acknowledges no write",
-                crate::repl::epochs::EpochName(f.epoch),
-                f.by
-            ),
+            true => NotReady::Held { by: f.by.clone() },
+            false => NotReady::Fenced {
+                epoch: f.epoch,
+                by: f.by.clone(),
+            },
         });
     }
     if let Some(st) = s.store.as_ref().and_then(|h| h.stalled.as_ref()) {
-        return Err(format!(
-            "the store is stopped at frame {}: {}",
-            st.seq, st.error
-        ));
+        return Err(NotReady::StoreStopped {
+            seq: st.seq,
+            error: st.error.clone(),
+        });
     }
     Ok(())
 }

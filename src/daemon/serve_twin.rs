@@ -13,9 +13,9 @@ pub async fn serve_twin(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
     let identity = load_identity(&cfg.data_dir)?;
-    let fp = cfg.primary_fingerprint.ok_or_else(|| {
-        DaemonError::Setup("primary_fingerprint is not set: run `twin pin`".into())
-    })?;
+    let fp = cfg
+        .primary_fingerprint
+        .ok_or_else(|| DaemonError::PrimaryNotPinned)?;
     let pins = Arc::new(Pins::new().pin(fp, Role::Primary));
     // Resolved once, at start: a new DNS record takes a restart.
     let primary = resolve("primary", &cfg.primary)?;
@@ -42,7 +42,7 @@ pub async fn serve_twin(
         let (cfg, epochs) = (cfg.clone(), epochs.clone());
         node.set_handover(Arc::new(move |head, clients| {
             failover::promote_in_place(&cfg, &epochs, head, clients, None)
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::node::twin::HandoverFailed::Promotion(Box::new(e)))
         }));
     }
     let shutdown = stop_on(
@@ -202,15 +202,14 @@ fn start_retention(
 
 /// Whether the twin is ready (its `/ready` answer): not when its log is
 /// poisoned or it does not follow the primary.
-fn twin_ready(s: &crate::node::TwinStatus) -> Result<(), String> {
+fn twin_ready(s: &crate::node::TwinStatus) -> Result<(), NotReady> {
     if let Some(why) = &s.log_poisoned {
-        return Err(format!("the log is poisoned: {why}"));
+        return Err(NotReady::LogPoisoned(why.clone()));
     }
     if !s.connected {
-        return Err(format!(
-            "not following the primary: {}",
-            s.last_error.as_deref().unwrap_or("not connected yet")
-        ));
+        return Err(NotReady::NotFollowing {
+            why: s.last_error.clone(),
+        });
     }
     Ok(())
 }

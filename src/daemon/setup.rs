@@ -393,10 +393,9 @@ pub fn pin_restore<A: Into<Address>>(
     let mut cfg = TwinConfig::load(config_path)?;
     let listen: Option<Address> = listen.map(Into::into);
     if listen.is_none() && cfg.restore_listen.is_none() {
-        return Err(DaemonError::Usage(format!(
-            "{}: restore_listen is not set, so this twin serves no restore: give --listen ADDRESS (as 0.0.0.0:7401) to set it",
-            config_path.display()
-        )));
+        return Err(DaemonError::NoRestoreListen {
+            config: config_path.to_owned(),
+        });
     }
     let mut changes = Vec::new();
     if let Some(l) = listen {
@@ -444,10 +443,9 @@ pub(super) fn restore_pins(cfg: &TwinConfig) -> Result<Pins, DaemonError> {
     for fp in &cfg.restore_fingerprints {
         pins = match cfg.restore_expiry.get(&fp.to_string()) {
             Some(at) => {
-                let until = parse_utc(at).ok_or_else(|| {
-                    DaemonError::Setup(format!(
-                        "restore_expiry for {fp}: {at:?} is not a time like 2026-12-01T00:00:00Z"
-                    ))
+                let until = parse_utc(at).ok_or_else(|| DaemonError::BadRestoreExpiry {
+                    fingerprint: *fp,
+                    at: at.clone(),
                 })?;
                 if until <= crate::repl::Now::system().unix_ms {
                     tracing::warn!(%fp, expired = %at, "a restore pin has expired: that box is refused");

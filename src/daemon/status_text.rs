@@ -103,13 +103,12 @@ pub fn fetch_status<T: serde::de::DeserializeOwned>(
 ) -> Result<(String, T), DaemonError> {
     let metrics = metrics.into();
     let addr = resolve("metrics", &metrics)?;
-    let body = http::get(addr, "/status").map_err(|e| {
-        DaemonError::Failed(format!(
-            "no daemon answers on {metrics} (`metrics` in the configuration): {e}; is it serving?"
-        ))
+    let body = http::get(addr, "/status").map_err(|error| DaemonError::NoDaemon {
+        metrics: metrics.clone(),
+        error,
     })?;
-    let value = serde_json::from_str(&body)
-        .map_err(|e| DaemonError::Failed(format!("the status from {metrics}: {e}")))?;
+    let value =
+        serde_json::from_str(&body).map_err(|error| DaemonError::BadStatus { metrics, error })?;
     Ok((body, value))
 }
 

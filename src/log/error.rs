@@ -17,7 +17,10 @@ pub enum Error {
     Corrupt(String),
     /// Damage inside a sealed segment: never cut without the repair option.
     #[error("damage inside sealed segment {}: {what} (open with repair to cut the log there)", segment.display())]
-    SealedDamage { segment: PathBuf, what: String },
+    SealedDamage {
+        segment: PathBuf,
+        what: SegmentDamage,
+    },
     /// `append_at` or `begin(Some(_))` asked for a sequence other than head + 1.
     #[error("sequence gap: the next sequence is {expected}, {got} was asked for")]
     Gap { expected: u64, got: u64 },
@@ -71,6 +74,53 @@ pub enum Error {
     /// The log and its history file disagree, or a history cannot be adopted.
     #[error("history: {0}")]
     History(String),
+}
+
+/// What is wrong with a segment's files, as a check of them finds it.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentDamage {
+    #[error("segment header: {0}")]
+    HeaderUnread(io::Error),
+    #[error("segment header: {0:?}")]
+    HeaderBad(super::format::HeaderError),
+    #[error("{0}")]
+    Unread(io::Error),
+    #[error("header names first sequence {0}")]
+    WrongFirst(u64),
+    #[error("segment of history {found}, the log's is {log}")]
+    OtherHistory {
+        found: super::HistoryId,
+        log: super::HistoryId,
+    },
+    #[error("index: {0}")]
+    IndexUnopened(io::Error),
+    #[error("index header: {0}")]
+    IndexHeaderUnread(io::Error),
+    #[error("index header does not name this segment")]
+    IndexOtherSegment,
+    #[error("index holds {entries} bytes of entries; the next segment starts {frames} frames on")]
+    IndexLength { entries: u64, frames: u64 },
+    #[error("first frame indexed at {0}")]
+    FirstIndexedAt(u64),
+    #[error("first frame: {0}")]
+    FirstUnread(io::Error),
+    #[error("first frame holds sequence {0}")]
+    FirstSeq(u64),
+    #[error("first frame: {0:?}")]
+    FirstBad(super::format::HeaderError),
+    #[error("last frame at {at}: {source}")]
+    LastUnread { at: u64, source: io::Error },
+    #[error("last frame at {at}: {error:?}")]
+    LastBad {
+        at: u64,
+        error: super::format::HeaderError,
+    },
+    #[error("last frame holds sequence {got}, not {want}")]
+    LastSeq { got: u64, want: u64 },
+    #[error("last frame ends at {end}, the file at {file_len}")]
+    LastEnd { end: u64, file_len: u64 },
+    #[error("ends at {last}, the next segment starts at {next}")]
+    NotFollowed { last: u64, next: u64 },
 }
 
 impl Error {

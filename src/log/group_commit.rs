@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, Thread, ThreadId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{lock, Error, Log, Result};
 
@@ -180,10 +180,10 @@ impl Log {
             }
             (target, w.files()?.log.clone(), w.generation)
         };
-        let started = Instant::now();
+        let started = self.clock.now();
         log.sync_data()
             .map_err(|e| self.poison_io("fdatasync", e))?;
-        let took = started.elapsed();
+        let took = self.clock.now().saturating_duration_since(started);
         self.pacing.fsynced(took);
         self.sync_time.observe(took);
         self.frame_syncs.fetch_add(1, Ordering::SeqCst);
@@ -208,8 +208,9 @@ impl Log {
         if expected <= 1 {
             return;
         }
-        let deadline = Instant::now() + self.pacing.patience();
-        while (lock(&self.sync).waiters.len() as u64 + 1) < expected && Instant::now() < deadline {
+        let deadline = self.clock.now() + self.pacing.patience();
+        while (lock(&self.sync).waiters.len() as u64 + 1) < expected && self.clock.now() < deadline
+        {
             thread::yield_now();
         }
     }

@@ -19,6 +19,8 @@ struct GateState {
     freezer: Option<ThreadId>,
     /// Threads inside a mutation, with their nesting depth.
     in_flight: HashMap<ThreadId, usize>,
+    /// Threads waiting to enter one while another thread freezes.
+    held_back: usize,
 }
 
 /// A framed mutation in progress ([`Log::mutation`]).
@@ -65,13 +67,23 @@ impl Log {
             };
         }
         while g.freezer.is_some_and(|f| f != me) {
+            g.held_back += 1;
             g = gate.wait(g);
+            g.held_back -= 1;
         }
         g.in_flight.insert(me, 1);
         MutationGuard {
             gate,
             _not_send: PhantomData,
         }
+    }
+
+    /// Whether a freeze is held or waiting for the mutations in flight,
+    /// and how many threads wait to enter a mutation meanwhile: what a
+    /// test waits on rather than sleeping.
+    pub fn freeze_state(&self) -> (bool, usize) {
+        let g = lock(&self.gate.state);
+        (g.freezer.is_some(), g.held_back)
     }
 
     /// Freeze: no new framed mutation starts on another thread, and this

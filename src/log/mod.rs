@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 #[cfg(any(test, feature = "testing"))]
 pub use crate::storage::{CrashMode, SimStorage};
 pub use erase::Erased;
-pub use error::{Error, Result};
+pub use error::{Error, Result, SegmentDamage};
 pub use guard::{FreezeGuard, MutationGuard};
 pub use kind::{Kind, Meta, APP_KIND_FIRST};
 pub use open::{OpenOptions, Recovery};
@@ -164,6 +164,8 @@ pub struct Log {
     cut_heads: Mutex<Vec<u64>>,
     gate: FreezeGate,
     recovery: Recovery,
+    /// What the log decides by time with ([`OpenOptions::clock`]).
+    clock: Arc<dyn crate::clock::Clock>,
     _lock: Box<dyn Any + Send + Sync>,
 }
 

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::clock::Clock;
+
 use super::format::{
     self, FrameHeader, HISTORY_FILE, HISTORY_MAGIC, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, LOCK_FILE,
     RESTART_FILE, RESTART_MAGIC, SEGMENT_HEADER_LEN, TRUNCATE_FILE,
@@ -17,7 +19,8 @@ use super::storage::{write_atomic, OpenMode, StdStorage, Storage, StorageFile};
 use super::truncate::TruncateIntent;
 use super::write::Writer;
 use super::{
-    Error, HistoryId, Kind, Log, OpenFiles, Result, Seg, DEFAULT_SEGMENT_BYTES, MIN_SEGMENT_BYTES,
+    Error, HistoryId, Kind, Log, OpenFiles, Result, Seg, SegmentDamage, DEFAULT_SEGMENT_BYTES,
+    MIN_SEGMENT_BYTES,
 };
 
 /// How to open a log.
@@ -30,6 +33,9 @@ pub struct OpenOptions {
     pub repair: bool,
     /// The file system; the real one when None.
     pub storage: Option<Arc<dyn Storage>>,
+    /// The clock the log times its syncs and paces its group commits by;
+    /// the machine's monotonic clock unless a test gives another.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for OpenOptions {
@@ -38,6 +44,7 @@ impl Default for OpenOptions {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             repair: false,
             storage: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -112,30 +119,31 @@ fn check_sealed(
     first: u64,
     next_first: u64,
     history: HistoryId,
-) -> std::result::Result<(u64, u64), String> {
+) -> std::result::Result<(u64, u64), SegmentDamage> {
+    use SegmentDamage as D;
     let log = fs
         .open(&format::segment_path(dir, first), OpenMode::Read)
-        .map_err(|e| e.to_string())?;
+        .map_err(D::Unread)?;
     let header = read_header(&*log)?;
     if header.first_seq != first {
-        return Err(format!("header names first sequence {}", header.first_seq));
+        return Err(D::WrongFirst(header.first_seq));
     }
     if header.history != history.0 {
-        return Err(format!(
-            "segment of history {}, the log's is {history}",
-            HistoryId(header.history)
-        ));
+        return Err(D::OtherHistory {
+            found: HistoryId(header.history),
+            log: history,
+        });
     }
     let idx = fs
         .open(&format::index_path(dir, first), OpenMode::Read)
-        .map_err(|e| format!("index: {e}"))?;
+        .map_err(D::IndexUnopened)?;
     let mut ih = [0u8; INDEX_HEADER_LEN];
     idx.read_exact_at(&mut ih, 0)
-        .map_err(|e| format!("index header: {e}"))?;
+        .map_err(D::IndexHeaderUnread)?;
     if format::decode_index_header(&ih) != Some(first) {
-        return Err("index header does not name this segment".into());
+        return Err(D::IndexOtherSegment);
     }
-    let idx_len = idx.len().map_err(|e| e.to_string())?;
+    let idx_len = idx.len().map_err(D::Unread)?;
     let entries = idx_len.saturating_sub(INDEX_HEADER_LEN as u64);
     let frames = next_first.saturating_sub(first);
     if idx_len < INDEX_HEADER_LEN as u64
@@ -143,40 +151,40 @@ fn check_sealed(
         || entries / INDEX_ENTRY_LEN as u64 != frames
         || frames == 0
     {
-        return Err(format!(
-            "index holds {entries} bytes of entries; the next segment starts {frames} frames on"
-        ));
+        return Err(D::IndexLength { entries, frames });
     }
-    let first_at = read_u64(&*idx, INDEX_HEADER_LEN as u64).map_err(|e| e.to_string())?;
+    let first_at = read_u64(&*idx, INDEX_HEADER_LEN as u64).map_err(D::Unread)?;
     if first_at != SEGMENT_HEADER_LEN as u64 {
-        return Err(format!("first frame indexed at {first_at}"));
+        return Err(D::FirstIndexedAt(first_at));
     }
     let mut hb = [0u8; format::FRAME_HEADER_LEN];
     log.read_exact_at(&mut hb, first_at)
-        .map_err(|e| format!("first frame: {e}"))?;
+        .map_err(D::FirstUnread)?;
     match FrameHeader::decode(&hb) {
         Ok(h) if h.seq == first => {}
-        Ok(h) => return Err(format!("first frame holds sequence {}", h.seq)),
-        Err(e) => return Err(format!("first frame: {e:?}")),
+        Ok(h) => return Err(D::FirstSeq(h.seq)),
+        Err(e) => return Err(D::FirstBad(e)),
     }
-    let last_at = read_u64(&*idx, idx_len - INDEX_ENTRY_LEN as u64).map_err(|e| e.to_string())?;
+    let last_at = read_u64(&*idx, idx_len - INDEX_ENTRY_LEN as u64).map_err(D::Unread)?;
     let mut hb = [0u8; format::FRAME_HEADER_LEN];
     log.read_exact_at(&mut hb, last_at)
-        .map_err(|e| format!("last frame at {last_at}: {e}"))?;
-    let last = FrameHeader::decode(&hb).map_err(|e| format!("last frame at {last_at}: {e:?}"))?;
-    let file_len = log.len().map_err(|e| e.to_string())?;
+        .map_err(|source| D::LastUnread {
+            at: last_at,
+            source,
+        })?;
+    let last = FrameHeader::decode(&hb).map_err(|error| D::LastBad { at: last_at, error })?;
+    let file_len = log.len().map_err(D::Unread)?;
     if last.seq != next_first - 1 {
-        return Err(format!(
-            "last frame holds sequence {}, not {}",
-            last.seq,
-            next_first - 1
-        ));
+        return Err(D::LastSeq {
+            got: last.seq,
+            want: next_first - 1,
+        });
     }
     if last_at + last.frame_len() != file_len {
-        return Err(format!(
-            "last frame ends at {}, the file at {file_len}",
-            last_at + last.frame_len()
-        ));
+        return Err(D::LastEnd {
+            end: last_at + last.frame_len(),
+            file_len,
+        });
     }
     Ok((next_first - 1, file_len))
 }
@@ -327,6 +335,7 @@ impl Log {
             cut_heads: Mutex::new(Vec::new()),
             gate: FreezeGate::default(),
             recovery: Recovery::default(),
+            clock: opts.clock.clone(),
             _lock: lock,
         };
         // Before the segments are checked: a cut stopped halfway may have
@@ -441,7 +450,10 @@ impl Log {
             if prev.last + 1 != first {
                 return Err(Error::SealedDamage {
                     segment: self.segment_file(prev.first),
-                    what: format!("ends at {}, the next segment starts at {first}", prev.last),
+                    what: SegmentDamage::NotFollowed {
+                        last: prev.last,
+                        next: first,
+                    },
                 });
             }
         }

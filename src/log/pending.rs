@@ -4,7 +4,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
-use std::time::Instant;
 
 use super::format::{FrameHeader, FRAME_HEADER_LEN};
 use super::write::Writer;
@@ -204,12 +203,13 @@ impl Pending<'_> {
     /// aborted.
     pub fn commit(mut self) -> Result<u64> {
         let seq = self.finish()?;
-        let started = Instant::now();
+        let started = self.log.clock.now();
         self.files
             .log
             .sync_data()
             .map_err(|e| self.log.poison_io("fdatasync", e))?;
-        self.log.sync_time.observe(started.elapsed());
+        let took = self.log.clock.now().saturating_duration_since(started);
+        self.log.sync_time.observe(took);
         self.log.frame_syncs.fetch_add(1, Ordering::SeqCst);
         self.log.publish_through(&mut self.w, seq)?;
         Ok(seq)

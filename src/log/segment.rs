@@ -9,7 +9,7 @@ use super::format::{
     FrameHeader, HeaderError, SegmentHeader, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use super::storage::StorageFile;
-use super::{Error, Result};
+use super::{Error, Result, SegmentDamage};
 
 /// Bytes read per refill: large enough that a segment of small frames costs
 /// few system calls, small enough to stay out of the way of memory bounds.
@@ -193,9 +193,11 @@ impl SegmentReader {
     }
 }
 
-pub(super) fn read_header(file: &dyn StorageFile) -> std::result::Result<SegmentHeader, String> {
+pub(super) fn read_header(
+    file: &dyn StorageFile,
+) -> std::result::Result<SegmentHeader, SegmentDamage> {
     let mut b = [0u8; SEGMENT_HEADER_LEN];
     file.read_exact_at(&mut b, 0)
-        .map_err(|e| format!("segment header: {e}"))?;
-    SegmentHeader::decode(&b).map_err(|e| format!("segment header: {e:?}"))
+        .map_err(SegmentDamage::HeaderUnread)?;
+    SegmentHeader::decode(&b).map_err(SegmentDamage::HeaderBad)
 }

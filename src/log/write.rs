@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::format::{
     self, FrameHeader, FRAME_HEADER_LEN, INDEX_ENTRY_LEN, INDEX_HEADER_LEN, MAX_META_LEN,
@@ -96,9 +96,10 @@ impl Log {
             }
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => {
-                let started = Instant::now();
+                let started = self.clock.now();
                 let w = lock(&self.writer);
-                self.writer_wait.observe(started.elapsed());
+                self.writer_wait
+                    .observe(self.clock.now().saturating_duration_since(started));
                 w
             }
         }
@@ -362,10 +363,11 @@ impl Log {
     /// Everything staged in the old segment is durable and is published.
     pub(super) fn roll(&self, w: &mut Writer, capacity: u64) -> Result<()> {
         let files = w.files()?.clone();
-        let started = Instant::now();
+        let started = self.clock.now();
         let seal = files.log.set_len(w.end).and_then(|()| files.log.sync_all());
         seal.map_err(|e| self.poison_io("seal segment", e))?;
-        self.sync_time.observe(started.elapsed());
+        self.sync_time
+            .observe(self.clock.now().saturating_duration_since(started));
         let staged = w.next_seq - 1;
         self.write_index(w, staged)?;
         files

@@ -62,7 +62,9 @@ impl Pace {
     pub fn new(rate: u64) -> Pace {
         Pace {
             rate: rate.max(1),
-            started: Instant::now(),
+            // The pace sleeps on its thread, so it measures on the
+            // machine's clock, not tokio's.
+            started: crate::clock::monotonic(),
             bytes: 0,
         }
     }
@@ -70,7 +72,7 @@ impl Pace {
     pub fn read(&mut self, n: u64) {
         self.bytes += n;
         let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
-        let elapsed = self.started.elapsed();
+        let elapsed = crate::clock::monotonic().saturating_duration_since(self.started);
         if due > elapsed + Duration::from_millis(20) {
             std::thread::sleep(due - elapsed);
         }
@@ -81,6 +83,17 @@ impl Pace {
     }
 }
 
+/// Why this box has no digests for a verify's question.
+#[derive(Debug, thiserror::Error)]
+pub enum DigestError {
+    /// The log did not read.
+    #[error("{0}")]
+    Log(#[from] crate::log::Error),
+    /// The blocking task that read it did not finish.
+    #[error("{0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// This box's digests of `ask`, read on a blocking thread at `rate`.
 /// Answers them and the bytes read.
 pub async fn digests(
@@ -88,7 +101,7 @@ pub async fn digests(
     epochs: EpochHistory,
     ask: Ask,
     rate: u64,
-) -> Result<(Vec<Digest>, u64), String> {
+) -> Result<(Vec<Digest>, u64), DigestError> {
     tokio::task::spawn_blocking(move || {
         let (mut pace, mut blob_bytes) = (Pace::new(rate), 0u64);
         let d = verify::digests(
@@ -101,12 +114,10 @@ pub async fn digests(
                 blob_bytes += bytes;
                 pace.read(bytes + frames * verify::FRAME_COST)
             },
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok((d, blob_bytes))
     })
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
 }
 
 /// Milliseconds since the Unix epoch, for the report.

@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_lease_counts_from_when_its_request_was_sent() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic();
         let rules = LeaseRules {
             ttl: ms(5000),
             drift: 0.01,
@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn an_older_answer_extends_nothing_and_a_lost_lease_stays_lost() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic();
         let mut l = Lease::new(LeaseRules::new(ms(3000)));
         let a = l.ask(t0);
         let b = l.ask(t0 + ms(1000));
@@ -256,7 +256,7 @@ mod tests {
         slow: f64,
         asks: &[(u64, u64, u64)],
     ) -> Option<(f64, f64)> {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic();
         let real = |local_ms: f64| local_ms * (1.0 + slow);
         let mut l = Lease::new(rules);
         let ttl = rules.ttl.as_secs_f64() * 1000.0;

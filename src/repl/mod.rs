@@ -67,18 +67,15 @@ pub struct Now {
 }
 
 /// The wall clock, in milliseconds since the Unix epoch: for what is
-/// shown and recorded, never for a deadline. The one place it is read.
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+/// shown and recorded, never for a deadline.
+pub use crate::clock::unix_ms;
 
 impl Now {
-    /// The machine's clocks.
+    /// The machine's clocks, as a driver without tokio's (a simulation,
+    /// a test) gives them to the cores.
     pub fn system() -> Now {
         Now {
-            at: Instant::now(),
+            at: crate::clock::monotonic(),
             unix_ms: unix_ms(),
         }
     }

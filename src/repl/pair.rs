@@ -79,6 +79,7 @@ pub(crate) fn open(disk: &SimStorage, cfg: &PairConfig) -> Log {
             segment_bytes: cfg.segment_bytes,
             repair: false,
             storage: Some(Arc::new(disk.clone())),
+            ..OpenOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("a simulated log must open: {e}"))

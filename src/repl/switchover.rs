@@ -109,11 +109,38 @@ pub enum Outcome {
     /// by that epoch and follows it.
     Promoted { epoch: u64, head: u64 },
     /// Nothing changed on the twin: writes go on.
-    Refused(String),
+    Refused(NotSwitched),
     /// The handover left and no answer came: the twin may have taken
     /// over. This box stays held until an operator knows.
     Unknown { head: u64 },
 }
+
+/// Why a switchover changed nothing on the twin.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum NotSwitched {
+    #[error("writes admitted before it did not finish in time")]
+    WritesLingered,
+    #[error("the twin did not acknowledge the head {head} in time")]
+    TwinBehind { head: u64 },
+    #[error("the handover could not be sent in time")]
+    HandoverNotSent,
+    #[error("recording the hold failed: {0}")]
+    HoldFailed(std::sync::Arc<std::io::Error>),
+    /// The twin refused, or its session ended first: as the driver heard it.
+    #[error("{0}")]
+    Twin(String),
+}
+
+/// Two reasons are the same when they say the same (an I/O error has no
+/// equality of its own).
+impl PartialEq for NotSwitched {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for NotSwitched {}
 
 /// Why a hold is recorded, as `status` shows it.
 pub const HOLD_WHY: &str = "a switchover handed the primary role to the twin: until it answers, or an operator checks whether it promoted itself (then `primary rejoin`) or not (then `primary unfence`), this box takes no write";
@@ -172,9 +199,9 @@ impl Switchover {
         match self.stage {
             Stage::Draining if now >= self.deadline => {
                 let why = if gate.writers() > 0 {
-                    "writes admitted before it did not finish in time".to_string()
+                    NotSwitched::WritesLingered
                 } else {
-                    format!("the twin did not acknowledge the head {head} in time")
+                    NotSwitched::TwinBehind { head }
                 };
                 self.finish(gate, Outcome::Refused(why));
             }
@@ -186,10 +213,7 @@ impl Switchover {
             }
             Stage::Held { .. } if now >= self.deadline => {
                 self.actions.push(SwitchAction::Release);
-                self.finish(
-                    gate,
-                    Outcome::Refused("the handover could not be sent in time".into()),
-                );
+                self.finish(gate, Outcome::Refused(NotSwitched::HandoverNotSent));
             }
             Stage::Held { head, asked: false } if streaming => {
                 self.stage = Stage::Held { head, asked: true };
@@ -206,7 +230,7 @@ impl Switchover {
     /// The hold is on disk (or it failed: the switchover stops there and
     /// writes go on, the hold lifted). Poll again at once: the handover is
     /// due.
-    pub fn held(&mut self, gate: &mut Gate, result: Result<(), String>) -> Vec<SwitchAction> {
+    pub fn held(&mut self, gate: &mut Gate, result: std::io::Result<()>) -> Vec<SwitchAction> {
         if let Stage::Holding { head } = self.stage {
             match result {
                 Ok(()) => self.stage = Stage::Held { head, asked: false },
@@ -214,7 +238,7 @@ impl Switchover {
                     self.actions.push(SwitchAction::Release);
                     self.finish(
                         gate,
-                        Outcome::Refused(format!("recording the hold failed: {e}")),
+                        Outcome::Refused(NotSwitched::HoldFailed(std::sync::Arc::new(e))),
                     );
                 }
             }
@@ -240,6 +264,7 @@ impl Switchover {
     /// The twin answered that it does not take over, or the connection
     /// ended before the `Handover` left.
     pub fn refused(&mut self, gate: &mut Gate, why: String) -> Vec<SwitchAction> {
+        let why = NotSwitched::Twin(why);
         match self.stage {
             Stage::HandedOver { .. } | Stage::Held { .. } | Stage::Holding { .. } => {
                 self.actions.push(SwitchAction::Release);
@@ -264,7 +289,7 @@ mod tests {
     fn no_write_slips_between_the_pause_and_the_count() {
         let mut gate = Gate::default();
         assert_eq!(gate.admit(), Ok(()));
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let mut sw = Switchover::start(&mut gate, now, Duration::from_secs(1)).expect("start");
         assert!(Switchover::start(&mut gate, now, Duration::from_secs(1)).is_none());
         assert_eq!(gate.admit(), Err(Paused), "paused before anything else");
@@ -299,7 +324,7 @@ mod tests {
 
     #[test]
     fn silence_after_the_handover_keeps_the_hold_and_a_refusal_lifts_it() {
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let wait = Duration::from_millis(100);
         let mut gate = Gate::default();
         let mut sw = Switchover::start(&mut gate, now, wait).expect("start");
@@ -328,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_twin_behind_or_a_failed_hold_ends_it_with_writes_going_on() {
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let wait = Duration::from_millis(100);
         let mut gate = Gate::default();
         let mut sw = Switchover::start(&mut gate, now, wait).expect("start");
@@ -342,7 +367,7 @@ mod tests {
 
         let mut sw = Switchover::start(&mut gate, now, wait).expect("start");
         sw.poll(&mut gate, 9, 9, true, now);
-        let a = sw.held(&mut gate, Err("disk full".into()));
+        let a = sw.held(&mut gate, Err(std::io::Error::other("disk full")));
         assert_eq!(a[0], SwitchAction::Release);
         assert!(matches!(a[1], SwitchAction::Finish(Outcome::Refused(_))));
         assert!(!gate.paused());

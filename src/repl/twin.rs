@@ -396,14 +396,19 @@ impl TwinCore {
         }
     }
 
-    /// The digests of a verify `id`, or why there are none.
-    pub fn digests(&mut self, id: u64, digests: Result<Vec<super::verify::Digest>, String>) {
+    /// The digests of a verify `id`, or why there are none (told to the
+    /// primary in words: the wire carries the reason as text).
+    pub fn digests<E: std::error::Error>(
+        &mut self,
+        id: u64,
+        digests: Result<Vec<super::verify::Digest>, E>,
+    ) {
         if self.state != TwinState::Streaming {
             return;
         }
         let (digests, error) = match digests {
             Ok(d) => (d, None),
-            Err(e) => (Vec::new(), Some(e)),
+            Err(e) => (Vec::new(), Some(e.to_string())),
         };
         self.transmit
             .push_back(TwinMsg::Digests { id, digests, error });
@@ -562,7 +567,7 @@ mod tests {
 
     fn streaming_twin() -> TwinCore {
         let now = Now {
-            at: std::time::Instant::now(),
+            at: crate::clock::monotonic(),
             unix_ms: 0,
         };
         let view = TwinView {

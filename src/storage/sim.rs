@@ -58,13 +58,13 @@ impl Inode {
 
     fn created() -> Inode {
         Inode {
-            mtime: Some(SystemTime::now()),
+            mtime: Some(crate::clock::wall()),
             ..Inode::default()
         }
     }
 
     fn record(&mut self, write: Write) {
-        self.mtime = Some(SystemTime::now());
+        self.mtime = Some(crate::clock::wall());
         Self::apply(Arc::make_mut(&mut self.live), &write);
         self.unsynced.push(write);
     }
@@ -237,7 +237,7 @@ impl SimStorage {
             }
         };
         s.inodes[i].live = Arc::new(bytes.to_vec());
-        s.inodes[i].mtime = Some(SystemTime::now());
+        s.inodes[i].mtime = Some(crate::clock::wall());
         s.inodes[i].sync();
     }
 

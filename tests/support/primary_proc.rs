@@ -11,7 +11,7 @@ mod children;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use children::Daemon;
 use twinlog::daemon::{self, PrimaryConfig};
@@ -95,11 +95,10 @@ pub fn start_in(
 impl Primary {
     /// Until the daemon answers `/status`.
     pub async fn serving(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while daemon::fetch_status::<Status>(self.metrics).is_err() {
-            assert!(Instant::now() < deadline, "the primary never served");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        testkit::until("the primary serving", Duration::from_secs(30), || {
+            daemon::fetch_status::<Status>(self.metrics).ok()
+        })
+        .await;
     }
 
     /// Stop it cleanly (SIGTERM) and start it again on the same files.

@@ -9,6 +9,7 @@ pub fn small(max_record_size: usize) -> WalOptions {
         max_record_size,
         segment_bytes: 4096,
         storage: None,
+        ..WalOptions::default()
     }
 }
 

@@ -33,7 +33,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use acts::{act, Rng, Tally, World};
 use twinlog::daemon::{self, PrimaryConfig};
@@ -185,12 +185,12 @@ async fn until_serving(
     metrics: std::net::SocketAddr,
     child: &mut DaemonChild,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = twinlog::clock::monotonic() + Duration::from_secs(60);
     while daemon::fetch_status::<Status>(metrics).is_err() {
         if let Ok(Some(st)) = child.0.try_wait() {
             return Err(format!("the daemon exited before it served: {st}"));
         }
-        if Instant::now() > deadline {
+        if twinlog::clock::monotonic() > deadline {
             return Err("the daemon did not serve within 60 s".into());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -207,7 +207,7 @@ async fn steady(
     let (mut took, mut errors, mut last) = (Vec::new(), Vec::new(), 0);
     let mut i = 0u64;
     while !done.load(Ordering::SeqCst) {
-        let started = Instant::now();
+        let started = twinlog::clock::monotonic();
         match client
             .append(0x9000, b"steady", &steady_blob(i), Durability::Local)
             .await
@@ -333,7 +333,7 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     }
 
     let mut violations: Vec<String> = Vec::new();
-    let (mut peak, mut held, began) = (start_rss, 0, Instant::now());
+    let (mut peak, mut held, began) = (start_rss, 0, twinlog::clock::monotonic());
     let budget = BUDGET_MIB << 20;
     while began.elapsed() < Duration::from_secs(a.secs) {
         if let Ok(Some(st)) = child.0.try_wait() {
@@ -390,13 +390,13 @@ async fn run(a: Args) -> Result<serde_json::Value, String> {
     // Everything given back, nothing poisoned, every refusal named.
     let mut after = None;
     if alive {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = twinlog::clock::monotonic() + Duration::from_secs(30);
         loop {
             let s = daemon::fetch_status::<Status>(metrics).map(|(_, s)| s).ok();
             let idle = s.as_ref().is_some_and(|s| {
                 s.memory_held == 0 && s.staging_held == 0 && s.client_requests == 0
             });
-            if idle || Instant::now() > deadline {
+            if idle || twinlog::clock::monotonic() > deadline {
                 if !idle {
                     violations.push(format!("still held 30 s after the stop: {s:?}"));
                 }

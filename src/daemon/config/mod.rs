@@ -67,21 +67,41 @@ impl Address {
     }
 }
 
-impl FromStr for Address {
-    type Err = String;
+/// Text that is not an [`Address`], and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not HOST:PORT ({why}); for example 10.0.0.1:7400 or twin.example:7400")]
+pub struct NotAnAddress {
+    pub text: String,
+    pub why: NotAnAddressWhy,
+}
 
-    fn from_str(s: &str) -> Result<Address, String> {
+/// What is wrong with a `HOST:PORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotAnAddressWhy {
+    #[error("no port")]
+    NoPort,
+    #[error("the port is not a number up to 65535")]
+    BadPort,
+    #[error("the host is neither an IP address nor a hostname")]
+    BadHost,
+}
+
+impl FromStr for Address {
+    type Err = NotAnAddress;
+
+    fn from_str(s: &str) -> Result<Address, NotAnAddress> {
         if s.parse::<SocketAddr>().is_ok() {
             return Ok(Address(s.to_owned()));
         }
-        let bad = |why: &str| {
-            format!(
-                "{s:?} is not HOST:PORT ({why}); for example 10.0.0.1:7400 or twin.example:7400"
-            )
+        let bad = |why| NotAnAddress {
+            text: s.to_owned(),
+            why,
         };
-        let (host, port) = s.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        let (host, port) = s
+            .rsplit_once(':')
+            .ok_or_else(|| bad(NotAnAddressWhy::NoPort))?;
         port.parse::<u16>()
-            .map_err(|_| bad("the port is not a number up to 65535"))?;
+            .map_err(|_| bad(NotAnAddressWhy::BadPort))?;
         // A hostname as DNS spells one: labels of letters, digits, '-' and
         // '_', separated by dots. An IPv6 address needs brackets, and then
         // parsed above.
@@ -96,7 +116,7 @@ impl FromStr for Address {
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             });
         if !name_ok {
-            return Err(bad("the host is neither an IP address nor a hostname"));
+            return Err(bad(NotAnAddressWhy::BadHost));
         }
         Ok(Address(s.to_owned()))
     }

@@ -211,27 +211,44 @@ fn default_memory_budget_mib() -> u64 {
     LimitsSection::default().memory_budget_mib
 }
 
+/// A setting of a section that cannot be used, by name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    #[error("{name} = {value}: it must be from {start} to {end}")]
+    OutOfRange {
+        name: &'static str,
+        value: u64,
+        start: u64,
+        end: u64,
+    },
+    #[error("staged_body_max_mib = {body} is more than staging_mib = {staging}: no body that large could be staged")]
+    BodyPastStaging { body: u64, staging: u64 },
+    #[error("idle_timeout_ms = {idle} must be at least twice heartbeat_ms = {heartbeat}, or one late heartbeat drops the connection")]
+    IdleUnderTwoHeartbeats { idle: u64, heartbeat: u64 },
+}
+
 /// `name = value` is refused unless `range` holds it, saying the range.
-pub(super) fn within<T: PartialOrd + std::fmt::Display>(
-    name: &str,
-    value: T,
-    range: &std::ops::RangeInclusive<T>,
-) -> Result<(), String> {
+pub(super) fn within(
+    name: &'static str,
+    value: u64,
+    range: &std::ops::RangeInclusive<u64>,
+) -> Result<(), SettingError> {
     if range.contains(&value) {
         Ok(())
     } else {
-        Err(format!(
-            "{name} = {value}: it must be from {} to {}",
-            range.start(),
-            range.end()
-        ))
+        Err(SettingError::OutOfRange {
+            name,
+            value,
+            start: *range.start(),
+            end: *range.end(),
+        })
     }
 }
 
 impl TryFrom<RawLimits> for LimitsSection {
-    type Error = String;
+    type Error = SettingError;
 
-    fn try_from(r: RawLimits) -> Result<LimitsSection, String> {
+    fn try_from(r: RawLimits) -> Result<LimitsSection, SettingError> {
         within(
             "body_piece_timeout_ms",
             r.body_piece_timeout_ms,
@@ -250,10 +267,10 @@ impl TryFrom<RawLimits> for LimitsSection {
             &STAGED_BODY_MAX_MIB,
         )?;
         if r.staged_body_max_mib > r.staging_mib {
-            return Err(format!(
-                "staged_body_max_mib = {} is more than staging_mib = {}: no body that large could be staged",
-                r.staged_body_max_mib, r.staging_mib
-            ));
+            return Err(SettingError::BodyPastStaging {
+                body: r.staged_body_max_mib,
+                staging: r.staging_mib,
+            });
         }
         Ok(LimitsSection {
             body_piece_timeout_ms: r.body_piece_timeout_ms,
@@ -274,16 +291,17 @@ struct RawTimers {
 }
 
 impl TryFrom<RawTimers> for TimersSection {
-    type Error = String;
+    type Error = SettingError;
 
-    fn try_from(r: RawTimers) -> Result<TimersSection, String> {
+    fn try_from(r: RawTimers) -> Result<TimersSection, SettingError> {
         let (hb, idle) = (r.heartbeat_ms, r.idle_timeout_ms);
         within("heartbeat_ms", hb, &HEARTBEAT_MS)?;
         within("idle_timeout_ms", idle, &IDLE_TIMEOUT_MS)?;
         if idle < 2 * hb {
-            return Err(format!(
-                "idle_timeout_ms = {idle} must be at least twice heartbeat_ms = {hb}, or one late heartbeat drops the connection"
-            ));
+            return Err(SettingError::IdleUnderTwoHeartbeats {
+                idle,
+                heartbeat: hb,
+            });
         }
         Ok(TimersSection {
             heartbeat_ms: hb,

@@ -1,3 +1,6 @@
+//! Tests of the configuration files: parsing, each setting checked by
+//! name, and rendering them back.
+
 use super::*;
 
 fn sample() -> PrimaryConfig {
@@ -99,7 +102,7 @@ fn addresses_are_ip_addresses_or_hostnames_and_resolve_at_use() {
         "-x:1",
     ] {
         let e = bad.parse::<Address>().expect_err(bad);
-        assert!(e.contains("HOST:PORT"), "{bad}: {e}");
+        assert!(e.to_string().contains("HOST:PORT"), "{bad}: {e}");
     }
     let text = sample()
         .render()

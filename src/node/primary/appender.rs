@@ -6,12 +6,14 @@
 //! group costs one wake of this thread. It hands the group to the twin
 //! sessions from the buffer in hand before its fdatasync, so that the
 //! twin's sync runs beside this one (a `twin` answer waits for both), and
-//! answers nobody before its own sync.
+//! answers nobody before its own sync. Should the thread not start, the
+//! same steps run on the blocking pool, one group at a time.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::pool::ClientPool;
 use super::ApiError;
 use bytes::Bytes;
 
@@ -38,32 +40,80 @@ struct Job {
 pub(super) struct Appender {
     jobs: Option<mpsc::UnboundedSender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// When no thread could be spawned: the same steps, a group of one job
+    /// at a time on the clients' blocking pool, one group after another as
+    /// the thread would take them.
+    inline: Option<Arc<tokio::sync::Mutex<Steps>>>,
+}
+
+/// What is done with a group of small appends, by the thread or inline.
+struct Steps {
+    log: Arc<Log>,
+    in_hand: Arc<InHand>,
+    shipped: Box<dyn Fn(u64, u64) + Send>,
+    durable: Box<dyn Fn(u64) + Send>,
+    /// The group's frames as shipped, and each one's end in it.
+    wire: Vec<u8>,
+    ends: Vec<(u64, usize)>,
+    staged: Vec<(u64, oneshot::Sender<Result<u64, ApiError>>)>,
 }
 
 impl Appender {
     /// Start the thread. Each group is put `in_hand` and `shipped(head,
     /// bytes)` is told of it (its last seq and its frames' bytes) before
     /// its sync; `durable(head)` once the sync made it readable, before any
-    /// of its requests is answered.
+    /// of its requests is answered. Should no thread be spawned, appends
+    /// take the same steps on the blocking pool.
     pub(super) fn start(
         log: Arc<Log>,
         in_hand: Arc<InHand>,
         shipped: impl Fn(u64, u64) + Send + 'static,
         durable: impl Fn(u64) + Send + 'static,
-    ) -> std::io::Result<Appender> {
+    ) -> Appender {
+        let steps = Steps {
+            log,
+            in_hand,
+            shipped: Box::new(shipped),
+            durable: Box::new(durable),
+            wire: Vec::new(),
+            ends: Vec::new(),
+            staged: Vec::new(),
+        };
         let (jobs, rx) = mpsc::unbounded_channel();
-        let thread = std::thread::Builder::new()
+        // The steps go to the thread through a slot, so that they are kept
+        // should the spawn fail.
+        let slot = Arc::new(std::sync::Mutex::new(Some(steps)));
+        let for_thread = slot.clone();
+        let spawned = std::thread::Builder::new()
             .name("appender".into())
-            .spawn(move || run(&log, &in_hand, rx, shipped, durable))?;
-        Ok(Appender {
-            jobs: Some(jobs),
-            thread: Some(thread),
-        })
+            .spawn(move || {
+                let steps = for_thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(steps) = steps {
+                    run(steps, rx);
+                }
+            });
+        match spawned {
+            Ok(thread) => Appender {
+                jobs: Some(jobs),
+                thread: Some(thread),
+                inline: None,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "no appender thread: appends take blocking tasks");
+                let steps = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Appender {
+                    jobs: None,
+                    thread: None,
+                    inline: steps.map(|s| Arc::new(tokio::sync::Mutex::new(s))),
+                }
+            }
+        }
     }
 
     /// Append one frame; durable when this answers.
     pub(super) async fn append(
         &self,
+        pool: &ClientPool,
         kind: u16,
         meta: Vec<u8>,
         blob: Vec<u8>,
@@ -74,16 +124,26 @@ impl Appender {
                 why: "the appender stopped".into(),
             })
         };
-        self.jobs
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(Job {
-                kind,
-                meta,
-                blob,
-                done,
-            })
-            .map_err(|_| stopped())?;
+        let job = Job {
+            kind,
+            meta,
+            blob,
+            done,
+        };
+        if let Some(inline) = &self.inline {
+            // Taken before the blocking task, so that no thread of the pool
+            // waits for another group's sync.
+            let mut steps = inline.clone().lock_owned().await;
+            pool.run(move || steps.group(vec![job]))
+                .await
+                .map_err(|e| ApiError::Refused(WriteRefusal::Stopping { why: e.to_string() }))?;
+        } else {
+            self.jobs
+                .as_ref()
+                .ok_or_else(stopped)?
+                .send(job)
+                .map_err(|_| stopped())?;
+        }
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 }
@@ -98,17 +158,8 @@ impl Drop for Appender {
     }
 }
 
-fn run(
-    log: &Log,
-    in_hand: &InHand,
-    mut rx: mpsc::UnboundedReceiver<Job>,
-    shipped: impl Fn(u64, u64),
-    durable: impl Fn(u64),
-) {
+fn run(mut steps: Steps, mut rx: mpsc::UnboundedReceiver<Job>) {
     let mut group = Vec::new();
-    let mut staged = Vec::new();
-    let mut wire = Vec::new();
-    let mut ends = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         group.push(first);
         while group.len() < GROUP_MAX {
@@ -117,49 +168,62 @@ fn run(
                 Err(_) => break,
             }
         }
+        steps.group(std::mem::take(&mut group));
+    }
+}
+
+impl Steps {
+    /// The one path of a small append: stage every job of the group, put
+    /// them in hand and publish them to the twin sessions (`shipped`)
+    /// before the one sync, so that the twin's sync runs beside it; then
+    /// `durable`, then the answers. Nobody is answered before the sync.
+    /// The other publish point is `Primary::acknowledge`, after the sync:
+    /// a blob past 1 MiB or a store write is never in hand whole, so it
+    /// cannot be shipped before its sync.
+    fn group(&mut self, group: Vec<Job>) {
         let mut bytes = 0;
-        wire.clear();
-        ends.clear();
-        for job in group.drain(..) {
-            match log.stage_framed(job.kind, &job.meta, &job.blob) {
+        self.wire.clear();
+        self.ends.clear();
+        for job in group {
+            match self.log.stage_framed(job.kind, &job.meta, &job.blob) {
                 Ok(header) => {
                     let seq = header.seq;
                     bytes += header.frame_len();
-                    wire.extend_from_slice(&header.encode());
-                    wire.extend_from_slice(&job.meta);
-                    wire.extend_from_slice(&job.blob);
-                    ends.push((seq, wire.len()));
-                    staged.push((seq, job.done));
+                    self.wire.extend_from_slice(&header.encode());
+                    self.wire.extend_from_slice(&job.meta);
+                    self.wire.extend_from_slice(&job.blob);
+                    self.ends.push((seq, self.wire.len()));
+                    self.staged.push((seq, job.done));
                 }
                 Err(e) => {
                     let _ = job.done.send(Err(ApiError::Refused(e.into())));
                 }
             }
         }
-        let Some(&(last, _)) = staged.last() else {
-            continue;
+        let Some(&(last, _)) = self.staged.last() else {
+            return;
         };
         // Shipped while the local sync runs.
-        let all = Bytes::from(std::mem::take(&mut wire));
+        let all = Bytes::from(std::mem::take(&mut self.wire));
         let mut start = 0;
-        in_hand.put(ends.iter().map(|&(seq, end)| {
+        self.in_hand.put(self.ends.iter().map(|&(seq, end)| {
             let b = all.slice(start..end);
             start = end;
             (seq, b)
         }));
-        shipped(last, bytes);
-        let synced = log.sync_through(last);
-        in_hand.durable_through(last);
+        (self.shipped)(last, bytes);
+        let synced = self.log.sync_through(last);
+        self.in_hand.durable_through(last);
         match synced {
             Ok(()) => {
-                durable(last);
-                for (seq, done) in staged.drain(..) {
+                (self.durable)(last);
+                for (seq, done) in self.staged.drain(..) {
                     let _ = done.send(Ok(seq));
                 }
             }
             Err(e) => {
                 let why = WriteRefusal::from(e);
-                for (_, done) in staged.drain(..) {
+                for (_, done) in self.staged.drain(..) {
                     let _ = done.send(Err(ApiError::Refused(why.clone())));
                 }
             }
@@ -183,29 +247,29 @@ mod tests {
         let appender = {
             let (shipped, durable) = (shipped.clone(), durable.clone());
             let (log2, log3, hand) = (log.clone(), log.clone(), in_hand.clone());
-            Arc::new(
-                Appender::start(
-                    log.clone(),
-                    in_hand.clone(),
-                    move |seq, bytes| {
-                        // In hand, readable by a shipper, before the sync.
-                        let frame = hand.get(seq).expect("in hand");
-                        assert_eq!(frame.len() as u64, FRAME_HEADER_LEN as u64 + 1 + 100);
-                        assert!(log2.head_seq() < seq, "{seq} durable before it was shipped");
-                        shipped.lock().expect("lock").push((seq, bytes));
-                    },
-                    move |seq| {
-                        assert!(log3.head_seq() >= seq);
-                        durable.lock().expect("lock").push(seq);
-                    },
-                )
-                .expect("start"),
-            )
+            Arc::new(Appender::start(
+                log.clone(),
+                in_hand.clone(),
+                move |seq, bytes| {
+                    // In hand, readable by a shipper, before the sync.
+                    let frame = hand.get(seq).expect("in hand");
+                    assert_eq!(frame.len() as u64, FRAME_HEADER_LEN as u64 + 1 + 100);
+                    assert!(log2.head_seq() < seq, "{seq} durable before it was shipped");
+                    shipped.lock().expect("lock").push((seq, bytes));
+                },
+                move |seq| {
+                    assert!(log3.head_seq() >= seq);
+                    durable.lock().expect("lock").push(seq);
+                },
+            ))
         };
         let tasks: Vec<_> = (0..64u8)
             .map(|i| {
                 let a = appender.clone();
-                tokio::spawn(async move { a.append(1000, vec![i], vec![i; 100]).await })
+                tokio::spawn(async move {
+                    a.append(&ClientPool::default(), 1000, vec![i], vec![i; 100])
+                        .await
+                })
             })
             .collect();
         let mut seqs = Vec::new();
@@ -235,17 +299,17 @@ mod tests {
     async fn a_refused_frame_is_answered_by_name_and_the_rest_of_its_group_lands() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let appender =
-            Appender::start(log.clone(), Default::default(), |_, _| {}, |_| {}).expect("start");
+        let appender = Appender::start(log.clone(), Default::default(), |_, _| {}, |_| {});
+        let pool = ClientPool::default();
         // Kind 0 is no kind.
-        let refused = appender.append(0, vec![], vec![1]).await;
+        let refused = appender.append(&pool, 0, vec![], vec![1]).await;
         assert_eq!(
             refused,
             Err(ApiError::Refused(WriteRefusal::InvalidKind { kind: 0 }))
         );
         assert_eq!(
             appender
-                .append(1000, vec![], vec![1])
+                .append(&pool, 1000, vec![], vec![1])
                 .await
                 .expect("appended"),
             1
@@ -253,5 +317,49 @@ mod tests {
         // Gone with its queue: the log is this test's alone again.
         drop(appender);
         assert_eq!(Arc::strong_count(&log), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_its_thread_an_append_takes_the_same_steps_on_the_pool() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Arc::new(Log::open(dir.path()).expect("open"));
+        let in_hand = Arc::new(InHand::default());
+        let shipped = Arc::new(Mutex::new(Vec::new()));
+        let (log2, hand, seen) = (log.clone(), in_hand.clone(), shipped.clone());
+        let steps = Steps {
+            log: log.clone(),
+            in_hand: in_hand.clone(),
+            shipped: Box::new(move |seq, _| {
+                assert!(hand.get(seq).is_some(), "{seq} shipped from hand");
+                assert!(log2.head_seq() < seq, "{seq} durable before it was shipped");
+                seen.lock().expect("lock").push(seq);
+            }),
+            durable: Box::new(|_| {}),
+            wire: Vec::new(),
+            ends: Vec::new(),
+            staged: Vec::new(),
+        };
+        let appender = Arc::new(Appender {
+            jobs: None,
+            thread: None,
+            inline: Some(Arc::new(tokio::sync::Mutex::new(steps))),
+        });
+        let pool = Arc::new(ClientPool::default());
+        let tasks: Vec<_> = (0..16u8)
+            .map(|i| {
+                let (a, pool) = (appender.clone(), pool.clone());
+                tokio::spawn(async move { a.append(&pool, 1000, vec![], vec![i]).await })
+            })
+            .collect();
+        for t in tasks {
+            let seq = t.await.expect("task").expect("appended");
+            assert!(
+                log.head_seq() >= seq,
+                "{seq} answered before it was durable"
+            );
+        }
+        let mut seqs = shipped.lock().expect("lock").clone();
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=16).collect::<Vec<_>>());
     }
 }

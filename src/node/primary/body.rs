@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::PIECE;
 use crate::node::api::ApiError;
+use crate::node::clock;
 
 /// The default wait for each piece of a body.
 pub const DEFAULT_PIECE_DEADLINE: Duration = Duration::from_secs(3);
@@ -48,7 +49,7 @@ pub(super) struct Body<'a> {
 
 impl<'a> Body<'a> {
     pub(super) fn new(recv: &'a mut RecvStream, expected: u64, deadline: Duration) -> Self {
-        let now = Instant::now();
+        let now = clock::instant();
         Body {
             recv,
             expected,
@@ -80,7 +81,7 @@ impl<'a> Body<'a> {
     /// waited for room): its deadlines run again from now, as a client
     /// held back by flow control meanwhile could not send.
     pub(super) fn resume(&mut self) {
-        let now = Instant::now();
+        let now = clock::instant();
         self.last_byte = now;
         self.window = (now, self.received + self.arrived_bytes);
     }
@@ -153,7 +154,7 @@ impl<'a> Body<'a> {
                     self.arrived_bytes += c.len() as u64;
                     self.arrived.push_back(c);
                 }
-                let now = Instant::now();
+                let now = clock::instant();
                 self.last_byte = now;
                 let (_, from) = self.window;
                 let got = self.received + self.arrived_bytes;
@@ -170,7 +171,7 @@ impl<'a> Body<'a> {
                 "the body failed after {got} of its {} bytes: {e}",
                 self.expected
             ))),
-            Err(_) if Instant::now() >= self.last_byte + self.deadline => {
+            Err(_) if clock::instant() >= self.last_byte + self.deadline => {
                 tracing::debug!(
                     received = got,
                     expected = self.expected,

@@ -193,9 +193,9 @@ pub struct Primary {
     client_roles: Mutex<std::collections::HashMap<crate::net::Fingerprint, ClientRole>>,
     /// The twin connection being served: one at a time.
     twin_seat: twin_seat::TwinSeat,
-    /// The thread small appends queue to (none when it could not start:
-    /// each append then takes a blocking task).
-    appender: Option<appender::Appender>,
+    /// The one path of small appends: a thread they queue to (when it
+    /// could not start, the same steps on a blocking task per append).
+    appender: appender::Appender,
     /// Warnings of refused client connections and handshakes, at most one
     /// a second.
     seat_refusals: net::Throttle,
@@ -294,13 +294,6 @@ impl Primary {
                     durable.send_if_modified(|d| std::mem::replace(d, seq.max(*d)) < seq);
                 },
             )
-        };
-        let appender = match appender {
-            Ok(a) => Some(a),
-            Err(e) => {
-                tracing::warn!(error = %e, "no appender thread: appends take blocking tasks");
-                None
-            }
         };
         Arc::new(Primary {
             epochs,
@@ -561,7 +554,7 @@ impl Primary {
                 s.twin_connected = false;
                 s.twin_last_error = Some(why);
                 *self.lag_at_end.lock().unwrap_or_else(|e| e.into_inner()) = Some(LagAtEnd {
-                    at: tokio::time::Instant::now(),
+                    at: crate::node::clock::instant(),
                     bytes_appended: self.head.borrow().1,
                     lag_bytes: s.lag_bytes,
                     lag_ms: s.lag_ms,

@@ -344,34 +344,20 @@ impl Primary {
         blob: Vec<u8>,
         durability: Durability,
     ) -> Response {
-        if let Some(appender) = &self.appender {
-            // The appender published the frame with its group.
-            return match appender.append(kind, meta, blob).await {
-                Ok(seq) => self.answer(seq, durability).await,
-                Err(e) => Response::Error(e),
-            };
-        }
-        let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len() + blob.len()) as u64;
-        let log = self.log.clone();
-        let appended = match self
-            .pool
-            .run(move || log.append_raw(kind, &meta, &blob))
-            .await
-        {
-            Ok(r) => r.map_err(|e| ApiError::Refused(e.into())),
-            Err(e) => Err(ApiError::Refused(WriteRefusal::Stopping {
-                why: e.to_string(),
-            })),
-        };
-        match appended {
-            Ok(seq) => self.acknowledge(seq, bytes, durability).await,
+        // The appender published the frame with its group, before its sync.
+        match self.appender.append(&self.pool, kind, meta, blob).await {
+            Ok(seq) => self.answer(seq, durability).await,
             Err(e) => Response::Error(e),
         }
     }
 
     /// A frame durable here up to `seq` (`bytes` more of log): published to
     /// the twin sessions, then answered as durable as `durability` asks,
-    /// under the policy for an absent twin.
+    /// under the policy for an absent twin. The second publish point, for
+    /// what is not a small append (a blob past 1 MiB, the store's writes):
+    /// such a frame is never in hand whole, so it cannot be shipped before
+    /// its sync as the appender's groups are; the twin reads it from the
+    /// log once its own commit made it durable.
     pub(super) async fn acknowledge(
         &self,
         seq: u64,
@@ -398,7 +384,7 @@ impl Primary {
             Durability::Local => local,
             Durability::Twin if !self.twin_configured => local,
             Durability::Twin => {
-                let started = std::time::Instant::now();
+                let started = crate::node::clock::instant();
                 let mut resp = self.wait_for_twin(seq).await;
                 if let Response::Appended { twin_wait_us, .. } = &mut resp {
                     *twin_wait_us = started.elapsed().as_micros() as u64;

@@ -121,13 +121,13 @@ impl Primary {
     /// the durability policy waits. A twin store stopped before the frame
     /// is said by name at once.
     async fn carried_out_on_twin(&self, seq: u64, twin_wait_us: u64) -> Response {
-        let started = std::time::Instant::now();
+        let started = crate::node::clock::instant();
         let mut reports = self.twin_store.subscribe();
         let deadline = self
             .cfg
             .policy
             .store_wait()
-            .map(|d| tokio::time::Instant::now() + d);
+            .map(|d| crate::node::clock::instant() + d);
         loop {
             if let Some(h) = reports.borrow_and_update().as_ref() {
                 if h.applied >= seq {

@@ -78,6 +78,31 @@ impl Switch {
         out
     }
 
+    /// [`Primary::enter_write`]'s wait, on the node's clock.
+    async fn enter(self: &Arc<Self>) -> Result<Writing, ()> {
+        let mut changed = self.changed.subscribe();
+        let deadline = crate::node::clock::instant() + PAUSE_CAP;
+        loop {
+            if self.with_gate(|g| g.admit()).is_ok() {
+                return Ok(Writing(self.clone()));
+            }
+            let running = self
+                .heard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some();
+            if !running {
+                return Err(());
+            }
+            if tokio::time::timeout_at(deadline, changed.changed())
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return Err(());
+            }
+        }
+    }
+
     /// Tell a switchover under way what the twin session saw.
     pub(super) fn tell(&self, heard: Heard) {
         if let Some(tx) = self
@@ -123,28 +148,7 @@ impl Primary {
     /// the role, or its outcome is unknown and this box holds its writes
     /// (the caller's fence check then names why).
     pub(super) async fn enter_write(&self) -> Result<Writing, ()> {
-        let mut changed = self.switch.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + PAUSE_CAP;
-        loop {
-            if self.switch.with_gate(|g| g.admit()).is_ok() {
-                return Ok(Writing(self.switch.clone()));
-            }
-            let running = self
-                .switch
-                .heard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some();
-            if !running {
-                return Err(());
-            }
-            if tokio::time::timeout_at(deadline, changed.changed())
-                .await
-                .map_or(true, |r| r.is_err())
-            {
-                return Err(());
-            }
-        }
+        self.switch.enter().await
     }
 
     /// Hand the primary role to the twin; see the module's description.
@@ -155,7 +159,7 @@ impl Primary {
         if !self.status().twin_connected {
             return refused("no twin is streaming from this primary");
         }
-        let now = tokio::time::Instant::now();
+        let now = crate::node::clock::instant();
         let (tx, rx) = mpsc::unbounded_channel();
         // Writes are paused and the switchover is seen under way in one
         // step: a write that finds them paused then looks for the
@@ -190,7 +194,7 @@ impl Primary {
                     primary,
                 }
             }
-            (Outcome::Refused(why), _) => refused(&why),
+            (Outcome::Refused(why), _) => refused(&why.to_string()),
             (Outcome::Unknown { .. }, _) => Response::Error(ApiError::SwitchoverRefused {
                 why: format!(
                     "the twin did not answer the handover within {} ms; this box is fenced until an operator checks whether the twin promoted itself (then `primary rejoin`) or not (then `primary unfence`)",
@@ -209,7 +213,7 @@ impl Primary {
         let mut acked = self.acked.subscribe();
         let mut new_primary = None;
         loop {
-            let now = tokio::time::Instant::now().into_std();
+            let now = crate::node::clock::instant().into_std();
             // The head announced to the twin sessions: a frame staged by a
             // request no longer counted (its client went) is shipped and
             // synced all the same, and the handover covers it.
@@ -230,11 +234,7 @@ impl Primary {
                         SwitchAction::Hold { why } => {
                             // On disk before the handover leaves: a crash
                             // from here on brings this box back fenced.
-                            let held = self
-                                .epochs
-                                .hold(&why)
-                                .map(|_| ())
-                                .map_err(|e| e.to_string());
+                            let held = self.epochs.hold(&why).map(|_| ());
                             next.extend(self.switch.with_gate(|g| sw.held(g, held)));
                         }
                         SwitchAction::Handover { head } => {
@@ -307,4 +307,43 @@ impl Primary {
 fn refused(why: &str) -> Response {
     tracing::warn!(why, "switchover refused: writes go on");
     Response::Error(ApiError::SwitchoverRefused { why: why.into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::clock;
+
+    /// A switchover under way: writes paused, its report channel open.
+    fn paused() -> (Arc<Switch>, mpsc::UnboundedReceiver<Heard>) {
+        let switch = Arc::new(Switch::default());
+        let (tx, rx) = mpsc::unbounded_channel();
+        *switch.heard.lock().expect("lock") = Some(tx);
+        assert!(switch.with_gate(|g| g.pause()));
+        (switch, rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_write_waits_out_its_cap_on_the_node_clock() {
+        let (switch, _rx) = paused();
+        let started = clock::instant();
+        assert!(switch.enter().await.is_err(), "writes stayed paused");
+        assert_eq!(clock::instant() - started, PAUSE_CAP);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_write_goes_on_once_the_switchover_resumes_writes() {
+        let (switch, _rx) = paused();
+        let resumer = switch.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            resumer.with_gate(|g| g.resume());
+        });
+        let started = clock::instant();
+        let writing = switch.enter().await.expect("admitted");
+        assert_eq!(clock::instant() - started, Duration::from_secs(5));
+        assert_eq!(switch.with_gate(|g| g.writers()), 1);
+        drop(writing);
+        assert_eq!(switch.with_gate(|g| g.writers()), 0);
+    }
 }

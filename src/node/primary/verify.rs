@@ -2,16 +2,29 @@
 //! serve ([`crate::repl::verify`]). The twin session carries the questions;
 //! this side digests its own ranges at the same pace and keeps the search.
 
-use std::time::Instant;
-
 use tokio::sync::{mpsc, oneshot};
 
 use super::Primary;
 use crate::node::verify::{self, VerifyReport};
 use crate::repl::verify::{Ask, Digest, Found, Search};
 
-/// Where the twin's digests for a question go.
+/// Where the twin's digests for a question go, or why it has none in its
+/// own words, as the wire carries them.
 pub(super) type VerifyReply = oneshot::Sender<Result<Vec<Digest>, String>>;
+
+/// Why a verify stopped before it found its answer.
+#[derive(Debug, thiserror::Error)]
+enum VerifyStopped {
+    #[error("no twin streams from this primary")]
+    NoTwin,
+    #[error("this log: {0}")]
+    Ours(verify::DigestError),
+    #[error("the twin session ended")]
+    SessionEnded,
+    /// The twin's reason, in its words.
+    #[error("the twin: {0}")]
+    Twin(String),
+}
 
 /// A question for the twin, the pace to read at (MiB/s), and where its
 /// digests go.
@@ -35,7 +48,7 @@ impl Primary {
     /// and keep the report for `status`.
     pub async fn verify(&self, from: u64, through: u64, mib_per_s: u32) -> VerifyReport {
         let mib_per_s = (verify::verify_rate(mib_per_s) >> 20) as u32;
-        let started = Instant::now();
+        let started = crate::node::clock::instant();
         let seq_cst = std::sync::atomic::Ordering::SeqCst;
         let mut hi = self.log.head_seq().min(*self.acked.borrow());
         // An erase is carried out on each box as its store applies it:
@@ -66,7 +79,7 @@ impl Primary {
                 match self.compare(ask, mib_per_s, &mut report).await {
                     Ok((ours, theirs)) => found = search.answer(&ours, &theirs),
                     Err(why) => {
-                        report.stopped = Some(why);
+                        report.stopped = Some(why.to_string());
                         break;
                     }
                 }
@@ -99,7 +112,7 @@ impl Primary {
         ask: Ask,
         mib_per_s: u32,
         report: &mut VerifyReport,
-    ) -> Result<(Vec<Digest>, Vec<Digest>), String> {
+    ) -> Result<(Vec<Digest>, Vec<Digest>), VerifyStopped> {
         let (tx, rx) = oneshot::channel();
         let sent = self
             .verifier
@@ -108,7 +121,7 @@ impl Primary {
             .as_ref()
             .is_some_and(|v| v.send((ask, mib_per_s, tx)).is_ok());
         if !sent {
-            return Err("no twin streams from this primary".into());
+            return Err(VerifyStopped::NoTwin);
         }
         let ours = verify::digests(
             self.log.clone(),
@@ -117,11 +130,11 @@ impl Primary {
             verify::verify_rate(mib_per_s),
         );
         let (ours, theirs) = tokio::join!(ours, rx);
-        let (ours, bytes) = ours.map_err(|e| format!("this log: {e}"))?;
+        let (ours, bytes) = ours.map_err(VerifyStopped::Ours)?;
         report.bytes += bytes;
         let theirs = theirs
-            .map_err(|_| "the twin session ended".to_string())?
-            .map_err(|e| format!("the twin: {e}"))?;
+            .map_err(|_| VerifyStopped::SessionEnded)?
+            .map_err(VerifyStopped::Twin)?;
         Ok((ours, theirs))
     }
 }

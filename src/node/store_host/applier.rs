@@ -47,16 +47,16 @@ impl Applier {
                 loop {
                     let woke = match stalled {
                         None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                        Some((_, next)) => {
-                            rx.recv_timeout(next.saturating_duration_since(Instant::now()))
-                        }
+                        Some((_, next)) => rx.recv_timeout(
+                            next.saturating_duration_since(crate::node::clock::instant()),
+                        ),
                     };
                     match woke {
                         Err(RecvTimeoutError::Disconnected) => break,
                         Ok(()) => {
                             if let Some((last, next)) = stalled.as_mut() {
                                 *next = (*next).min(*last + STALL_RETRY);
-                                if Instant::now() < *next {
+                                if crate::node::clock::instant() < *next {
                                     continue;
                                 }
                             }
@@ -72,7 +72,7 @@ impl Applier {
                             if stalled.is_none() {
                                 tracing::error!(error = %e, "the store stopped applying the log");
                             }
-                            let now = Instant::now();
+                            let now = crate::node::clock::instant();
                             stalled = Some((now, now + backoff));
                             backoff = (backoff * 2).min(STALL_RETRY_CAP);
                         }

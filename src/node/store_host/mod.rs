@@ -209,7 +209,7 @@ impl StoreHost {
                     StoreError::Apply { source, .. } => source.to_string(),
                     other => other.to_string(),
                 };
-                h.last_try = Some(tokio::time::Instant::now());
+                h.last_try = Some(crate::node::clock::instant());
                 match h.stalled.as_mut() {
                     Some(s) if s.seq == seq => {
                         s.attempts += 1;
@@ -315,7 +315,7 @@ impl StoreHost {
                 Err(e) => {
                     let why = format!("the store does not open: {e}");
                     let mut h = self.health_lock();
-                    h.last_try = Some(tokio::time::Instant::now());
+                    h.last_try = Some(crate::node::clock::instant());
                     match h.stalled.as_mut() {
                         Some(s) if s.kind == 0 && s.seq == 0 => {
                             s.attempts += 1;

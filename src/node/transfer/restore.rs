@@ -285,7 +285,7 @@ pub async fn restore(
     opts: RestoreOptions,
     progress: Arc<dyn Fn(&Progress) + Send + Sync>,
 ) -> Result<RestoreReport, RestoreError> {
-    let started = Instant::now();
+    let started = crate::node::clock::instant();
     let data = opts.data_dir.clone();
     let paths = InstallPaths::new(&data);
     // The box's real disk: the log, the store and the restore's own
@@ -496,7 +496,7 @@ fn pull(
     };
     let mut unsynced_bytes = 0u64;
     let mut buf = vec![0u8; RESTORE_PIECE];
-    let mut last_shown = Instant::now();
+    let mut last_shown = crate::node::clock::instant();
     for seq in from..=through {
         let h: RestoreFrame = rt.block_on(net::read_msg(&mut recv))?.ok_or_else(|| {
             RestoreError::Protocol(format!("the stream ended before frame {seq}"))
@@ -597,7 +597,7 @@ fn pull(
                 record(p.written(), &crc)?;
                 prog.bytes += n as u64;
                 if last_shown.elapsed().as_millis() >= 200 {
-                    last_shown = Instant::now();
+                    last_shown = crate::node::clock::instant();
                     progress(&prog);
                 }
             }

@@ -211,7 +211,7 @@ impl SnapshotSource {
     /// them, or for the snapshot at `from` (whose frame proves its base).
     /// A use older than the pin window starts afresh.
     pub fn note_restore(&self, from: u64) {
-        let now = tokio::time::Instant::now();
+        let now = crate::node::clock::instant();
         let mut u = self.restore_use.lock().unwrap_or_else(|e| e.into_inner());
         let low = match *u {
             Some((f, at)) if now.duration_since(at) < RESTORE_USE_FRESH => f.min(from),

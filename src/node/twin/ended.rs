@@ -23,7 +23,7 @@ pub enum Ended {
     #[error("promoted to epoch {epoch} at a switchover")]
     Promoted { epoch: u64 },
     #[error("the switchover's promotion failed: {0}")]
-    PromotionFailed(String),
+    PromotionFailed(super::HandoverFailed),
     #[error("the primary closed the control stream")]
     ControlClosed,
     #[error("the frame stream ended")]

@@ -130,8 +130,21 @@ pub struct Twin {
 
 /// Make this box a primary at a switchover: given the head it holds and
 /// the clients to pin, answers the new epoch and where it will serve.
-pub type Handover =
-    dyn Fn(u64, Vec<crate::repl::HandedClient>) -> Result<(u64, String), String> + Send + Sync;
+pub type Handover = dyn Fn(u64, Vec<crate::repl::HandedClient>) -> Result<(u64, String), HandoverFailed>
+    + Send
+    + Sync;
+
+/// Why a switchover's handover did not make this box a primary (nothing
+/// changed here).
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverFailed {
+    /// No [`Handover`] was set on this twin.
+    #[error("this twin cannot be promoted in place")]
+    NotSet,
+    /// The promotion the daemon runs failed, as it says.
+    #[error(transparent)]
+    Promotion(Box<dyn std::error::Error + Send + Sync>),
+}
 
 impl Twin {
     pub fn new(
@@ -352,7 +365,7 @@ impl Twin {
 
     /// The primary was heard: recorded, at most once a second.
     fn heard_primary(&self) {
-        let now = tokio::time::Instant::now();
+        let now = crate::node::clock::instant();
         let dir = {
             let mut h = self.heard.lock().unwrap_or_else(|e| e.into_inner());
             if h.1

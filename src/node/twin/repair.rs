@@ -16,7 +16,7 @@ impl Twin {
     /// Fetch the primary's snapshot over `conn` (resuming a staged one),
     /// install it and restart the log after it.
     pub(super) async fn take_snapshot(&self, conn: &Connection, s: &Arc<TwinSnapshots>) -> Ended {
-        let mut last_report = tokio::time::Instant::now();
+        let mut last_report = crate::node::clock::instant();
         let status = &self.status;
         let mut progress = |held: u64, total: u64| {
             if let Ok(mut st) = status.lock() {
@@ -24,7 +24,7 @@ impl Twin {
                 st.snapshot_total = total;
             }
             if last_report.elapsed() > Duration::from_secs(2) {
-                last_report = tokio::time::Instant::now();
+                last_report = crate::node::clock::instant();
                 tracing::info!(held, total, "fetching the snapshot");
             }
         };

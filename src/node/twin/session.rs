@@ -31,7 +31,7 @@ pub(super) struct SessionEnd {
 const PROMOTED_FLUSH: Duration = Duration::from_secs(2);
 
 /// A verify's digests, computed beside the session.
-type Digested = (u64, Result<Vec<Digest>, String>);
+type Digested = (u64, Result<Vec<Digest>, crate::node::verify::DigestError>);
 
 /// A session's connection, its core and the channels to the tasks and the
 /// writer thread beside it.
@@ -282,7 +282,7 @@ impl<'t> Session<'t> {
             .clone();
         let done = match hook {
             Some(h) => h(head, clients),
-            None => Err("this twin cannot be promoted in place".into()),
+            None => Err(super::HandoverFailed::NotSet),
         };
         match done {
             Ok((epoch, listen)) => {
@@ -316,7 +316,7 @@ impl<'t> Session<'t> {
                 self.conn.clone(),
                 self.chunks_tx.clone(),
             )));
-            self.streaming_since = Some(tokio::time::Instant::now());
+            self.streaming_since = Some(crate::node::clock::instant());
         }
     }
 

@@ -56,12 +56,17 @@ impl std::fmt::Display for EpochName {
     }
 }
 
+/// Text that names no epoch.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an epoch (TERM.LIFE, or a number)")]
+pub struct NotAnEpoch(pub String);
+
 impl std::str::FromStr for EpochName {
-    type Err = String;
+    type Err = NotAnEpoch;
 
     /// `term.life`, or the number itself.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not an epoch (TERM.LIFE, or a number)");
+    fn from_str(s: &str) -> Result<Self, NotAnEpoch> {
+        let bad = || NotAnEpoch(s.to_string());
         match s.split_once('.') {
             Some((t, l)) => {
                 let t: u64 = t.parse().map_err(|_| bad())?;
