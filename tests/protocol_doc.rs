@@ -669,6 +669,20 @@ fn errors_and_refusals_have_their_documented_indices_and_fields() {
                     after_ms: 4,
                 },
             ),
+            (
+                "NoLease",
+                E::NoLease {
+                    why: "x".into(),
+                    seq: Some(1),
+                },
+            ),
+            (
+                "SyncNotRecorded",
+                E::SyncNotRecorded {
+                    seq: 1,
+                    why: "x".into(),
+                },
+            ),
         ],
     );
     check_table(

@@ -21,6 +21,7 @@ pub mod api;
 mod error;
 mod pipe;
 pub mod refusal;
+pub mod status;
 pub mod store_client;
 mod tail;
 mod timed;
