@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::net::UdpSocket;
 use twinlog::daemon::config::Policy;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::log::{Log, Tail};
@@ -35,36 +34,6 @@ use twinlog::node::{Client, ClientError, Durability};
 use drills::content::bytes;
 use drills::daemons::{free_tcp, free_udp, Proc};
 use drills::{Args, Context, DrillError, Result, Rng};
-
-/// A UDP relay between the twin and the primary that can cut the link.
-async fn relay(upstream: SocketAddr, cut: Arc<AtomicBool>) -> Result<SocketAddr> {
-    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.ctx(|| "bind".into())?);
-    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await.ctx(|| "bind".into())?);
-    let addr = front.local_addr().ctx(|| "relay address".into())?;
-    let peer: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-    {
-        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, from)) = front.recv_from(&mut buf).await {
-                *peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(from);
-                if !cut.load(Ordering::SeqCst) {
-                    let _ = back.send_to(&buf[..n], upstream).await;
-                }
-            }
-        });
-    }
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, _)) = back.recv_from(&mut buf).await {
-            let to = *peer.lock().unwrap_or_else(|e| e.into_inner());
-            if let (Some(to), false) = (to, cut.load(Ordering::SeqCst)) {
-                let _ = front.send_to(&buf[..n], to).await;
-            }
-        }
-    });
-    Ok(addr)
-}
 
 /// Frame `n`'s blob: small, every 60th 1 MiB (a streamed entry).
 fn blob(n: u64) -> Vec<u8> {
@@ -291,8 +260,11 @@ async fn drill(args: &Args) -> Result<bool> {
     }
     let (pdir, tdir) = (work.join("primary"), work.join("twin"));
     let listen = free_udp()?;
-    let cut = Arc::new(AtomicBool::new(false));
-    let relay_addr = relay(listen, cut.clone()).await?;
+    // A UDP relay between the twin and the primary that can cut the link.
+    let relay = testkit::proxy::udp(listen)
+        .await
+        .ctx(|| "the relay between the twin and the primary".into())?;
+    let relay_addr = relay.addr;
     let (tcfg, twin_fp) =
         daemon::init_twin(&tdir, relay_addr, free_tcp()?, None).ctx(|| "init the twin".into())?;
     let (pcfg, primary_fp) = daemon::init_primary(&pdir, listen, free_tcp()?, Some(twin_fp))
@@ -375,9 +347,9 @@ async fn drill(args: &Args) -> Result<bool> {
                 primary.restart()?;
             }
             "partition" => {
-                cut.store(true, Ordering::SeqCst);
+                relay.cut(true);
                 settle(1000 + rng.below(2000)).await;
-                cut.store(false, Ordering::SeqCst);
+                relay.cut(false);
                 let on_twin = tail_all(&tlog);
                 tally.check(
                     &format!("twin after cut {round}"),
