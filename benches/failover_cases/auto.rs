@@ -100,9 +100,14 @@ impl AutoPair {
         }
     }
 
-    /// Box `i` leads, holds its lease, and its twin is recorded in sync.
+    /// Box `i` leads, holds its lease, and its twin follows it and is
+    /// recorded in sync.
     async fn steady(&self, i: usize) {
         self.leader_is(i).await;
+        until("the twin follows", || {
+            tstatus(self.boxes[1 - i].metrics).filter(|s| s.connected)
+        })
+        .await;
         until("the primary's twin recorded in sync", || {
             pstatus(self.boxes[i].metrics)
                 .and_then(|s| s.arbiter)

@@ -4,9 +4,10 @@
 //! datagrams; a TCP relay holds the bytes back, as TCP's retransmissions
 //! would, and delivers them once the link mends (or the peer gave up).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -29,39 +30,51 @@ impl Proxy {
     }
 }
 
-/// A UDP relay to `upstream` (a QUIC link): datagrams from the last peer
-/// that wrote go up, and the answers back to it.
+/// A UDP relay to `upstream` (a QUIC link): each peer that writes to it
+/// gets a socket of its own toward the upstream, as a NAT would, so
+/// several peers share one relay.
 pub async fn udp(upstream: SocketAddr) -> std::io::Result<Proxy> {
     let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
-    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await?);
     let addr = front.local_addr()?;
     let cut = Arc::new(AtomicBool::new(false));
-    let peer: Arc<Mutex<Option<SocketAddr>>> = Arc::new(Mutex::new(None));
-    {
-        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, from)) = front.recv_from(&mut buf).await {
-                *peer.lock().unwrap_or_else(|e| e.into_inner()) = Some(from);
-                if !cut.load(Ordering::SeqCst) {
-                    let _ = back.send_to(&buf[..n], upstream).await;
+    let relay_cut = cut.clone();
+    tokio::spawn(async move {
+        let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = front.recv_from(&mut buf).await {
+            let back = match backs.get(&from) {
+                Some(b) => b.clone(),
+                None => {
+                    let Ok(b) = UdpSocket::bind("127.0.0.1:0").await else {
+                        continue;
+                    };
+                    let b = Arc::new(b);
+                    backs.insert(from, b.clone());
+                    tokio::spawn(answers(b.clone(), front.clone(), from, relay_cut.clone()));
+                    b
                 }
+            };
+            if !relay_cut.load(Ordering::SeqCst) {
+                let _ = back.send_to(&buf[..n], upstream).await;
             }
-        });
-    }
-    {
-        let (front, back, cut, peer) = (front.clone(), back.clone(), cut.clone(), peer.clone());
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 65536];
-            while let Ok((n, _)) = back.recv_from(&mut buf).await {
-                let to = *peer.lock().unwrap_or_else(|e| e.into_inner());
-                if let (Some(to), false) = (to, cut.load(Ordering::SeqCst)) {
-                    let _ = front.send_to(&buf[..n], to).await;
-                }
-            }
-        });
-    }
+        }
+    });
     Ok(Proxy { addr, cut })
+}
+
+/// The upstream's answers to one peer, sent back to it.
+async fn answers(
+    back: Arc<UdpSocket>,
+    front: Arc<UdpSocket>,
+    to: SocketAddr,
+    cut: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, _)) = back.recv_from(&mut buf).await {
+        if !cut.load(Ordering::SeqCst) {
+            let _ = front.send_to(&buf[..n], to).await;
+        }
+    }
 }
 
 /// A TCP relay to `upstream` (etcd's gRPC): each connection relayed both

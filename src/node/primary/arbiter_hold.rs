@@ -41,14 +41,21 @@ impl Primary {
             return false;
         }
         let mut acked = self.acked.subscribe();
+        let mut streams = self.twin_streams.subscribe();
         tokio::spawn(async move {
             loop {
-                let a = *acked.borrow_and_update();
-                if let Err(e) = sync.maybe_caught_up(a).await {
-                    tracing::warn!(error = %e, "the twin's catching up is not recorded yet");
+                // Only what a twin streaming in this life acknowledged
+                // counts: before one streams, the head it "acknowledged"
+                // is no twin's word.
+                if *streams.borrow_and_update() {
+                    let a = *acked.borrow_and_update();
+                    if let Err(e) = sync.maybe_caught_up(a).await {
+                        tracing::warn!(error = %e, "the twin's catching up is not recorded yet");
+                    }
                 }
-                if acked.changed().await.is_err() {
-                    return;
+                tokio::select! {
+                    r = acked.changed() => if r.is_err() { return },
+                    r = streams.changed() => if r.is_err() { return },
                 }
             }
         });
