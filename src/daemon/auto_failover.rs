@@ -72,9 +72,7 @@ pub(super) async fn start_primary(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Start, DaemonError> {
     let options = failover.options(&cfg.listen);
-    let mut arbiter = Arbiter::connect(options.clone())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("the arbiter: {e}")))?;
+    let mut arbiter = Arbiter::connect(options.clone()).await?;
     let me = arbiter::me(fingerprint, &options);
     let clients = clients_of(cfg);
     let waiting = watch::channel(None).0;
@@ -92,9 +90,7 @@ pub(super) async fn start_primary(
         .await;
         match begun {
             Err(NoLife::Stopped) => return Ok(Start::Stopped),
-            Err(NoLife::Arbiter(e)) => {
-                return Err(DaemonError::Failed(format!("the arbiter: {e}")))
-            }
+            Err(NoLife::Arbiter(e)) => return Err(e.into()),
             Ok(Begun::Life {
                 epoch,
                 gate,
@@ -164,18 +160,18 @@ pub async fn after_primary_serve(
 ) -> Result<Served, DaemonError> {
     match served {
         Served::Replaced { leader } => {
-            let addr: super::Address = leader.addr.parse().map_err(|e| {
-                DaemonError::Failed(format!(
-                    "the arbiter names the primary at {:?}, which does not parse: {e}",
-                    leader.addr
-                ))
+            let addr: super::Address = leader.addr.parse().map_err(|_| DaemonError::BadLeader {
+                what: "address",
+                value: leader.addr.clone(),
             })?;
-            let fp: crate::net::Fingerprint = leader.fingerprint.parse().map_err(|_| {
-                DaemonError::Failed(format!(
-                    "the arbiter names the primary's fingerprint {:?}, which does not parse",
-                    leader.fingerprint
-                ))
-            })?;
+            let fp: crate::net::Fingerprint =
+                leader
+                    .fingerprint
+                    .parse()
+                    .map_err(|_| DaemonError::BadLeader {
+                        what: "fingerprint",
+                        value: leader.fingerprint.clone(),
+                    })?;
             tracing::warn!(primary = %leader.addr, epoch = %EpochName(leader.epoch), "rejoining the new primary as its twin (auto_rejoin)");
             let report =
                 super::failover::rejoin(primary_config, addr, fp, None, REJOIN_DEADLINE).await?;
@@ -204,9 +200,7 @@ pub(super) async fn watch_as_twin(
     DaemonError,
 > {
     let options = failover.options(&cfg.listen_as_primary);
-    let arbiter = Arbiter::connect(options.clone())
-        .await
-        .map_err(|e| DaemonError::Failed(format!("the arbiter: {e}")))?;
+    let arbiter = Arbiter::connect(options.clone()).await?;
     let me = arbiter::me(fingerprint, &options);
     let (shown_tx, shown) = watch::channel(TakeOverShown::default());
     let (took_tx, took) = watch::channel(None);

@@ -119,6 +119,15 @@ pub enum DaemonError {
     NewPrimaryFingerprint(String),
     #[error("the new primary's address {0:?} does not parse")]
     NewPrimaryAddress(String),
+    #[error("the arbiter: {0}")]
+    Arbiter(#[from] crate::node::arbiter::ArbiterError),
+    #[error("the arbiter names the primary's {what} {value:?}, which does not parse")]
+    BadLeader { what: &'static str, value: String },
+    #[error("this life's lease is gone, and {} did not start again: {error}", binary.display())]
+    NotStartedAgain {
+        binary: PathBuf,
+        error: std::io::Error,
+    },
     #[error("finding this program: {0}")]
     NoProgramPath(std::io::Error),
     #[error("the switchover changed this box's role, but {} did not start: {error}. Serve it with `{binary} serve --config {}`", sibling.display(), config.display())]
@@ -218,7 +227,10 @@ impl DaemonError {
             | DaemonError::TwinLogUnread { .. }
             | DaemonError::DiffersOnTwin { .. }
             | DaemonError::MissingOnTwin { .. }
-            | DaemonError::LogUnread { .. } => exit::FAILURE,
+            | DaemonError::LogUnread { .. }
+            | DaemonError::Arbiter(_)
+            | DaemonError::BadLeader { .. }
+            | DaemonError::NotStartedAgain { .. } => exit::FAILURE,
         }
     }
 }

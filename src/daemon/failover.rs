@@ -550,13 +550,9 @@ pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonE
 /// one (or learns that a newer term leads).
 fn start_again() -> Result<(), DaemonError> {
     use std::os::unix::process::CommandExt;
-    let me = std::env::current_exe()
-        .map_err(|e| DaemonError::Failed(format!("finding this program: {e}")))?;
+    let me = std::env::current_exe().map_err(DaemonError::NoProgramPath)?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     tracing::warn!(binary = %me.display(), "this life's lease is gone: starting again");
-    let e = std::process::Command::new(&me).args(&args).exec();
-    Err(DaemonError::Failed(format!(
-        "this life's lease is gone, and {} did not start again: {e}",
-        me.display()
-    )))
+    let error = std::process::Command::new(&me).args(&args).exec();
+    Err(DaemonError::NotStartedAgain { binary: me, error })
 }

@@ -25,3 +25,12 @@ where
         }
     })
 }
+
+/// A daemon child's stderr, appended to `path`: a process's output wants
+/// an OS file, which the storage seam does not hand out.
+pub fn output_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}

@@ -113,13 +113,7 @@ fn spawn(a: &Args, config: &std::path::Path, log: &std::path::Path) -> Result<Da
         .iter()
         .map(|s| s.replace("{config}", &config.display().to_string()))
         .collect();
-    // The child's stderr needs an OS file descriptor, which the storage
-    // seam does not hand out: the one file opened here directly.
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .map_err(|e| e.to_string())?;
+    let stderr = twinlog::daemon::runtime::output_file(log).map_err(|e| e.to_string())?;
     Command::new(&argv[0])
         .args(&argv[1..])
         .stdout(Stdio::null())
