@@ -289,8 +289,7 @@ fn become_twin(
     predecessor::forget(&cfg.data_dir).at("forgetting the predecessor in", &cfg.data_dir)?;
     let deposed = cfg.data_dir.join(format!("{PRIMARY_CONFIG}.deposed"));
     if primary_config.exists() {
-        std::fs::rename(primary_config, &deposed).at("moving aside", primary_config)?;
-        crate::publish::sync_parent(&deposed).at("syncing the directory of", &deposed)?;
+        crate::publish::move_aside(primary_config, &deposed).at("moving aside", primary_config)?;
     }
     Ok((twin_path, deposed))
 }
@@ -476,8 +475,7 @@ pub fn promote_in_place(
     let twin_path = cfg.data_dir.join(TWIN_CONFIG);
     let aside = cfg.data_dir.join(format!("{TWIN_CONFIG}.promoted"));
     if twin_path.exists() {
-        std::fs::rename(&twin_path, &aside).at("moving aside", &twin_path)?;
-        crate::publish::sync_parent(&aside).at("syncing the directory of", &aside)?;
+        crate::publish::move_aside(&twin_path, &aside).at("moving aside", &twin_path)?;
     }
     tracing::warn!(epoch, head, listen = %cfg.listen_as_primary, "promoted in place");
     Ok((epoch, cfg.listen_as_primary.to_string()))
