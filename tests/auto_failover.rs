@@ -77,11 +77,15 @@ struct Pair {
 
 impl Pair {
     fn new(policy: daemon::config::Policy) -> Pair {
+        Pair::with_ttl(policy, TTL_S)
+    }
+
+    fn with_ttl(policy: daemon::config::Policy, ttl_s: u64) -> Pair {
         let root = tempfile::tempdir().expect("tempdir");
         let etcd = Etcd::start(&root.path().join("etcd")).expect("etcd starts");
         let url = etcd.endpoint();
         let a_listen = free_udp();
-        Pair::with(root, policy, etcd, url, a_listen, a_listen)
+        Pair::with(root, policy, etcd, url, a_listen, a_listen, ttl_s)
     }
 
     /// A pair whose primary A reaches etcd, and whose twin B reaches A,
@@ -95,7 +99,7 @@ impl Pair {
         let a_listen = free_udp();
         let b_to_a = testkit::proxy::udp(a_listen).await.expect("relay");
         let url = format!("http://{}", a_to_etcd.addr);
-        let mut pair = Pair::with(root, policy, etcd, url, a_listen, b_to_a.addr);
+        let mut pair = Pair::with(root, policy, etcd, url, a_listen, b_to_a.addr, TTL_S);
         pair.a_to_etcd = Some(a_to_etcd);
         pair.b_to_a = Some(b_to_a);
         pair
@@ -109,6 +113,7 @@ impl Pair {
         a_etcd: String,
         a_listen: SocketAddr,
         b_sees_a: SocketAddr,
+        ttl_s: u64,
     ) -> Pair {
         let (a_dir, b_dir) = (root.path().join("a"), root.path().join("b"));
         let b_listen = free_udp();
@@ -123,7 +128,7 @@ impl Pair {
         let failover = daemon::config::FailoverSection {
             etcd: vec![etcd.endpoint()],
             cluster: "pair-1".into(),
-            lease_ttl_s: TTL_S,
+            lease_ttl_s: ttl_s,
             auto_rejoin: true,
             advertise: None,
         };
@@ -270,6 +275,45 @@ async fn a_killed_primary_is_replaced_by_its_twin_and_loses_no_twin_ack() {
     let arb = s.arbiter.expect("B runs under the arbiter");
     assert!(arb.lease.held, "{arb:?}");
     eprintln!("served {took:?} after the kill");
+}
+
+/// A switchover under the arbiter hands the lease over: the old primary,
+/// fenced by the handover, ends its lease, so the new primary takes the
+/// leader key at once, not a TTL later (10 s here), and the old one
+/// follows it as its twin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_hands_the_lease_over() {
+    let ttl = Duration::from_secs(10);
+    let pair = Pair::with_ttl(daemon::config::Policy::Wait, ttl.as_secs());
+    let _a = pair.start_a();
+    let _b = pair.start_b();
+    pair.in_sync().await;
+    let ca = pair.client(pair.a_fp, pair.a_listen).await;
+    let acked = append_twin(&ca, 0, 10).await;
+
+    let started = Instant::now();
+    let (_, _, np) = ca
+        .switchover(Duration::from_secs(10))
+        .await
+        .expect("the switchover");
+    assert_eq!(np.fingerprint, pair.b_fp.to_string());
+    let cb = pair.client(pair.b_fp, pair.b_listen).await;
+    let took = until_async("B acknowledges `twin`, A following it", || async {
+        match cb.append(KIND, b"", b"after", Durability::Twin).await {
+            Ok((_, Durability::Twin)) => Some(started.elapsed()),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        took < ttl / 2,
+        "B served {took:?} after the switchover began: it waited for A's lease to run out"
+    );
+    holds(&cb, &acked).await;
+    let arb = pstatus(pair.b_metrics)
+        .and_then(|s| s.arbiter)
+        .expect("B runs under the arbiter");
+    assert!(arb.lease.held, "{arb:?}");
 }
 
 /// Not in sync when the lease ends (the twin was frozen while appends

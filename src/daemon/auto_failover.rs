@@ -139,17 +139,43 @@ pub(super) async fn start_primary(
     }
 }
 
+/// A life held: its lease kept alive, and handed on at a switchover.
+pub(super) struct Held {
+    /// Turns true when etcd says the lease is gone: the serve ends.
+    pub lost: watch::Receiver<bool>,
+    arbiter: Arbiter,
+    gate: Arc<arbiter::LeaseGate>,
+}
+
+impl Held {
+    /// A switchover fenced this box (recorded before the handover left):
+    /// its lease ends now, so the leader key is free for the new primary
+    /// at once instead of a TTL later.
+    pub async fn hand_over(&self) {
+        match self.arbiter.revoke(self.gate.id()).await {
+            Ok(()) => tracing::info!("the lease is handed over: the leader key is free"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the lease was not revoked: the new primary waits for it to run out")
+            }
+        }
+    }
+}
+
 /// Hold the life: keep its lease alive, and end the serve when etcd says
-/// the lease is gone (answers a watch that turns true then).
+/// the lease is gone.
 pub(super) fn hold_life(
     node: &Arc<Primary>,
     life: Box<Life>,
     shutdown: watch::Receiver<bool>,
-) -> watch::Receiver<bool> {
+) -> Held {
     node.hold_lease(life.gate.clone(), life.sync);
     let lost = life.gate.watch_lost();
-    life.gate.keep(life.arbiter, shutdown);
-    lost
+    life.gate.clone().keep(life.arbiter.clone(), shutdown);
+    Held {
+        lost,
+        arbiter: life.arbiter,
+        gate: life.gate,
+    }
 }
 
 /// After a serve: a primary a newer term replaced rejoins it as its twin

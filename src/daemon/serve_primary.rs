@@ -77,9 +77,9 @@ pub async fn serve_primary(
         |d| d.is_some(),
         DEPOSED_GRACE,
     );
-    let lease_lost = life.map(|life| auto_failover::hold_life(&node, life, shutdown.clone()));
-    let shutdown = match &lease_lost {
-        Some(lost) => stop_on(shutdown, lost.clone(), |&l| l, std::time::Duration::ZERO),
+    let held = life.map(|life| auto_failover::hold_life(&node, life, shutdown.clone()));
+    let shutdown = match &held {
+        Some(h) => stop_on(shutdown, h.lost.clone(), |&l| l, std::time::Duration::ZERO),
         None => shutdown,
     };
     // The store follows the durable head here as on the twin, through the
@@ -124,6 +124,9 @@ pub async fn serve_primary(
     }
     wind_down(&log, follow, applier, status_server, "primary").await?;
     let new_primary = deposed.borrow().clone();
+    if let (Some(h), Some(_)) = (&held, &new_primary) {
+        h.hand_over().await;
+    }
     match new_primary {
         Some(np) => {
             drop(node);
@@ -132,7 +135,7 @@ pub async fn serve_primary(
             let twin_config = failover::follow_after_switchover(&cfg, &np)?;
             Ok(Served::Deposed { twin_config })
         }
-        None if lease_lost.is_some_and(|l| *l.borrow()) => Ok(Served::LeaseLost),
+        None if held.is_some_and(|h| *h.lost.borrow()) => Ok(Served::LeaseLost),
         None => Ok(Served::Stopped),
     }
 }
