@@ -11,6 +11,9 @@ frames=${FRAMES:-2000}
 blob_mib=${BLOB_MIB:-256}
 
 echo "== building"
+# Building needs protoc (etcd-client builds etcd's API from its .proto
+# files): installed where missing, with what the tests need.
+command -v protoc >/dev/null || scripts/install-deps.sh
 cargo build -j2 --release -p primary -p twin
 bin=target/release
 
