@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
-use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
+use twinlog::node::{Client, ClientError, Durability};
 
 #[path = "support/children.rs"]
 mod children;
-use children::{fast, Daemon};
+use children::{fast, pstatus, tstatus, Daemon};
 use testkit::etcd::Etcd;
 use testkit::{free_tcp, free_udp};
 
@@ -24,17 +24,6 @@ const WAIT: Duration = Duration::from_secs(30);
 const KIND: u16 = 0x8000;
 /// The lease's time to live in these tests: etcd's least.
 const TTL_S: u64 = 2;
-
-fn pstatus(metrics: SocketAddr) -> Option<Status> {
-    daemon::fetch_status::<Status>(metrics).ok().map(|(_, s)| s)
-}
-
-fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
-    daemon::fetch_status::<TwinStatus>(metrics)
-        .ok()
-        .map(|(_, s)| s)
-        .filter(|s| s.role == "twin")
-}
 
 /// Until the future `cond` makes gives a value, tried every 20 ms;
 /// panics naming `what` after [`WAIT`].

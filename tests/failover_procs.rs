@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
-use twinlog::node::{Client, ClientError, Durability, Status, TwinStatus};
+use twinlog::node::{Client, ClientError, Durability};
 
 #[path = "support/children.rs"]
 mod children;
-use children::{fast, Daemon};
+use children::{fast, pstatus, tstatus, Daemon};
 use testkit::{free_tcp, free_udp};
 
 /// The bound of every wait on state here: only a broken system reaches it.
@@ -44,17 +44,6 @@ const KIND: u16 = 0x8000;
 
 /// The first epoch of term 1: what the first promotion takes.
 const T1: u64 = 1 << twinlog::repl::epochs::LIFE_BITS;
-
-fn pstatus(metrics: SocketAddr) -> Option<Status> {
-    daemon::fetch_status::<Status>(metrics).ok().map(|(_, s)| s)
-}
-
-fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
-    daemon::fetch_status::<TwinStatus>(metrics)
-        .ok()
-        .map(|(_, s)| s)
-        .filter(|s| s.role == "twin")
-}
 
 /// A frame as the checks compare it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -161,13 +161,19 @@ impl AutoPair {
     }
 }
 
-pub(super) async fn auto_failover(cfg: &Config, dir: &Path) {
-    eprintln!("auto_failover_ms ...");
+/// A pair under its own etcd in `dir`, both daemons started.
+async fn running(dir: &Path) -> (Etcd, AutoPair) {
     std::fs::create_dir_all(dir).expect("mkdir");
     let etcd = Etcd::start(&dir.join("etcd")).expect("etcd starts");
     let mut pair = auto_pair(dir, &etcd).await;
     pair.start(0);
     pair.start(1);
+    (etcd, pair)
+}
+
+pub(super) async fn auto_failover(cfg: &Config, dir: &Path) {
+    eprintln!("auto_failover_ms ...");
+    let (_etcd, mut pair) = running(dir).await;
     let (mut p, mut t) = (0usize, 1usize);
     let (mut totals, mut takeovers) = (Vec::new(), Vec::new());
     for round in 0..cfg.auto_rounds {
@@ -207,11 +213,7 @@ pub(super) async fn auto_failover(cfg: &Config, dir: &Path) {
 
 pub(super) async fn fence_margin(cfg: &Config, dir: &Path) {
     eprintln!("fence_margin_ms ...");
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let etcd = Etcd::start(&dir.join("etcd")).expect("etcd starts");
-    let mut pair = auto_pair(dir, &etcd).await;
-    pair.start(0);
-    pair.start(1);
+    let (_etcd, mut pair) = running(dir).await;
     let (mut p, mut t) = (0usize, 1usize);
     let mut margins = Vec::new();
     for round in 0..cfg.auto_rounds {

@@ -72,14 +72,14 @@ pub(super) async fn start_primary(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Start, DaemonError> {
     let options = failover.options(&cfg.listen);
-    let mut arbiter = Arbiter::connect(options.clone()).await?;
+    let arbiter = Arbiter::connect(options.clone()).await?;
     let me = arbiter::me(fingerprint, &options);
     let clients = clients_of(cfg);
     let waiting = watch::channel(None).0;
     loop {
         let st = epochs.state();
         let begun = life::begin(
-            &mut arbiter,
+            &arbiter,
             st.current(),
             st.unserved,
             &me,

@@ -106,3 +106,18 @@ pub fn fast(cfg: &Path, twin: bool) {
         std::fs::write(cfg, p.render()).expect("write");
     }
 }
+
+/// A primary's `/status` at `metrics`, once it answers.
+pub fn pstatus(metrics: std::net::SocketAddr) -> Option<twinlog::node::Status> {
+    twinlog::daemon::fetch_status::<twinlog::node::Status>(metrics)
+        .ok()
+        .map(|(_, s)| s)
+}
+
+/// A twin's `/status` at `metrics`, once it answers as a twin.
+pub fn tstatus(metrics: std::net::SocketAddr) -> Option<twinlog::node::TwinStatus> {
+    twinlog::daemon::fetch_status::<twinlog::node::TwinStatus>(metrics)
+        .ok()
+        .map(|(_, s)| s)
+        .filter(|s| s.role == "twin")
+}

@@ -134,15 +134,16 @@ impl LeaseGate {
     }
 
     /// Keep the lease alive until etcd says it is gone or `stop`: a
-    /// renewal every third of the TTL, retried at once when one fails,
-    /// each waiting no longer than the lease has left.
+    /// renewal every third of the TTL, retried soon when one fails. A
+    /// renewal waits at most what the lease has left or a third of the
+    /// TTL, whichever is longer; what the gate allows never depends on
+    /// it, only on the answers.
     pub fn keep(
         self: Arc<Self>,
-        mut arbiter: Arbiter,
+        arbiter: Arbiter,
         mut stop: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let mut failed_in_a_row = 0u32;
             let rules = lock(&self.lease).rules();
             let retry =
                 (rules.ttl / 20).clamp(Duration::from_millis(50), Duration::from_millis(500));
@@ -164,7 +165,6 @@ impl LeaseGate {
                 let ask = self.ask();
                 match arbiter.keep_alive(self.id(), limit).await {
                     Ok(granted) => {
-                        failed_in_a_row = 0;
                         self.answered(ask, granted);
                         if granted.is_zero() {
                             tracing::error!(
@@ -177,10 +177,6 @@ impl LeaseGate {
                     Err(e) => {
                         tracing::warn!(error = %e, left_ms = left.as_millis() as u64, "renewing the lease failed");
                         self.failed(e.to_string());
-                        failed_in_a_row += 1;
-                        if failed_in_a_row % super::RECONNECT_AFTER == 0 {
-                            arbiter = arbiter.reconnect().await;
-                        }
                         tokio::select! {
                             _ = tokio::time::sleep(retry) => {}
                             _ = stop.wait_for(|&s| s) => return,

@@ -50,7 +50,7 @@ fn poll(ttl: Duration) -> Duration {
 /// it serves. Waits while etcd is unreachable or another box's lease
 /// holds, saying why in the log and on `waiting`.
 pub async fn begin(
-    arbiter: &mut Arbiter,
+    arbiter: &Arbiter,
     mine: u64,
     unserved: bool,
     me: &LeaderRecord,
@@ -67,21 +67,11 @@ pub async fn begin(
         }
         waiting.send_replace(Some(why));
     };
-    let mut failed_in_a_row = 0u32;
     loop {
         if *stop.borrow() {
             return Err(NoLife::Stopped);
         }
-        let tried = try_begin(arbiter, rules, mine, unserved, me, clients).await;
-        if let Err(Wait::Arbiter(_)) = &tried {
-            failed_in_a_row += 1;
-            if failed_in_a_row % super::RECONNECT_AFTER == 0 {
-                *arbiter = arbiter.reconnect().await;
-            }
-        } else {
-            failed_in_a_row = 0;
-        }
-        match tried {
+        match try_begin(arbiter, rules, mine, unserved, me, clients).await {
             Ok(Some(begun)) => {
                 waiting.send_replace(None);
                 return Ok(begun);
@@ -93,6 +83,7 @@ pub async fn begin(
                 l.addr,
                 EpochName(l.epoch)
             )),
+            Err(Wait::NotNow(why)) => say(why.to_string()),
             Err(Wait::Arbiter(e)) => say(e.to_string()),
         }
         tokio::select! {
@@ -104,6 +95,7 @@ pub async fn begin(
 
 enum Wait {
     Led(LeaderRecord),
+    NotNow(NotNow),
     Arbiter(ArbiterError),
 }
 
@@ -132,12 +124,9 @@ async fn try_begin(
             }))
         }
         Err(NotNow::Led(l)) => return Err(Wait::Led(l)),
-        Err(other) => {
-            return Err(Wait::Arbiter(ArbiterError::Garbled {
-                key: arbiter.keys().epoch.clone(),
-                why: other.to_string(),
-            }))
-        }
+        // `begin_life` refuses only as above; a refusal it may learn
+        // later is waited out and said as it is.
+        Err(other) => return Err(Wait::NotNow(other)),
     };
     txn.then
         .push(arbiter::record_clients(arbiter.keys(), clients));

@@ -14,6 +14,8 @@
 //! Owns the etcd connection. May not touch: the log, the epochs file (its
 //! callers record what the arbiter gave), or the sessions.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{
@@ -67,12 +69,20 @@ pub enum ArbiterError {
     Cluster(#[from] crate::repl::arbiter::BadClusterName),
 }
 
-/// One etcd connection and the pair's keys.
+/// One etcd connection and the pair's keys. Clones share the connection,
+/// and a connection that failed [`RECONNECT_AFTER`] calls in a row is made
+/// anew for all of them: one that may be wedged (an HTTP/2 stream cut
+/// mid-frame by a partition) is not relied on again.
 #[derive(Clone)]
 pub struct Arbiter {
-    client: Client,
+    conn: Arc<Conn>,
     keys: Keys,
     options: ArbiterOptions,
+}
+
+struct Conn {
+    client: Mutex<Client>,
+    failed_in_a_row: AtomicU32,
 }
 
 impl std::fmt::Debug for Arbiter {
@@ -89,35 +99,45 @@ impl Arbiter {
     /// found by the first call, which fails by name, not here.
     pub async fn connect(options: ArbiterOptions) -> Result<Arbiter, ArbiterError> {
         let keys = Keys::of(&options.cluster)?;
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(CALL_TIMEOUT)
-            .with_timeout(CALL_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
-        let endpoints = options.endpoints.join(",");
-        let client = within(
-            &endpoints,
-            CALL_TIMEOUT,
-            Client::connect(&options.endpoints, Some(connect)),
-        )
-        .await?;
+        let client = new_client(&options).await?;
         Ok(Arbiter {
-            client,
+            conn: Arc::new(Conn {
+                client: Mutex::new(client),
+                failed_in_a_row: AtomicU32::new(0),
+            }),
             keys,
             options,
         })
     }
 
-    /// A new connection to the same etcd: after calls failed in a row, a
-    /// connection that may be wedged (a stream cut mid-frame by a
-    /// partition) is not relied on again.
-    pub async fn reconnect(&self) -> Arbiter {
-        match Arbiter::connect(self.options.clone()).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::debug!(error = %e, "reconnecting to etcd failed: the old connection is kept");
-                self.clone()
+    fn client(&self) -> Client {
+        self.conn
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A call's outcome, counted: after [`RECONNECT_AFTER`] failures in a
+    /// row the connection is made anew (kept as it is if that fails too).
+    async fn counted<T>(&self, r: Result<T, ArbiterError>) -> Result<T, ArbiterError> {
+        match &r {
+            Err(ArbiterError::Etcd { .. } | ArbiterError::Timeout { .. }) => {
+                let n = self.conn.failed_in_a_row.fetch_add(1, Ordering::SeqCst) + 1;
+                if n % RECONNECT_AFTER == 0 {
+                    match new_client(&self.options).await {
+                        Ok(c) => {
+                            *self.conn.client.lock().unwrap_or_else(|e| e.into_inner()) = c;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "reconnecting to etcd failed: the old connection is kept")
+                        }
+                    }
+                }
             }
+            _ => self.conn.failed_in_a_row.store(0, Ordering::SeqCst),
         }
+        r
     }
 
     pub fn keys(&self) -> &Keys {
@@ -134,8 +154,8 @@ impl Arbiter {
 
     /// The pair's keys, read in one revision.
     pub async fn view(&self) -> Result<View, ArbiterError> {
-        let mut c = self.client.clone();
-        let resp = within(
+        let mut c = self.client();
+        let got = within(
             &self.endpoints(),
             CALL_TIMEOUT,
             c.get(
@@ -143,7 +163,8 @@ impl Arbiter {
                 Some(GetOptions::new().with_prefix()),
             ),
         )
-        .await?;
+        .await;
+        let resp = self.counted(got).await?;
         let mut view = View::default();
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
@@ -208,13 +229,14 @@ impl Arbiter {
                 TxnOp::put(p.key.as_bytes(), p.value.clone(), opts)
             })
             .collect();
-        let mut c = self.client.clone();
-        let resp = within(
+        let mut c = self.client();
+        let ran = within(
             &self.endpoints(),
             CALL_TIMEOUT,
             c.txn(EtcdTxn::new().when(when).and_then(then)),
         )
-        .await?;
+        .await;
+        let resp = self.counted(ran).await?;
         Ok(resp
             .succeeded()
             .then(|| resp.header().map_or(0, |h| h.revision())))
@@ -224,15 +246,16 @@ impl Arbiter {
     /// granted.
     pub async fn grant(&self) -> Result<(i64, Duration), ArbiterError> {
         let ttl = self.options.ttl.as_secs().max(1) as i64;
-        let mut c = self.client.clone();
-        let resp = within(&self.endpoints(), CALL_TIMEOUT, c.lease_grant(ttl, None)).await?;
+        let mut c = self.client();
+        let granted = within(&self.endpoints(), CALL_TIMEOUT, c.lease_grant(ttl, None)).await;
+        let resp = self.counted(granted).await?;
         Ok((resp.id(), Duration::from_secs(resp.ttl().max(0) as u64)))
     }
 
     /// End `lease` at once: the keys under it are deleted.
     pub async fn revoke(&self, lease: i64) -> Result<(), ArbiterError> {
-        let mut c = self.client.clone();
-        match within(&self.endpoints(), CALL_TIMEOUT, c.lease_revoke(lease)).await {
+        let mut c = self.client();
+        let revoked = match within(&self.endpoints(), CALL_TIMEOUT, c.lease_revoke(lease)).await {
             Ok(_) => Ok(()),
             // Already gone is what was asked for.
             Err(ArbiterError::Etcd { source, .. })
@@ -241,7 +264,8 @@ impl Arbiter {
                 Ok(())
             }
             Err(e) => Err(e),
-        }
+        };
+        self.counted(revoked).await
     }
 
     /// One renewal of `lease`, waiting at most `limit`: what etcd granted
@@ -249,18 +273,33 @@ impl Arbiter {
     /// lease to the time to live it was granted with, which is at least
     /// the one asked for (it raises, never lowers).
     pub async fn keep_alive(&self, lease: i64, limit: Duration) -> Result<Duration, ArbiterError> {
-        let mut c = self.client.clone();
+        let mut c = self.client();
         // Opening the keep-alive stream sends one renewal and waits for
         // its answer, which is refused when the lease is gone.
-        match within(&self.endpoints(), limit, c.lease_keep_alive(lease)).await {
+        let renewed = match within(&self.endpoints(), limit, c.lease_keep_alive(lease)).await {
             Ok(_) => Ok(self.options.ttl),
             Err(ArbiterError::Etcd {
                 source: etcd_client::Error::LeaseKeepAliveError(why),
                 ..
             }) if why.contains("lease not found") => Ok(Duration::ZERO),
             Err(e) => Err(e),
-        }
+        };
+        self.counted(renewed).await
     }
+}
+
+/// A lazily made connection to `options`' etcd.
+async fn new_client(options: &ArbiterOptions) -> Result<Client, ArbiterError> {
+    let connect = ConnectOptions::new()
+        .with_connect_timeout(CALL_TIMEOUT)
+        .with_timeout(CALL_TIMEOUT)
+        .with_keep_alive(Duration::from_secs(1), CALL_TIMEOUT);
+    within(
+        &options.endpoints.join(","),
+        CALL_TIMEOUT,
+        Client::connect(&options.endpoints, Some(connect)),
+    )
+    .await
 }
 
 /// `call`, failed by name when etcd errs or does not answer in `limit`.

@@ -46,7 +46,7 @@ fn poll(ttl: Duration) -> Duration {
 /// Watch until this twin took over (or `stop`): `head` answers its
 /// durable head when asked.
 pub async fn watch(
-    mut arbiter: Arbiter,
+    arbiter: Arbiter,
     me: LeaderRecord,
     head: impl Fn() -> u64,
     shown: watch::Sender<TakeOverShown>,
@@ -54,18 +54,8 @@ pub async fn watch(
 ) -> Option<TookOver> {
     let every = poll(arbiter.options().ttl);
     let mut said = String::new();
-    let mut failed_in_a_row = 0u32;
     loop {
-        let attempted = attempt(&arbiter, &me, head()).await;
-        if attempted.is_err() {
-            failed_in_a_row += 1;
-            if failed_in_a_row % super::RECONNECT_AFTER == 0 {
-                arbiter = arbiter.reconnect().await;
-            }
-        } else {
-            failed_in_a_row = 0;
-        }
-        match attempted {
+        match attempt(&arbiter, &me, head()).await {
             Ok(Step::TookOver(t)) => return Some(t),
             Ok(Step::Led(l)) => {
                 shown.send_replace(TakeOverShown {
