@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::api::ApiError;
+use twinlog::node::failover::last::FailoverCause;
 use twinlog::node::{Client, ClientError, Durability};
 
 #[path = "support/children.rs"]
@@ -207,6 +208,21 @@ impl Pair {
     }
 }
 
+/// Until the box named `name` holds its lease (and, with `in_sync`, the
+/// arbiter records its twin in sync).
+async fn leads(name: &str, metrics: SocketAddr, in_sync: bool) {
+    let what = format!(
+        "{name} holds its lease{}",
+        if in_sync { ", its twin in sync" } else { "" }
+    );
+    testkit::until(&what, WAIT, || {
+        pstatus(metrics)
+            .and_then(|s| s.arbiter)
+            .filter(|a| a.lease.held && (a.twin_in_sync || !in_sync))
+    })
+    .await;
+}
+
 /// Append `n` frames `twin` from `first`, each answered `twin`.
 async fn append_twin(c: &Client, first: u64, n: u64) -> Vec<(u64, Vec<u8>)> {
     let mut out = Vec::new();
@@ -261,9 +277,19 @@ async fn a_killed_primary_is_replaced_by_its_twin_and_loses_no_twin_ack() {
     assert!(first_seq > acked.last().map_or(0, |a| a.0));
     holds(&c, &acked).await;
     let s = pstatus(pair.b_metrics).expect("B's status");
+    let last = s
+        .last_failover
+        .clone()
+        .expect("B shows the failover it went through");
+    assert_eq!(last.cause, FailoverCause::LeaseEnded);
+    assert_eq!(last.epoch, s.epoch);
+    assert!(
+        Duration::from_millis(last.took_ms) <= took,
+        "{last:?}: longer than from the kill to B's first answer ({took:?})"
+    );
     let arb = s.arbiter.expect("B runs under the arbiter");
     assert!(arb.lease.held, "{arb:?}");
-    eprintln!("served {took:?} after the kill");
+    eprintln!("served {took:?} after the kill; B's status: {last:?}");
 }
 
 /// A switchover under the arbiter hands the lease over: the old primary,
@@ -469,4 +495,148 @@ impl Drop for Pair {
             eprintln!("{}", self.logs());
         }
     }
+}
+
+/// A client retrying across a failover writes each append once and loses
+/// no acknowledged frame. First by hand: an append whose answer was lost
+/// on A, sent again to B once B took over, is answered with the frame A
+/// shipped, not written twice. Then under load: following clients (they
+/// find the primary in etcd and send each append once) go through a
+/// second failover, and the log holds every acknowledged frame, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_retrying_across_a_failover_writes_each_append_once_and_loses_no_ack() {
+    use twinlog::node::api::{AppendOnce, Request};
+    use twinlog::node::arbiter::{Arbiter, ArbiterOptions};
+    use twinlog::node::{FollowOptions, Following};
+
+    let pair = Pair::new(daemon::config::Policy::Wait);
+    let mut a = pair.start_a();
+    let mut b = pair.start_b();
+    pair.in_sync().await;
+
+    let ca = pair.client(pair.a_fp, pair.a_listen).await;
+    let head = ca.status().await.expect("A's status").head;
+    let once = AppendOnce {
+        client: [7; 16],
+        seq: 1,
+        after: head,
+    };
+    let req = || Request::Append {
+        kind: KIND,
+        meta: b"m".to_vec(),
+        blob_len: 9,
+        durability: Durability::Twin,
+        once: Some(once),
+    };
+    let first = ca.append_with(req(), b"only once").await.expect("appended");
+    let again = ca
+        .append_with(req(), b"only once")
+        .await
+        .expect("sent again");
+    assert_eq!(again.seq, first.seq, "sent again to the same primary");
+    assert_eq!(ca.status().await.expect("status").head, first.seq);
+    drop(ca);
+    a.kill();
+    // B takes over; A comes back as its twin, so that a `twin` append
+    // can be answered again.
+    leads("B", pair.b_metrics, false).await;
+    let _a = pair.start_a();
+    leads("B", pair.b_metrics, true).await;
+    let cb = pair.client(pair.b_fp, pair.b_listen).await;
+    let retried = cb
+        .append_with(req(), b"only once")
+        .await
+        .expect("B answers the retry");
+    assert_eq!(
+        retried.seq, first.seq,
+        "the retry on the new primary is answered with the frame the old one shipped"
+    );
+    assert_eq!(retried.durability, Durability::Twin);
+    let e = cb.read(first.seq).await.expect("the frame");
+    assert_eq!(
+        (e.kind, &e.meta[..], &e.blob[..]),
+        (KIND, &b"m"[..], &b"only once"[..])
+    );
+
+    let arbiter = Arbiter::connect(ArbiterOptions {
+        endpoints: vec![pair.etcd.endpoint()],
+        cluster: "pair-1".into(),
+        ttl: Duration::from_secs(TTL_S),
+        advertise: String::new(),
+    })
+    .await
+    .expect("etcd");
+    let admin =
+        daemon::load_identity(&pair.root.path().join("a").join(daemon::ADMIN_DIR)).expect("admin");
+    let following = std::sync::Arc::new(
+        Following::new(
+            std::sync::Arc::new(admin),
+            None,
+            Some(std::sync::Arc::new(arbiter)),
+            FollowOptions::default(),
+        )
+        .expect("a following client"),
+    );
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 40;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (f, acked) = (following.clone(), acked.clone());
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    let blob = format!("writer {w} append {i}").into_bytes();
+                    let got = f
+                        .append(KIND, b"", &blob, Durability::Twin)
+                        .await
+                        .unwrap_or_else(|e| panic!("writer {w} append {i}: {e}"));
+                    assert_eq!(got.durability, Durability::Twin);
+                    acked.lock().expect("lock").push((got.seq, blob));
+                }
+            })
+        })
+        .collect();
+    testkit::until("a third of the appends acknowledged", WAIT, || {
+        (acked.lock().expect("lock").len() as u64 >= WRITERS * EACH / 3).then_some(())
+    })
+    .await;
+    b.kill();
+    // A takes over; B comes back as its twin, so that the writers'
+    // `twin` appends, waiting or sent again meanwhile, are answered.
+    leads("A", pair.a_metrics, false).await;
+    // B was promoted: it starts from the primary's configuration it wrote,
+    // finds the newer term and rejoins.
+    let b_promoted = pair.b_cfg.with_file_name(daemon::PRIMARY_CONFIG);
+    let _b = Daemon::start("primary", &b_promoted, &pair.log("b2"));
+    for w in writers {
+        w.await.expect("a writer");
+    }
+    assert!(following.moves() >= 1, "the client moved to A");
+
+    let c = pair.client(pair.a_fp, pair.a_listen).await;
+    let head = c.status().await.expect("A's status").head;
+    let mut copies = std::collections::HashMap::new();
+    for seq in 1..=head {
+        let e = c.read(seq).await.expect("a frame");
+        *copies.entry(e.blob).or_insert(0u32) += 1;
+    }
+    let acked = acked.lock().expect("lock").clone();
+    assert_eq!(acked.len() as u64, WRITERS * EACH);
+    for (seq, blob) in &acked {
+        assert_eq!(
+            copies.get(blob),
+            Some(&1),
+            "frame {seq}: {:?}",
+            String::from_utf8_lossy(blob)
+        );
+        let e = c.read(*seq).await.expect("an acknowledged frame");
+        assert_eq!(&e.blob, blob, "frame {seq}");
+    }
+    let twice: Vec<_> = copies.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "written twice: {twice:?}");
+    eprintln!(
+        "{} appends through {} moves; the log holds each once",
+        acked.len(),
+        following.moves()
+    );
 }

@@ -423,6 +423,7 @@ fn control_seeds() -> Vec<Vec<u8>> {
             meta: b"meta".to_vec(),
             blob_len: 7,
             durability: Durability::Local,
+            once: None,
         }),
         msg::encode(&Response::Status(Box::new(Status {
             twin_last_error: Some("gone".into()),

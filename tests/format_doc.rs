@@ -218,12 +218,24 @@ fn documented_kind_values_are_the_code_s() {
         Kind::Redacted,
         Kind::Erase,
         Kind::Record,
+        Kind::StoreSkip,
+        Kind::DocDelete,
+        Kind::Once,
     ] {
         let name = format!("{kind:?}");
         let row = format!("| {} | {name}", kind.as_u16());
         assert!(doc.contains(&row), "FORMAT.md row '{row}'");
     }
     assert_eq!(twinlog::log::APP_KIND_FIRST, 0x8000);
+    let first_reserved = Kind::Once.as_u16() + 1;
+    assert!(
+        doc.contains(&format!(
+            "| {first_reserved}..=0x7fff | reserved for twinlog"
+        )),
+        "FORMAT.md's reserved range starts past the last named kind"
+    );
+    assert_eq!(twinlog::log::once::ONCE_PREFIX_LEN, 27);
+    assert!(doc.contains("| 27 | .. | the application's meta |"));
 }
 
 #[test]

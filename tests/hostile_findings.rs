@@ -78,6 +78,7 @@ async fn lengths_no_disk_can_hold_are_refused_by_name_and_the_primary_restarts_c
             meta: Vec::new(),
             blob_len: len,
             durability: Durability::Local,
+            once: None,
         })
         .collect();
     requests.push(Request::LfsPut {
@@ -257,6 +258,7 @@ async fn a_trickled_65_mib_append_holds_no_writer_and_is_cut_off_by_name() {
             meta: b"trickled".to_vec(),
             blob_len: 65 * MIB,
             durability: Durability::Local,
+            once: None,
         })
         .await;
     // A byte every half piece deadline: no piece deadline ever passes.
@@ -316,6 +318,7 @@ async fn read_clients_piping_appends_hold_no_memory_and_an_admin_is_answered() {
                     meta: Vec::new(),
                     blob_len: MIB,
                     durability: Durability::Local,
+                    once: None,
                 },
             };
             net::write_msg(&mut tx, &piped).await.expect("piped");

@@ -169,6 +169,7 @@ async fn a_stalled_64_mib_append_holds_up_no_other_writer() {
             meta: b"stalled".to_vec(),
             blob_len: 64 << 20,
             durability: Durability::Local,
+            once: None,
         },
     )
     .await;

@@ -82,6 +82,7 @@ fn append(blob_len: u64) -> Request {
         meta: b"piped".to_vec(),
         blob_len,
         durability: Durability::Local,
+        once: None,
     }
 }
 

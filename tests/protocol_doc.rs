@@ -199,6 +199,7 @@ fn documented_client_indices_are_the_encoder_s() {
                 meta: vec![],
                 blob_len: 0,
                 durability: Durability::Twin,
+                once: None,
             },
         ),
         ("Read", Request::Read { seq: 1 }),
@@ -327,6 +328,13 @@ fn documented_client_indices_are_the_encoder_s() {
                 from: 0,
                 through: 0,
                 mib_per_s: 0,
+            },
+        ),
+        (
+            "Seen",
+            Request::Seen {
+                epoch: 1,
+                req: Box::new(Request::Status),
             },
         ),
     ];
@@ -681,6 +689,23 @@ fn errors_and_refusals_have_their_documented_indices_and_fields() {
                 E::SyncNotRecorded {
                     seq: 1,
                     why: "x".into(),
+                },
+            ),
+            (
+                "NotPrimary",
+                E::NotPrimary {
+                    epoch: 1,
+                    addr: "a".into(),
+                    fingerprint: "f".into(),
+                },
+            ),
+            ("StaleEpoch", E::StaleEpoch { epoch: 1, seen: 2 }),
+            (
+                "RetryUnresolved",
+                E::RetryUnresolved {
+                    client_seq: 1,
+                    after: 2,
+                    horizon: 3,
                 },
             ),
         ],

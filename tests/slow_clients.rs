@@ -51,6 +51,7 @@ async fn stall(r: &Running, blob_len: u64, send: usize) -> (quinn::SendStream, q
         meta: b"stalled".to_vec(),
         blob_len,
         durability: Durability::Local,
+        once: None,
     };
     net::write_msg(&mut tx, &req).await.expect("request");
     tx.write_all(&vec![7u8; send]).await.expect("some bytes");

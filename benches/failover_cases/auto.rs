@@ -17,6 +17,7 @@ use super::*;
 use testkit::etcd::Etcd;
 use testkit::proxy::{self, Proxy};
 use twinlog::node::arbiter::{Arbiter, ArbiterOptions};
+use twinlog::node::{FollowOptions, Following};
 
 const TTL_S: u64 = 2;
 
@@ -27,7 +28,9 @@ struct AutoPair {
     to_etcd: [Proxy; 2],
     to_box: [Proxy; 2],
     arbiter: Arbiter,
-    admin: Arc<Identity>,
+    /// The client that measures: it finds the primary in etcd by itself
+    /// and sends each append once, as an application would.
+    following: Following,
 }
 
 async fn auto_pair(dir: &Path, etcd: &Etcd) -> AutoPair {
@@ -62,13 +65,25 @@ async fn auto_pair(dir: &Path, etcd: &Etcd) -> AutoPair {
     })
     .await
     .expect("the bench's etcd client");
-    let admin = boxes[0].admin();
+    let following = Following::new(
+        boxes[0].admin(),
+        None,
+        Some(Arc::new(arbiter.clone())),
+        FollowOptions {
+            client: twinlog::node::ClientOptions {
+                deadline: Duration::from_millis(300),
+            },
+            give_up_after: Duration::from_secs(60),
+            retry_every: Duration::from_millis(5),
+        },
+    )
+    .expect("a following client");
     AutoPair {
         boxes,
         to_etcd,
         to_box,
         arbiter,
-        admin,
+        following,
     }
 }
 
@@ -122,33 +137,20 @@ impl AutoPair {
         self.boxes[i].serve(primary);
     }
 
-    /// An append of `durability` on whichever primary the arbiter names,
-    /// dialled again until one is acknowledged so.
+    /// An append of `durability`, acknowledged so by whichever box is the
+    /// primary, through the following client: when it answers.
     async fn follow_append(&self, durability: Durability) -> Instant {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let opts = twinlog::node::ClientOptions {
-            deadline: Duration::from_millis(300),
-        };
         loop {
-            if let Ok(Ok((_, c))) = tokio::time::timeout(
-                Duration::from_millis(300),
-                self.arbiter.dial_leader(&self.admin, opts),
-            )
-            .await
+            match self
+                .following
+                .append(KIND, b"", b"after the failover", durability)
+                .await
             {
-                let answered = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    c.append(KIND, b"", b"after the failover", durability),
-                )
-                .await;
-                if let Ok(Ok((_, d))) = answered {
-                    if d == durability {
-                        return Instant::now();
-                    }
-                }
+                Ok(a) if a.durability == durability => return Instant::now(),
+                Ok(_) | Err(_) => {}
             }
             assert!(Instant::now() < deadline, "no acknowledgement in 60 s");
-            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 

@@ -714,6 +714,7 @@ pub(crate) async fn hold_stalled(conn: quinn::Connection, stop: Arc<AtomicBool>)
             meta: b"stalled".to_vec(),
             blob_len: STALLED_BODY,
             durability: Durability::Twin,
+            once: None,
         };
         twinlog::net::write_msg(&mut tx, &req)
             .await

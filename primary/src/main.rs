@@ -558,15 +558,30 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             empty,
         } => {
             let blob = append_blob(file, text, empty)?;
-            let client = open.admin(&config, &timeout).await?;
-            let (seq, got) = client
-                .append(kind, &[], &blob, durability.into())
-                .await
-                .map_err(DaemonError::request("append"))?;
+            let cfg = config.load()?;
+            let got = if cfg.failover.is_some() {
+                // Under `[failover]`: the primary etcd names, followed
+                // across a failover, the append sent once so that a
+                // retry is never written twice.
+                let following = daemon::load::following_admin(&cfg, timeout.options()).await?;
+                let got = following
+                    .append(kind, &[], &blob, durability.into())
+                    .await
+                    .map_err(DaemonError::request("append"));
+                following.close().await;
+                got?
+            } else {
+                let client = open.admin_with(&cfg, timeout.options()).await?;
+                client
+                    .append_timed(kind, &[], &blob, durability.into())
+                    .await
+                    .map_err(DaemonError::request("append"))?
+            };
             println!(
-                "appended frame {seq} ({} bytes), {}",
+                "appended frame {} ({} bytes), {}",
+                got.seq,
                 blob.len(),
-                durability_said(got)
+                durability_said(got.durability)
             );
         }
         Cmd::Load {

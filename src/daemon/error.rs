@@ -137,6 +137,12 @@ pub enum DaemonError {
         config: PathBuf,
         error: std::io::Error,
     },
+    /// A command that follows the primary through etcd, on a box whose
+    /// configuration has no `[failover]` section.
+    #[error(
+        "this configuration has no [failover] section: there is no etcd to find the primary in"
+    )]
+    NoFailoverSection,
     #[error(
         "connecting to the primary at {addr} (`listen` = \"{listen}\" in the configuration): {}",
         connect_why(error)
@@ -223,6 +229,7 @@ impl DaemonError {
             | DaemonError::NoProgramPath(_)
             | DaemonError::NewRoleNotStarted { .. }
             | DaemonError::PrimaryUnreachable { .. }
+            | DaemonError::NoFailoverSection
             | DaemonError::AckedAs { .. }
             | DaemonError::TwinLogUnread { .. }
             | DaemonError::DiffersOnTwin { .. }

@@ -95,6 +95,30 @@ pub async fn admin_client_with(
         })
 }
 
+/// The admin client of whichever box is the primary under `cfg`'s
+/// `[failover]`: found in etcd and followed across failovers, each append
+/// sent once. Waits as `opts` say for each answer, and goes on finding a
+/// primary for at least 30 s.
+pub async fn following_admin(
+    cfg: &PrimaryConfig,
+    opts: ClientOptions,
+) -> Result<crate::node::Following, DaemonError> {
+    use crate::node::{FollowOptions, Following, Locate};
+    let Some(failover) = &cfg.failover else {
+        return Err(DaemonError::NoFailoverSection);
+    };
+    let admin = super::load_identity(&cfg.data_dir.join(super::ADMIN_DIR))?;
+    let follow = FollowOptions {
+        client: opts,
+        give_up_after: opts.deadline.max(std::time::Duration::from_secs(30)),
+        ..FollowOptions::default()
+    };
+    let arbiter = crate::node::arbiter::Arbiter::connect(failover.options(&cfg.listen)).await?;
+    let locate: std::sync::Arc<dyn Locate> = std::sync::Arc::new(arbiter);
+    Following::new(std::sync::Arc::new(admin), None, Some(locate), follow)
+        .map_err(DaemonError::request("follow the primary"))
+}
+
 fn progress_line(
     done_frames: u64,
     total_frames: u64,

@@ -45,6 +45,7 @@ pub use crate::layout::{
 mod arbiter_text;
 mod check;
 mod error;
+pub mod last_failover;
 mod metrics_text;
 mod serve;
 mod serve_primary;

@@ -95,7 +95,11 @@ pub async fn serve_primary(
         shutdown.clone(),
         node.log().clone(),
         "primary",
-        move || status_node.status(),
+        move || {
+            let mut s = status_node.status();
+            s.last_failover = super::last_failover::last();
+            s
+        },
         primary_ready,
         move |s: &crate::node::Status, out: &mut String| primary_metrics(&metrics_node, s, out),
     )
@@ -104,6 +108,7 @@ pub async fn serve_primary(
         listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "primary serving"
     );
+    super::last_failover::served(&cfg.data_dir, epochs_for_call.current());
     notify::notify(&format!(
         "READY=1\nSTATUS=primary serving on {}, head {}",
         cfg.listen,
@@ -290,6 +295,9 @@ fn primary_metrics(node: &Primary, s: &crate::node::Status, out: &mut String) {
     role_metrics(out, "primary");
     if let Some(a) = &s.arbiter {
         primary_arbiter_metrics(out, a);
+    }
+    if let Some(f) = &s.last_failover {
+        super::last_failover::metrics(out, f);
     }
     gauge(
         out,

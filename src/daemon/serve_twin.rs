@@ -86,6 +86,7 @@ pub async fn serve_twin(
     // the store's: after a wake, the next waits out `APPLY_PAUSE`.
     let applier = crate::node::store_host::Applier::start(store)?;
     let follow = follow_durable(&applier, node.durable(), APPLY_PAUSE);
+    super::last_failover::load(&cfg.data_dir);
     let status_node = node.clone();
     let arbiter_shown = arbiter.as_ref().map(|(shown, _)| shown.clone());
     let status_server = serve_status(
@@ -96,6 +97,7 @@ pub async fn serve_twin(
         move || {
             let mut s = status_node.status();
             s.arbiter = arbiter_shown.as_ref().map(|a| a.borrow().clone());
+            s.last_failover = super::last_failover::last();
             s
         },
         twin_ready,
@@ -116,6 +118,11 @@ pub async fn serve_twin(
     wind_down(&log, follow, applier, status_server, "twin").await?;
     let took = arbiter.and_then(|(_, took)| took.borrow().clone());
     if let Some(t) = took {
+        super::last_failover::began(
+            &cfg.data_dir,
+            crate::node::failover::last::FailoverCause::LeaseEnded,
+            crate::node::clock::instant().saturating_duration_since(t.leader_last_seen),
+        );
         // The session ended: nothing more arrives from the old primary.
         let (epoch, _) = failover::promote_in_place(
             &cfg,
@@ -130,6 +137,11 @@ pub async fn serve_twin(
         });
     }
     if *promoted.borrow() {
+        super::last_failover::began(
+            &cfg.data_dir,
+            crate::node::failover::last::FailoverCause::Switchover,
+            std::time::Duration::ZERO,
+        );
         return Ok(Served::Promoted {
             primary_config: failover::promoted_config(&cfg),
         });
@@ -225,6 +237,9 @@ fn twin_metrics(s: &crate::node::TwinStatus, out: &mut String) {
     role_metrics(out, "twin");
     if let Some(a) = &s.arbiter {
         twin_arbiter_metrics(out, a);
+    }
+    if let Some(f) = &s.last_failover {
+        super::last_failover::metrics(out, f);
     }
     gauge(
         out,

@@ -153,6 +153,9 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     if let Some(a) = &s.arbiter {
         out.push_str(&super::render_primary_arbiter(a));
     }
+    if let Some(f) = &s.last_failover {
+        out.push_str(&super::last_failover::render(f));
+    }
     if let Some(p) = &s.predecessor {
         out.push_str(&match p.told {
             true => format!(
@@ -301,6 +304,9 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
     }
     if let Some(a) = &s.arbiter {
         out.push_str(&super::render_twin_arbiter(a));
+    }
+    if let Some(f) = &s.last_failover {
+        out.push_str(&super::last_failover::render(f));
     }
     out.push_str(&render_twin_retention(&s.retention));
     out.push_str(&render_store(

@@ -35,6 +35,10 @@ pub enum Kind {
     StoreSkip,
     /// A control document deleted.
     DocDelete,
+    /// An application's frame appended once: its meta starts with the
+    /// append's id ([`crate::log::once`]), so a retry is never written
+    /// twice, on this box or on the twin that takes over.
+    Once,
     /// A kind of twinlog's reserved range this version does not name.
     Reserved(u16),
     /// An application's own kind, `0x8000..=0xffff`.
@@ -59,6 +63,7 @@ impl Kind {
             Kind::Record => 9,
             Kind::StoreSkip => 10,
             Kind::DocDelete => 11,
+            Kind::Once => 12,
             Kind::Reserved(v) | Kind::App(v) => v,
         }
     }
@@ -79,6 +84,7 @@ impl Kind {
             9 => Kind::Record,
             10 => Kind::StoreSkip,
             11 => Kind::DocDelete,
+            12 => Kind::Once,
             v if v < APP_KIND_FIRST => Kind::Reserved(v),
             v => Kind::App(v),
         })

@@ -22,6 +22,7 @@ pub mod format;
 mod group_commit;
 mod guard;
 mod kind;
+pub mod once;
 mod open;
 mod pending;
 pub(crate) mod read;

@@ -410,6 +410,19 @@ impl Log {
         through: u64,
         mut each: impl FnMut(u64, u16) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.scan_range(from, through, |_| false, |seq, kind, _| each(seq, kind))
+    }
+
+    /// [`Log::scan_kinds`], with the meta of the frames whose kind `want`
+    /// names (empty for the others): the blobs are skipped inside the
+    /// buffer, one meta buffer is reused for every frame.
+    pub fn scan_range<E: From<Error>>(
+        &self,
+        from: u64,
+        through: u64,
+        want: impl Fn(u16) -> bool,
+        mut each: impl FnMut(u64, u16, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let through = through.min(self.head_seq());
         if from > through {
             return Ok(());
@@ -426,6 +439,7 @@ impl Log {
             .map(|s| (s.first, s.last.min(through)))
             .filter(|(first, last)| first <= last && *last >= from)
             .collect();
+        let mut meta = Vec::new();
         for (first, last) in segs {
             let start = from.max(first);
             let (file, seg_first, offset, _) = self.frame_at(start)?;
@@ -433,8 +447,16 @@ impl Log {
             let mut r = SegmentReader::new(file, offset).map_err(Error::from)?;
             for seq in start..=last {
                 let h = r.expect_frame(seq, &path)?;
-                r.skip(u64::from(h.meta_len) + h.blob_len);
-                each(seq, h.kind)?;
+                meta.clear();
+                if want(h.kind) {
+                    let at = r.pos();
+                    r.read_into(u64::from(h.meta_len), &mut meta)
+                        .map_err(|e| Error::corrupt(&path, at, format!("meta of {seq}: {e}")))?;
+                    r.skip(h.blob_len);
+                } else {
+                    r.skip(u64::from(h.meta_len) + h.blob_len);
+                }
+                each(seq, h.kind, &meta)?;
             }
         }
         Ok(())

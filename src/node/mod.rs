@@ -38,7 +38,10 @@ pub use transfer::{restore, restore_serve, snapshot_transfer};
 pub use twin::retention as twin_retention;
 
 pub use api::{ApiError, Durability, Request, Response, Status};
-pub use client::{Appended, Client, ClientError, ClientOptions, FrameHead, Tailing};
+pub use client::{
+    Appended, Client, ClientError, ClientOptions, FollowOptions, Following, FrameHead, Locate,
+    PrimaryAt, Tailing,
+};
 pub use primary::{Primary, PrimaryOptions, TwinPolicy};
 pub use refusal::{ReadRefusal, WriteRefusal};
 pub use twin::{Twin, TwinOptions, TwinStatus};

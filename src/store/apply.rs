@@ -152,7 +152,8 @@ impl Store {
             }
             // Erased data, the embedding Wal's records and applications' own
             // kinds are no state of the store.
-            Some(Kind::Redacted | Kind::Record | Kind::App(_) | Kind::Reserved(_)) | None => {
+            Some(Kind::Redacted | Kind::Record | Kind::Once | Kind::App(_) | Kind::Reserved(_))
+            | None => {
                 done.bytes = 0;
             }
         }

@@ -290,6 +290,7 @@ async fn valid(w: &World, rng: &mut Rng) -> Vec<Outcome> {
                 meta: b"valid".to_vec(),
                 blob_len: blob.len() as u64,
                 durability: Durability::Local,
+                once: None,
             };
             (req, blob)
         }
@@ -351,6 +352,7 @@ async fn edge_length(w: &World, rng: &mut Rng) -> Vec<Outcome> {
             meta: Vec::new(),
             blob_len: len,
             durability: Durability::Local,
+            once: None,
         },
         1 => Request::PutDoc {
             name: format!("edge{}", n % 8),
@@ -403,6 +405,7 @@ async fn announce(
         meta: meta.to_vec(),
         blob_len,
         durability: Durability::Local,
+        once: None,
     };
     let (tx, rx) = conn.ask(&req).await?;
     Ok((conn, tx, rx))
@@ -483,6 +486,7 @@ async fn pipeline(w: &World, rng: &mut Rng) -> Vec<Outcome> {
                 meta: Vec::new(),
                 blob_len: blob.len() as u64,
                 durability: Durability::Local,
+                once: None,
             },
         };
         if net::write_msg(&mut tx, &piped).await.is_err() || tx.write_all(&blob).await.is_err() {

@@ -25,11 +25,11 @@ pub struct LeaseShown {
     /// margins.
     pub remaining_ms: u64,
     /// Why not, when not held.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub refused: Option<String>,
     /// Whether the last call to etcd was answered.
     pub etcd_reachable: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub etcd_error: Option<String>,
     /// Renewals answered, and failed.
     pub renewals: u64,

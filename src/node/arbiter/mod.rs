@@ -374,3 +374,20 @@ impl Arbiter {
         Ok((epoch, c))
     }
 }
+
+/// A client finds the primary where the arbiter's leader key names it.
+impl crate::node::client::Locate for Arbiter {
+    fn locate(&self) -> crate::node::client::follow::Located<'_> {
+        Box::pin(async move {
+            let (epoch, fingerprint, addr) = self
+                .leader()
+                .await
+                .map_err(|e| crate::node::ClientError::Locate(format!("etcd: {e}")))?;
+            Ok(crate::node::client::PrimaryAt {
+                epoch,
+                addr,
+                fingerprint,
+            })
+        })
+    }
+}

@@ -18,13 +18,13 @@ use crate::repl::epochs::EpochName;
 pub struct TakeOverShown {
     /// Whether the last read of the arbiter was answered.
     pub etcd_reachable: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub etcd_error: Option<String>,
     /// The leader the arbiter names, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub leader: Option<LeaderRecord>,
     /// With no leader: why this twin may not take over.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub not_eligible: Option<String>,
 }
 
@@ -35,6 +35,9 @@ pub struct TookOver {
     pub epoch: u64,
     pub lease: i64,
     pub clients: Vec<crate::repl::HandedClient>,
+    /// The last read of the arbiter that still named the old primary (or
+    /// the watch's start): the old lease ended after it.
+    pub leader_last_seen: tokio::time::Instant,
 }
 
 /// How often the twin reads the arbiter: a tenth of the TTL, so a dead
@@ -54,10 +57,17 @@ pub async fn watch(
 ) -> Option<TookOver> {
     let every = poll(arbiter.options().ttl);
     let mut said = String::new();
+    let mut leader_last_seen = crate::node::clock::instant();
     loop {
         match attempt(&arbiter, &me, head()).await {
-            Ok(Step::TookOver(t)) => return Some(t),
+            Ok(Step::TookOver(t)) => {
+                return Some(TookOver {
+                    leader_last_seen,
+                    ..t
+                })
+            }
             Ok(Step::Led(l)) => {
+                leader_last_seen = crate::node::clock::instant();
                 shown.send_replace(TakeOverShown {
                     etcd_reachable: true,
                     leader: Some(l),
@@ -130,5 +140,6 @@ async fn attempt(arbiter: &Arbiter, me: &LeaderRecord, head: u64) -> Result<Step
         epoch,
         lease,
         clients: view.clients,
+        leader_last_seen: crate::node::clock::instant(),
     }))
 }

@@ -46,6 +46,7 @@ impl Request {
     /// The least role that may make this request.
     pub fn needs(&self) -> ClientRole {
         match self {
+            Request::Seen { req, .. } => req.needs(),
             Request::Read { .. }
             | Request::Status
             | Request::Tail { .. }
@@ -82,6 +83,7 @@ impl Request {
     /// that appends no frame.
     pub fn durability(&self) -> Option<Durability> {
         match self {
+            Request::Seen { req, .. } => req.durability(),
             Request::Append { durability, .. }
             | Request::CreateRepo { durability, .. }
             | Request::Push { durability, .. }
@@ -97,9 +99,25 @@ impl Request {
         }
     }
 
+    /// The epoch a [`Request::Seen`] names, and the request inside it;
+    /// any other request as it is, with no epoch. A `Seen` inside a
+    /// `Seen` is a bad request.
+    pub fn split_seen(self) -> Result<(Option<u64>, Request), ApiError> {
+        match self {
+            Request::Seen { epoch, req } => match *req {
+                Request::Seen { .. } => Err(ApiError::BadRequest(
+                    "a Seen request inside a Seen request".into(),
+                )),
+                req => Ok((Some(epoch), req)),
+            },
+            req => Ok((None, req)),
+        }
+    }
+
     /// The bytes that follow the request on its stream.
     pub fn body_len(&self) -> u64 {
         match self {
+            Request::Seen { req, .. } => req.body_len(),
             Request::Append { blob_len: len, .. }
             | Request::Push { pack_len: len, .. }
             | Request::LfsPut { len, .. }
@@ -113,11 +131,15 @@ impl Request {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Append a frame; `blob_len` bytes follow the request on the stream.
+    /// With `once`, an application frame is appended at most once under
+    /// its id: a retry of an append already in the log is answered with
+    /// that frame's sequence, and nothing is written.
     Append {
         kind: u16,
         meta: Vec<u8>,
         blob_len: u64,
         durability: Durability,
+        once: Option<AppendOnce>,
     },
     /// Read one frame.
     Read { seq: u64 },
@@ -245,6 +267,35 @@ pub enum Request {
         /// The pace each box digests at (0: the default).
         mib_per_s: u32,
     },
+    /// `req`, from a client that has seen epoch `epoch`: a primary of an
+    /// older epoch refuses it (`NotPrimary` when it knows the newer
+    /// primary, else `StaleEpoch`) and does nothing. Not nested.
+    Seen { epoch: u64, req: Box<Request> },
+}
+
+/// An append's id, so that it is written at most once however often it is
+/// sent: the client's 16 random bytes and its sequence among the client's
+/// appends. `after` is a sequence the log held before the append was
+/// first sent (the highest this primary life answered the client, or its
+/// head when the client connected): the frame, if written, is past it,
+/// so a primary whose record of ids reaches back that far can tell a
+/// retry of a lost answer from an append never received. One that cannot
+/// refuses it by name (`RetryUnresolved`) rather than risk a second copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendOnce {
+    pub client: [u8; 16],
+    pub seq: u64,
+    pub after: u64,
+}
+
+impl AppendOnce {
+    /// The id the log stores with the frame.
+    pub fn id(&self) -> crate::log::once::AppendId {
+        crate::log::once::AppendId {
+            client: self.client,
+            seq: self.seq,
+        }
+    }
 }
 
 /// A request on a pipeline, named by the client's `id` (not 0).
@@ -498,6 +549,30 @@ pub enum ApiError {
     /// not be recorded in the arbiter first, so it is not acknowledged.
     #[error("frame {seq} is durable locally; the twin did not acknowledge it in time, and the arbiter could not be told the twin is behind ({why}), so it is not acknowledged")]
     SyncNotRecorded { seq: u64, why: String },
+    /// This box is not the primary: the primary of epoch `epoch` serves at
+    /// `addr` with certificate `fingerprint`. Nothing was done.
+    #[error("this box is not the primary: the primary of epoch {} serves at {addr} (fingerprint {fingerprint}); nothing was done", crate::repl::epochs::EpochName(*.epoch))]
+    NotPrimary {
+        epoch: u64,
+        addr: String,
+        fingerprint: String,
+    },
+    /// The client has seen epoch `seen`, newer than this primary's
+    /// `epoch`: this box was superseded, whether or not it knows it yet.
+    /// Nothing was done.
+    #[error("the client has seen epoch {}, and this primary serves epoch {}: it was superseded; nothing was done", crate::repl::epochs::EpochName(*.seen), crate::repl::epochs::EpochName(*.epoch))]
+    StaleEpoch { epoch: u64, seen: u64 },
+    /// A retry of an append whose original, if written, would be at or
+    /// before `horizon - 1` (past `after`), where this primary keeps no
+    /// record of appends' ids any more: it cannot tell whether it is in
+    /// the log, so it is not written again. Nothing was written; read the
+    /// log past `after` to find it.
+    #[error("append {client_seq} is a retry this primary cannot resolve: it keeps appends' ids from frame {horizon} on, and the append, if written, is past frame {after}; nothing was written (read the log past {after} to find it)")]
+    RetryUnresolved {
+        client_seq: u64,
+        after: u64,
+        horizon: u64,
+    },
 }
 
 impl ApiError {
@@ -528,6 +603,9 @@ impl ApiError {
             ApiError::BodyTooSlow { .. } => "BodyTooSlow",
             ApiError::NoLease { .. } => "NoLease",
             ApiError::SyncNotRecorded { .. } => "SyncNotRecorded",
+            ApiError::NotPrimary { .. } => "NotPrimary",
+            ApiError::StaleEpoch { .. } => "StaleEpoch",
+            ApiError::RetryUnresolved { .. } => "RetryUnresolved",
         }
     }
 }
@@ -613,6 +691,7 @@ mod tests {
             meta: b"m".to_vec(),
             blob_len: 300,
             durability: Durability::Twin,
+            once: None,
         };
         let by_ref = crate::repl::msg::encode(&PipedRef { id: 77, req: &req });
         let owned = crate::repl::msg::encode(&Piped { id: 77, req });

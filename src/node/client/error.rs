@@ -14,6 +14,10 @@ pub enum ClientError {
     Net(#[from] NetError),
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// Finding the primary failed: the locator (etcd) did not answer, or
+    /// names none, and no box named one.
+    #[error("finding the primary: {0}")]
+    Locate(String),
     #[error("unexpected answer: {0}")]
     Unexpected(String),
     /// Reading the git repository to import failed.

@@ -19,6 +19,7 @@
 
 pub mod api;
 mod error;
+pub mod follow;
 mod pipe;
 pub mod refusal;
 pub mod status;
@@ -27,6 +28,7 @@ mod tail;
 mod timed;
 
 pub use error::ClientError;
+pub use follow::{FollowOptions, Following, Locate, PrimaryAt};
 pub use tail::{FrameHead, Tailing};
 pub use timed::MAX_WHOLE_BLOB;
 pub(crate) use timed::{read_announced, timed};
@@ -41,6 +43,15 @@ use crate::log::Entry;
 use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use api::{ApiError, Durability, PipedRef, Request, Response, Status, PIPED_BODY_MAX};
 use pipe::Pipe;
+
+/// A frame as its application appended it: a frame appended once
+/// without its id, any other as it is.
+pub(crate) fn as_appended(kind: u16, meta: Vec<u8>) -> (u16, Vec<u8>) {
+    match crate::log::once::as_appended(kind, &meta) {
+        (app, inner, Some(_)) => (app, inner.to_vec()),
+        (_, _, None) => (kind, meta),
+    }
+}
 
 /// How long a client waits for the primary unless told otherwise.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
@@ -398,7 +409,14 @@ impl Client {
             meta: meta.to_vec(),
             blob_len: blob.len() as u64,
             durability,
+            once: None,
         };
+        Self::appended(self.piped(req, blob).await?)
+    }
+
+    /// An append request built by the caller (`once`, inside `Seen`),
+    /// with its blob in hand, and its acknowledgement.
+    pub async fn append_with(&self, req: Request, blob: &[u8]) -> Result<Appended, ClientError> {
         Self::appended(self.piped(req, blob).await?)
     }
 
@@ -433,6 +451,7 @@ impl Client {
             meta: meta.to_vec(),
             blob_len: len,
             durability,
+            once: None,
         };
         Self::appended(self.call_streamed(&req, len, &mut blob).await?)
     }
@@ -453,6 +472,7 @@ impl Client {
         let blob = self
             .read_body(&mut recv, blob_len, MAX_WHOLE_BLOB, "a frame")
             .await?;
+        let (kind, meta) = as_appended(kind, meta);
         Ok(Entry {
             seq,
             kind,

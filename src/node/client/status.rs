@@ -95,4 +95,32 @@ pub struct Status {
     /// arbiter records the twin in sync.
     #[serde(default)]
     pub arbiter: Option<crate::node::primary::ArbiterShown>,
+    /// The last failover this box went through as the new primary.
+    #[serde(default)]
+    pub last_failover: Option<crate::node::failover::last::LastFailover>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Status travels in postcard, which has no field names: a field left
+    /// out when empty (`skip_serializing_if`) would shift every one after
+    /// it, and the client could not read a primary's status under an
+    /// arbiter.
+    #[test]
+    fn a_status_under_an_arbiter_reads_back_as_sent_whatever_is_empty() {
+        for refused in [None, Some("no lease yet".to_string())] {
+            let mut status = Status::default();
+            let mut shown = crate::node::primary::ArbiterShown::default();
+            shown.lease.refused = refused.clone();
+            shown.lease.etcd_error = refused;
+            status.arbiter = Some(shown);
+            let resp = super::super::api::Response::Status(Box::new(status.clone()));
+            let bytes = crate::repl::msg::encode(&resp);
+            let (back, _) =
+                crate::repl::msg::decode::<super::super::api::Response>(&bytes).expect("decodes");
+            assert_eq!(back, resp);
+        }
+    }
 }

@@ -61,13 +61,16 @@ impl Tailing {
                 meta,
                 blob_len,
                 payload_crc,
-            }) => FrameHead {
-                seq,
-                kind,
-                meta,
-                blob_len,
-                payload_crc,
-            },
+            }) => {
+                let (kind, meta) = super::as_appended(kind, meta);
+                FrameHead {
+                    seq,
+                    kind,
+                    meta,
+                    blob_len,
+                    payload_crc,
+                }
+            }
             Some(Response::Error(e)) => return Err(e.into()),
             Some(other) => return Err(ClientError::Unexpected(format!("{other:?}"))),
         };
@@ -118,6 +121,7 @@ impl Tailing {
                     "a frame",
                 )
                 .await?;
+                let (kind, meta) = super::as_appended(kind, meta);
                 Ok(Some(Entry {
                     seq,
                     kind,

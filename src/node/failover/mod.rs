@@ -7,5 +7,6 @@
 
 pub mod divergent;
 pub mod epoch;
+pub mod last;
 pub mod predecessor;
 pub mod rejoin;

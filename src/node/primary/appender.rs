@@ -13,11 +13,14 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::once::{AppendIds, Found};
 use super::pool::ClientPool;
 use super::ApiError;
 use bytes::Bytes;
 
-use crate::log::Log;
+use crate::log::once::wrap;
+use crate::log::{Kind, Log};
+use crate::node::api::AppendOnce;
 use crate::node::WriteRefusal;
 use crate::repl::in_hand::InHand;
 
@@ -31,6 +34,7 @@ struct Job {
     kind: u16,
     meta: Vec<u8>,
     blob: Vec<u8>,
+    once: Option<AppendOnce>,
     done: oneshot::Sender<Result<u64, ApiError>>,
 }
 
@@ -56,6 +60,11 @@ struct Steps {
     wire: Vec<u8>,
     ends: Vec<(u64, usize)>,
     staged: Vec<(u64, oneshot::Sender<Result<u64, ApiError>>)>,
+    /// The ids of frames appended once, checked and recorded as each is
+    /// staged.
+    ids: Arc<std::sync::Mutex<AppendIds>>,
+    /// Appends sent once whose frame is in the log already, at this seq.
+    repeats: Vec<(u64, oneshot::Sender<Result<u64, ApiError>>)>,
 }
 
 impl Appender {
@@ -67,6 +76,7 @@ impl Appender {
     pub(super) fn start(
         log: Arc<Log>,
         in_hand: Arc<InHand>,
+        ids: Arc<std::sync::Mutex<AppendIds>>,
         shipped: impl Fn(u64, u64) + Send + 'static,
         durable: impl Fn(u64) + Send + 'static,
     ) -> Appender {
@@ -78,6 +88,8 @@ impl Appender {
             wire: Vec::new(),
             ends: Vec::new(),
             staged: Vec::new(),
+            ids,
+            repeats: Vec::new(),
         };
         let (jobs, rx) = mpsc::unbounded_channel();
         // The steps go to the thread through a slot, so that they are kept
@@ -110,13 +122,16 @@ impl Appender {
         }
     }
 
-    /// Append one frame; durable when this answers.
+    /// Append one frame; durable when this answers. With `once`, an
+    /// append whose frame is in the log already is answered with its
+    /// sequence once that is durable, and nothing is written.
     pub(super) async fn append(
         &self,
         pool: &ClientPool,
         kind: u16,
         meta: Vec<u8>,
         blob: Vec<u8>,
+        once: Option<AppendOnce>,
     ) -> Result<u64, ApiError> {
         let (done, answer) = oneshot::channel();
         let stopped = || {
@@ -128,6 +143,7 @@ impl Appender {
             kind,
             meta,
             blob,
+            once,
             done,
         };
         if let Some(inline) = &self.inline {
@@ -184,13 +200,32 @@ impl Steps {
         let mut bytes = 0;
         self.wire.clear();
         self.ends.clear();
+        let ids = self.ids.clone();
+        let mut ids = ids.lock().unwrap_or_else(|e| e.into_inner());
         for job in group {
-            match self.log.stage_framed(job.kind, &job.meta, &job.blob) {
+            let (kind, meta) = match &job.once {
+                None => (job.kind, job.meta),
+                Some(once) => match ids.find(once) {
+                    Ok(Found::Written(seq)) => {
+                        self.repeats.push((seq, job.done));
+                        continue;
+                    }
+                    Ok(Found::New) => (Kind::Once.as_u16(), wrap(job.kind, once.id(), &job.meta)),
+                    Err(why) => {
+                        let _ = job.done.send(Err(why));
+                        continue;
+                    }
+                },
+            };
+            match self.log.stage_framed(kind, &meta, &job.blob) {
                 Ok(header) => {
                     let seq = header.seq;
+                    if let Some(once) = &job.once {
+                        ids.record(once.id(), seq);
+                    }
                     bytes += header.frame_len();
                     self.wire.extend_from_slice(&header.encode());
-                    self.wire.extend_from_slice(&job.meta);
+                    self.wire.extend_from_slice(&meta);
                     self.wire.extend_from_slice(&job.blob);
                     self.ends.push((seq, self.wire.len()));
                     self.staged.push((seq, job.done));
@@ -200,33 +235,48 @@ impl Steps {
                 }
             }
         }
-        let Some(&(last, _)) = self.staged.last() else {
-            return;
-        };
-        // Shipped while the local sync runs.
-        let all = Bytes::from(std::mem::take(&mut self.wire));
-        let mut start = 0;
-        self.in_hand.put(self.ends.iter().map(|&(seq, end)| {
-            let b = all.slice(start..end);
-            start = end;
-            (seq, b)
-        }));
-        (self.shipped)(last, bytes);
-        let synced = self.log.sync_through(last);
-        self.in_hand.durable_through(last);
-        match synced {
-            Ok(()) => {
-                (self.durable)(last);
-                for (seq, done) in self.staged.drain(..) {
-                    let _ = done.send(Ok(seq));
+        drop(ids);
+        if let Some(&(last, _)) = self.staged.last() {
+            // Shipped while the local sync runs.
+            let all = Bytes::from(std::mem::take(&mut self.wire));
+            let mut start = 0;
+            self.in_hand.put(self.ends.iter().map(|&(seq, end)| {
+                let b = all.slice(start..end);
+                start = end;
+                (seq, b)
+            }));
+            (self.shipped)(last, bytes);
+            let synced = self.log.sync_through(last);
+            self.in_hand.durable_through(last);
+            match synced {
+                Ok(()) => {
+                    (self.durable)(last);
+                    for (seq, done) in self.staged.drain(..) {
+                        let _ = done.send(Ok(seq));
+                    }
+                }
+                Err(e) => {
+                    let why = WriteRefusal::from(e);
+                    for (_, done) in self.staged.drain(..) {
+                        let _ = done.send(Err(ApiError::Refused(why.clone())));
+                    }
                 }
             }
-            Err(e) => {
-                let why = WriteRefusal::from(e);
-                for (_, done) in self.staged.drain(..) {
-                    let _ = done.send(Err(ApiError::Refused(why.clone())));
-                }
-            }
+        }
+        // A repeat's frame was staged by this group or an earlier one,
+        // whose sync is done: durable, unless that sync failed.
+        let head = self.log.head_seq();
+        for (seq, done) in self.repeats.drain(..) {
+            let answer = match seq <= head {
+                true => Ok(seq),
+                false => Err(ApiError::Refused(WriteRefusal::Poisoned {
+                    why: self
+                        .log
+                        .poisoned_by()
+                        .unwrap_or_else(|| "the frame's sync did not complete".into()),
+                })),
+            };
+            let _ = done.send(answer);
         }
     }
 }
@@ -236,6 +286,75 @@ mod tests {
     use super::*;
     use crate::log::format::FRAME_HEADER_LEN;
     use std::sync::Mutex;
+
+    fn no_ids(log: &Log) -> Arc<Mutex<AppendIds>> {
+        Arc::new(Mutex::new(AppendIds::from_past(log.head_seq(), 1024)))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_sent_once_is_one_frame_however_often_and_however_close_it_comes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Arc::new(Log::open(dir.path()).expect("open"));
+        let appender = Arc::new(Appender::start(
+            log.clone(),
+            Default::default(),
+            no_ids(&log),
+            |_, _| {},
+            |_| {},
+        ));
+        let once = |seq| AppendOnce {
+            client: [9; 16],
+            seq,
+            after: 0,
+        };
+        // Eight copies of each of four appends, all at once: the copies
+        // share groups with their original or come after it.
+        let tasks: Vec<_> = (0..32u64)
+            .map(|i| {
+                let a = appender.clone();
+                let id = once(i % 4 + 1);
+                tokio::spawn(async move {
+                    let blob = vec![id.seq as u8; 10];
+                    let seq = a
+                        .append(
+                            &ClientPool::default(),
+                            0x8001,
+                            b"m".to_vec(),
+                            blob,
+                            Some(id),
+                        )
+                        .await
+                        .expect("appended");
+                    (id.seq, seq)
+                })
+            })
+            .collect();
+        let mut answered = std::collections::BTreeMap::new();
+        for t in tasks {
+            let (client_seq, seq) = t.await.expect("task");
+            let first = *answered.entry(client_seq).or_insert(seq);
+            assert_eq!(first, seq, "append {client_seq} answered at two sequences");
+        }
+        assert_eq!(log.head_seq(), 4, "one frame per append");
+        for (client_seq, seq) in &answered {
+            let e = log.read(*seq).expect("read");
+            assert_eq!(e.kind, Kind::Once.as_u16());
+            let (kind, id, meta) = crate::log::once::unwrap(&e.meta).expect("an id");
+            assert_eq!(
+                (kind, id, meta),
+                (0x8001, once(*client_seq).id(), &b"m"[..])
+            );
+        }
+        // A new life reads the ids back from the log.
+        let ids = AppendIds::read(&log, 1024).expect("read ids");
+        for (client_seq, seq) in &answered {
+            assert_eq!(
+                ids.find(&once(*client_seq)),
+                Ok(super::super::once::Found::Written(*seq))
+            );
+        }
+        assert_eq!(ids.find(&once(5)), Ok(super::super::once::Found::New));
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn queued_appends_share_syncs_are_shipped_from_hand_before_it_and_answered_after() {
@@ -250,6 +369,7 @@ mod tests {
             Arc::new(Appender::start(
                 log.clone(),
                 in_hand.clone(),
+                no_ids(&log),
                 move |seq, bytes| {
                     // In hand, readable by a shipper, before the sync.
                     let frame = hand.get(seq).expect("in hand");
@@ -267,7 +387,7 @@ mod tests {
             .map(|i| {
                 let a = appender.clone();
                 tokio::spawn(async move {
-                    a.append(&ClientPool::default(), 1000, vec![i], vec![i; 100])
+                    a.append(&ClientPool::default(), 1000, vec![i], vec![i; 100], None)
                         .await
                 })
             })
@@ -299,17 +419,23 @@ mod tests {
     async fn a_refused_frame_is_answered_by_name_and_the_rest_of_its_group_lands() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let appender = Appender::start(log.clone(), Default::default(), |_, _| {}, |_| {});
+        let appender = Appender::start(
+            log.clone(),
+            Default::default(),
+            no_ids(&log),
+            |_, _| {},
+            |_| {},
+        );
         let pool = ClientPool::default();
         // Kind 0 is no kind.
-        let refused = appender.append(&pool, 0, vec![], vec![1]).await;
+        let refused = appender.append(&pool, 0, vec![], vec![1], None).await;
         assert_eq!(
             refused,
             Err(ApiError::Refused(WriteRefusal::InvalidKind { kind: 0 }))
         );
         assert_eq!(
             appender
-                .append(&pool, 1000, vec![], vec![1])
+                .append(&pool, 1000, vec![], vec![1], None)
                 .await
                 .expect("appended"),
             1
@@ -338,6 +464,8 @@ mod tests {
             wire: Vec::new(),
             ends: Vec::new(),
             staged: Vec::new(),
+            ids: no_ids(&log),
+            repeats: Vec::new(),
         };
         let appender = Arc::new(Appender {
             jobs: None,
@@ -348,7 +476,7 @@ mod tests {
         let tasks: Vec<_> = (0..16u8)
             .map(|i| {
                 let (a, pool) = (appender.clone(), pool.clone());
-                tokio::spawn(async move { a.append(&pool, 1000, vec![], vec![i]).await })
+                tokio::spawn(async move { a.append(&pool, 1000, vec![], vec![i], None).await })
             })
             .collect();
         for t in tasks {

@@ -38,6 +38,7 @@ mod answer;
 mod appender;
 mod arbiter_hold;
 mod body;
+mod once;
 mod pipeline;
 mod pool;
 mod refusals;
@@ -196,6 +197,9 @@ pub struct Primary {
     /// The one path of small appends: a thread they queue to (when it
     /// could not start, the same steps on a blocking task per append).
     appender: appender::Appender,
+    /// The ids of frames appended once, read from the log at the start
+    /// of this life.
+    ids: Arc<Mutex<once::AppendIds>>,
     /// Warnings of refused client connections and handshakes, at most one
     /// a second.
     seat_refusals: net::Throttle,
@@ -254,6 +258,27 @@ fn lock(m: &Mutex<Status>) -> std::sync::MutexGuard<'_, Status> {
 }
 
 impl Primary {
+    /// The ids of the frames appended once among the log's newest: read
+    /// at the start of each life, a promoted twin's too.
+    fn read_ids(log: &Log) -> once::AppendIds {
+        let started = crate::node::clock::instant();
+        match once::AppendIds::read(log, once::KEPT) {
+            Ok(ids) => {
+                tracing::info!(
+                    ids = ids.len(),
+                    from = ids.horizon(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "read the ids of appends made once"
+                );
+                ids
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the ids of appends made once could not be read: a retry of an append sent before now is refused, not written twice");
+                once::AppendIds::from_past(log.head_seq(), once::KEPT)
+            }
+        }
+    }
+
     pub fn new(log: Arc<Log>, pins: Arc<Pins>, cfg: PrimaryOptions) -> Arc<Primary> {
         Self::with_store(log, pins, cfg, None)
     }
@@ -284,11 +309,13 @@ impl Primary {
         let head = watch::channel((head_seq, 0)).0;
         let durable = watch::channel(head_seq).0;
         let in_hand = Arc::new(crate::repl::in_hand::InHand::default());
+        let ids = Arc::new(Mutex::new(Self::read_ids(&log)));
         let appender = {
             let (head, durable) = (head.clone(), durable.clone());
             appender::Appender::start(
                 log.clone(),
                 in_hand.clone(),
+                ids.clone(),
                 move |seq, bytes| publish(&head, seq, bytes),
                 move |seq| {
                     durable.send_if_modified(|d| std::mem::replace(d, seq.max(*d)) < seq);
@@ -328,6 +355,7 @@ impl Primary {
             client_roles: Mutex::new(std::collections::HashMap::new()),
             ack_delay: Default::default(),
             twin_seat: Default::default(),
+            ids,
             appender,
             in_hand,
             predecessor: Default::default(),

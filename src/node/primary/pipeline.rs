@@ -16,8 +16,9 @@ use futures_util::FutureExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::refusals::Cut;
+use super::requests::Streamed;
 use super::*;
-use crate::node::api::{Piped, PipedAnswer, PIPED_BODY_MAX};
+use crate::node::api::{AppendOnce, Piped, PipedAnswer, PIPED_BODY_MAX};
 
 /// Piped requests one connection has in flight at most.
 pub const PIPELINE_IN_FLIGHT: u32 = 64;
@@ -65,8 +66,7 @@ enum Carried {
     /// the frame `seq`, `bytes` long, is durable here and waits for its
     /// answer, counted by the switchover since its admission.
     Appended {
-        seq: u64,
-        bytes: u64,
+        streamed: Streamed,
         _writing: Option<switchover::Writing>,
     },
     /// Refused before its body was read or anything charged (the body,
@@ -173,9 +173,14 @@ impl Primary {
         let blob = match body {
             Carried::Blob(blob) => blob,
             Carried::Refused(e) | Carried::Failed(e) => return Err(refused(e)),
-            Carried::Appended { seq, bytes, .. } => {
+            Carried::Appended { streamed, .. } => {
                 let durability = req.durability().unwrap_or(Durability::Local);
-                return Ok(self.acknowledge(seq, bytes, durability).await);
+                return Ok(match streamed {
+                    Streamed::Written { seq, bytes } => {
+                        self.acknowledge(seq, bytes, durability).await
+                    }
+                    Streamed::Repeat(seq) => self.answer_repeat(seq, durability).await,
+                });
             }
         };
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -189,10 +194,14 @@ impl Primary {
                 kind,
                 meta,
                 durability,
+                once,
                 ..
             } => {
-                self.may_append(kind).map_err(refused)?;
-                Ok(self.append_in_hand(kind, meta, blob, durability).await)
+                self.may_append(kind, &meta, once.as_ref())
+                    .map_err(refused)?;
+                Ok(self
+                    .append_in_hand(kind, meta, blob, durability, once)
+                    .await)
             }
             Request::Status => Ok(Response::Status(Box::new(self.status()))),
             other => Err(refused(ApiError::BadRequest(format!(
@@ -249,9 +258,19 @@ async fn read_pipeline(
                 "a piped request's id 0 is reserved for the pipeline's own answer".into(),
             ));
         }
+        // A request from a client that has seen a newer epoch is refused
+        // as one this pipeline does not take: its body is dropped.
+        let (req, seen_refused) = match req.split_seen() {
+            Ok((seen, req)) => (req, primary.seen_refusal(seen)),
+            Err(why) => (Request::Status, Some(why)),
+        };
         let len = req.body_len();
         let role = caller.holder.role;
-        let (body, room_held) = if let Err(why) = primary.taken_on_pipeline(&req, role) {
+        let taken = match seen_refused {
+            Some(why) => Err(why),
+            None => primary.taken_on_pipeline(&req, role),
+        };
+        let (body, room_held) = if let Err(why) = taken {
             // Refused before its body is read or anything is charged; a
             // small body is taken off the stream, and dropped, so the
             // pipeline goes on.
@@ -265,10 +284,12 @@ async fn read_pipeline(
             (body, Room::default())
         } else if len > PIPED_BODY_MAX {
             let body = match &req {
-                Request::Append { kind, meta, .. } => {
-                    let (kind, meta) = (*kind, meta.clone());
+                Request::Append {
+                    kind, meta, once, ..
+                } => {
+                    let (kind, meta, once) = (*kind, meta.clone(), *once);
                     primary
-                        .append_piped_stream(&caller, &req, kind, meta, &mut recv)
+                        .append_piped_stream(&caller, &req, kind, meta, once, &mut recv)
                         .await
                 }
                 _ => unreachable_taken(),
@@ -338,8 +359,10 @@ impl Primary {
         }
         let len = req.body_len();
         match req {
-            Request::Append { kind, .. } => {
-                self.may_append(*kind)?;
+            Request::Append {
+                kind, meta, once, ..
+            } => {
+                self.may_append(*kind, meta, once.as_ref())?;
                 self.body_fits("an append's blob", len)
             }
             Request::Status => Ok(()),
@@ -365,6 +388,7 @@ impl Primary {
         req: &Request,
         kind: u16,
         meta: Vec<u8>,
+        once: Option<AppendOnce>,
         recv: &mut RecvStream,
     ) -> Carried {
         let _counted = InFlight::enter(&self.inflight);
@@ -378,16 +402,14 @@ impl Primary {
             Ok(writing) => writing,
             Err(e) => return Carried::Failed(e),
         };
-        if let Err(e) = self.may_append(kind) {
+        if let Err(e) = self.may_append(kind, &meta, once.as_ref()) {
             return Carried::Failed(e);
         }
         let len = req.body_len();
-        let bytes = (crate::log::format::FRAME_HEADER_LEN + meta.len()) as u64 + len;
         let body = body::Body::exact(recv, len, self.cfg.body_piece_deadline);
-        match self.append_streamed(caller, kind, meta, body).await {
-            Ok(seq) => Carried::Appended {
-                seq,
-                bytes,
+        match self.append_streamed(caller, kind, meta, once, body).await {
+            Ok(streamed) => Carried::Appended {
+                streamed,
                 _writing: writing,
             },
             Err(e) => Carried::Failed(e),

@@ -2,9 +2,23 @@
 //! admitted, dispatched, and answered as durable as it asked.
 
 use super::answer::Opened;
+use super::once;
 use super::refusals::Cut;
 use super::*;
+use crate::node::api::AppendOnce;
 use crate::store::Repo;
+
+/// What a streamed append did.
+pub(super) enum Streamed {
+    /// Wrote the frame `seq`, `bytes` of log.
+    Written { seq: u64, bytes: u64 },
+    /// Found it sent once before: it is in the log at this seq.
+    Repeat(u64),
+}
+
+fn refused(e: crate::log::Error) -> ApiError {
+    ApiError::Refused(e.into())
+}
 
 impl Primary {
     /// May a request asking for `durability` append at all?
@@ -35,6 +49,27 @@ impl Primary {
                 }
             }
         }
+    }
+
+    /// A request from a client that has seen epoch `seen`, refused when
+    /// that is newer than this primary's: by `NotPrimary` when this box
+    /// knows where the newer primary serves, else by `StaleEpoch`.
+    pub(super) fn seen_refusal(&self, seen: Option<u64>) -> Option<ApiError> {
+        let seen = seen?;
+        let st = self.epochs.state();
+        let epoch = st.current();
+        if seen <= epoch {
+            return None;
+        }
+        let known = self.switch.deposed.borrow().clone();
+        Some(match known {
+            Some(np) if st.seen > epoch => ApiError::NotPrimary {
+                epoch: st.seen,
+                addr: np.addr,
+                fingerprint: np.fingerprint,
+            },
+            _ => ApiError::StaleEpoch { epoch, seen },
+        })
     }
 
     pub(super) async fn client_session(self: Arc<Self>, conn: Connection, caller: Caller) {
@@ -88,6 +123,13 @@ impl Primary {
                 let _ = recv.stop(Cut::RequestLate.code().into());
                 return Ok(());
             }
+        };
+        let req = match req.split_seen() {
+            Ok((seen, req)) => match self.seen_refusal(seen) {
+                None => req,
+                Some(why) => return self.answer_with(&mut send, Response::Error(why)).await,
+            },
+            Err(why) => return self.answer_with(&mut send, Response::Error(why)).await,
         };
         match req {
             Request::Pipeline => self.pipeline(caller, room, send, recv).await,
@@ -179,8 +221,9 @@ impl Primary {
                 meta,
                 blob_len,
                 durability,
+                once,
             } => {
-                self.append(caller, kind, meta, blob_len, durability, &mut recv)
+                self.append(caller, kind, meta, blob_len, durability, once, &mut recv)
                     .await
             }
             Request::Read { seq } => return self.read(caller, seq, send).await,
@@ -270,10 +313,14 @@ impl Primary {
             Request::Pipeline => Response::Error(ApiError::BadRequest(
                 "a pipeline is asked for as a stream's first request".into(),
             )),
+            Request::Seen { .. } => Response::Error(ApiError::BadRequest(
+                "a Seen request is taken as a stream's or a piped request's own".into(),
+            )),
         };
         self.answer_with(&mut send, response).await
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn append(
         &self,
         caller: &Caller,
@@ -281,9 +328,10 @@ impl Primary {
         meta: Vec<u8>,
         blob_len: u64,
         durability: Durability,
+        once: Option<AppendOnce>,
         recv: &mut RecvStream,
     ) -> Response {
-        if let Err(e) = self.may_append(kind) {
+        if let Err(e) = self.may_append(kind, &meta, once.as_ref()) {
             return Response::Error(e);
         }
         if blob_len <= SMALL_BLOB {
@@ -292,21 +340,17 @@ impl Primary {
                 .read_all()
                 .await
             {
-                Ok(blob) => self.append_in_hand(kind, meta, blob, durability).await,
+                Ok(blob) => {
+                    self.append_in_hand(kind, meta, blob, durability, once)
+                        .await
+                }
                 Err(e) => Response::Error(e),
             };
         }
-        let meta_len = meta.len() as u64;
         let body = body::Body::new(recv, blob_len, self.cfg.body_piece_deadline);
-        match self.append_streamed(caller, kind, meta, body).await {
-            Ok(seq) => {
-                self.acknowledge(
-                    seq,
-                    crate::log::format::FRAME_HEADER_LEN as u64 + meta_len + blob_len,
-                    durability,
-                )
-                .await
-            }
+        match self.append_streamed(caller, kind, meta, once, body).await {
+            Ok(Streamed::Written { seq, bytes }) => self.acknowledge(seq, bytes, durability).await,
+            Ok(Streamed::Repeat(seq)) => self.answer_repeat(seq, durability).await,
             Err(e) => Response::Error(e),
         }
     }
@@ -325,12 +369,37 @@ impl Primary {
         Ok(())
     }
 
-    /// Raw appends of the store's kinds are the store requests' alone.
-    pub(super) fn may_append(&self, kind: u16) -> Result<(), ApiError> {
+    /// Raw appends of the store's kinds are the store requests' alone;
+    /// `Once` frames are written by appends sent once, which must be of
+    /// an application's kind with meta that leaves room for the id.
+    pub(super) fn may_append(
+        &self,
+        kind: u16,
+        meta: &[u8],
+        once: Option<&AppendOnce>,
+    ) -> Result<(), ApiError> {
         if self.store.is_some() && store_requests::is_store_kind(kind) {
             return Err(ApiError::Forbidden(format!(
                 "kind {kind} is the store's: it is written by the store requests, which check it"
             )));
+        }
+        if kind == crate::log::Kind::Once.as_u16() {
+            return Err(ApiError::Forbidden(format!(
+                "kind {kind} is written by appends sent once (`once`), which check it"
+            )));
+        }
+        if once.is_some() {
+            if kind < crate::log::APP_KIND_FIRST {
+                return Err(ApiError::Refused(WriteRefusal::InvalidKind { kind }));
+            }
+            let max = crate::log::once::MAX_ONCE_META_LEN;
+            if meta.len() > max {
+                return Err(ApiError::Refused(WriteRefusal::TooLarge {
+                    what: "the meta of an append sent once".into(),
+                    len: meta.len() as u64,
+                    max: max as u64,
+                }));
+            }
         }
         Ok(())
     }
@@ -343,9 +412,14 @@ impl Primary {
         meta: Vec<u8>,
         blob: Vec<u8>,
         durability: Durability,
+        once: Option<AppendOnce>,
     ) -> Response {
         // The appender published the frame with its group, before its sync.
-        match self.appender.append(&self.pool, kind, meta, blob).await {
+        match self
+            .appender
+            .append(&self.pool, kind, meta, blob, once)
+            .await
+        {
             Ok(seq) => self.answer(seq, durability).await,
             Err(e) => Response::Error(e),
         }
@@ -398,27 +472,66 @@ impl Primary {
     /// blocking thread; memory is a few pieces whatever the size. The log's
     /// writer is taken only once the body is in hand: a client that stops
     /// sending or trickles is cut off, nothing of its entry is visible, and
-    /// the other writers never wait on it.
+    /// the other writers never wait on it. Sent `once`, the id is checked
+    /// and recorded under the ids' lock around the write, as the
+    /// appender's group does: a repeat writes nothing.
     pub(super) async fn append_streamed(
         &self,
         caller: &Caller,
         kind: u16,
         meta: Vec<u8>,
+        once: Option<AppendOnce>,
         body: body::Body<'_>,
-    ) -> Result<u64, ApiError> {
+    ) -> Result<Streamed, ApiError> {
         let log = self.log.clone();
+        let ids = self.ids.clone();
         let blob_len = body.expected();
         let written = self
             .staged(caller, "an append's blob", body, move |pieces| {
-                let mut p = log.begin(None, kind, &meta, blob_len)?;
+                let mut ids = ids.lock().unwrap_or_else(|e| e.into_inner());
+                let (kind, meta) = match &once {
+                    None => (kind, meta),
+                    Some(o) => match ids.find(o)? {
+                        once::Found::Written(seq) => return Ok(Streamed::Repeat(seq)),
+                        once::Found::New => (
+                            crate::log::Kind::Once.as_u16(),
+                            crate::log::once::wrap(kind, o.id(), &meta),
+                        ),
+                    },
+                };
+                let mut p = log.begin(None, kind, &meta, blob_len).map_err(refused)?;
                 for piece in pieces {
-                    p.write(&piece)?;
+                    p.write(&piece).map_err(refused)?;
                 }
                 // A short body makes commit refuse with BlobLength.
-                p.commit()
+                let seq = p.commit().map_err(refused)?;
+                if let Some(o) = &once {
+                    ids.record(o.id(), seq);
+                }
+                let bytes =
+                    crate::log::format::FRAME_HEADER_LEN as u64 + meta.len() as u64 + blob_len;
+                Ok(Streamed::Written { seq, bytes })
             })
             .await?;
-        written.map_err(|e| ApiError::Refused(e.into()))
+        written
+    }
+
+    /// An append sent once whose frame is in the log at `seq` already:
+    /// answered once that frame is durable here, as durable as
+    /// `durability` asks. Nothing is written.
+    pub(super) async fn answer_repeat(&self, seq: u64, durability: Durability) -> Response {
+        let mut durable = self.durable.subscribe();
+        loop {
+            if self.log.head_seq() >= seq {
+                break;
+            }
+            if let Some(why) = self.log.poisoned_by() {
+                return Response::Error(ApiError::Refused(WriteRefusal::Poisoned { why }));
+            }
+            // The appender's sync of that frame's group is under way.
+            let _ = tokio::time::timeout(Duration::from_millis(100), durable.changed()).await;
+        }
+        self.answer(seq, durability).await
     }
 
     /// A streamed body: refused by name past the staging bound before a

@@ -71,8 +71,12 @@ pub struct TwinStatus {
     pub frame_bytes_received: u64,
     /// Under automatic failover: the arbiter's leader, and why this twin
     /// may not take over when it has none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub arbiter: Option<crate::node::arbiter::take_over::TakeOverShown>,
+    /// The last failover this box went through as the new primary (before
+    /// it was deposed and followed another).
+    #[serde(default)]
+    pub last_failover: Option<crate::node::failover::last::LastFailover>,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
