@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use testkit::etcd::Etcd;
 use testkit::proxy::{self, Proxy};
@@ -45,10 +45,12 @@ use twinlog::node::arbiter::{Arbiter, ArbiterOptions};
 use twinlog::node::{Client, ClientError, ClientOptions, Durability, Status, TwinStatus};
 use twinlog::repl::epochs::EpochName;
 
-use drills::daemons::{admin_identity, fast_timers, read_log, tenths, Proc};
+use drills::auto_failover::{
+    blob, epoch_order, least_gap, meta, missing_in, wall_ns, Ack, Fault, FAULTS, KIND,
+};
+use drills::daemons::{admin_identity, fast_timers, tenths, Proc};
 use drills::{Args, Context, DrillError, Result, Rng};
 
-const KIND: u16 = 0x8000;
 const CLUSTER: &str = "drill";
 const TTL_S: u64 = 2;
 /// How long a round may take to mend before it is a failure.
@@ -69,39 +71,6 @@ const LOADED: usize = 100;
 /// Acknowledgements of a round read back through the client (the log
 /// files check every one).
 const READ_BACK: usize = 400;
-
-fn wall_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// One acknowledgement as the writer got it.
-#[derive(Clone, Debug)]
-struct Ack {
-    writer: u32,
-    n: u64,
-    seq: u64,
-    /// Answered `twin` (only those must survive a failover).
-    twin: bool,
-    /// The epoch the answering primary served under, from its status on
-    /// the same connection.
-    epoch: u64,
-    /// The box that answered (0: A, 1: B).
-    on: usize,
-    /// Wall time the append was sent and its answer arrived.
-    sent_ns: u64,
-    at_ns: u64,
-    crc: u32,
-}
-
-fn meta(writer: u32, n: u64) -> Vec<u8> {
-    format!("w{writer} n{n}").into_bytes()
-}
-
-fn blob(writer: u32, n: u64) -> Vec<u8> {
-    drills::content::bytes(((writer as u64) << 40) | n, 40 + (n as usize * 37) % 200)
-}
 
 /// One box: its data directory and where it serves.
 struct Host {
@@ -151,42 +120,6 @@ impl Host {
         let text = std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-/// The faults a round picks from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Fault {
-    KillPrimary,
-    KillTwin,
-    CutPrimaryEtcd,
-    CutPrimaryTwin,
-    CutTwinEtcd,
-    IsolatePrimary,
-    StopPrimary,
-}
-
-const FAULTS: [Fault; 7] = [
-    Fault::KillPrimary,
-    Fault::KillTwin,
-    Fault::CutPrimaryEtcd,
-    Fault::CutPrimaryTwin,
-    Fault::CutTwinEtcd,
-    Fault::IsolatePrimary,
-    Fault::StopPrimary,
-];
-
-impl Fault {
-    fn name(self) -> &'static str {
-        match self {
-            Fault::KillPrimary => "kill-primary",
-            Fault::KillTwin => "kill-twin",
-            Fault::CutPrimaryEtcd => "cut-primary-etcd",
-            Fault::CutPrimaryTwin => "cut-primary-twin",
-            Fault::CutTwinEtcd => "cut-twin-etcd",
-            Fault::IsolatePrimary => "isolate-primary",
-            Fault::StopPrimary => "stop-primary",
-        }
     }
 }
 
@@ -349,108 +282,6 @@ async fn loaded(shared: &Shared, from: usize) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// An acknowledgement under an older epoch asked after the first answer
-/// under a newer one: (acks so, the same by answer time, the worst, in ms
-/// past that first answer, and a description of it).
-fn epoch_order(acks: &[Ack]) -> (u64, u64, f64, Option<String>) {
-    let mut first: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    for a in acks {
-        let e = first.entry(a.epoch).or_insert((a.at_ns, a.on));
-        if a.at_ns < e.0 {
-            *e = (a.at_ns, a.on);
-        }
-    }
-    // For each epoch, the first answer under any newer one.
-    let mut newer: BTreeMap<u64, (u64, u64, usize)> = BTreeMap::new();
-    let mut best: Option<(u64, u64, usize)> = None;
-    for (&epoch, &(at, on)) in first.iter().rev() {
-        if let Some(b) = best {
-            newer.insert(epoch, b);
-        }
-        if best.is_none_or(|b| at < b.0) {
-            best = Some((at, epoch, on));
-        }
-    }
-    let (mut sure, mut by_answer, mut worst, mut said) = (0u64, 0u64, 0f64, None);
-    for a in acks {
-        let Some(&(at, epoch, on)) = newer.get(&a.epoch) else {
-            continue;
-        };
-        if a.at_ns > at {
-            by_answer += 1;
-        }
-        if a.sent_ns > at {
-            sure += 1;
-            let past = (a.sent_ns - at) as f64 / 1e6;
-            if past > worst {
-                worst = past;
-                said = Some(format!(
-                    "frame {} (writer {} #{}) acknowledged by box {} under epoch {}, asked {past:.1} ms after box {} first answered under epoch {}",
-                    a.seq,
-                    a.writer,
-                    a.n,
-                    ["A", "B"][a.on],
-                    EpochName(a.epoch),
-                    ["A", "B"][on],
-                    EpochName(epoch),
-                ));
-            }
-        }
-    }
-    (sure, by_answer, worst, said)
-}
-
-/// The least gap, in ms, between the last answer under an epoch and the
-/// first under a newer one (negative: they overlapped), over every epoch
-/// that was followed by another.
-fn least_gap(acks: &[Ack]) -> Option<f64> {
-    let mut span: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for a in acks {
-        let e = span.entry(a.epoch).or_insert((a.at_ns, a.at_ns));
-        e.0 = e.0.min(a.at_ns);
-        e.1 = e.1.max(a.at_ns);
-    }
-    let spans: Vec<(u64, u64)> = span.into_values().collect();
-    let mut least: Option<f64> = None;
-    for (i, &(_, last)) in spans.iter().enumerate() {
-        let Some(first_newer) = spans[i + 1..].iter().map(|s| s.0).min() else {
-            continue;
-        };
-        let gap = (first_newer as f64 - last as f64) / 1e6;
-        least = Some(least.map_or(gap, |l: f64| l.min(gap)));
-    }
-    least
-}
-
-/// The `twin` acknowledgements missing or different in the log at `log`
-/// (read without its lock), with the first few named.
-fn missing_in(log: &Path, acks: &[&Ack]) -> Result<(u64, Vec<String>)> {
-    let frames = read_log(log, 0, 0)?;
-    let (mut lost, mut named) = (0u64, Vec::new());
-    for a in acks {
-        let ok = frames.get(&a.seq).is_some_and(|f| {
-            f.kind == KIND && f.meta == meta(a.writer, a.n) && f.blob_crc == a.crc
-        });
-        if !ok {
-            lost += 1;
-            if named.len() < 5 {
-                named.push(format!(
-                    "frame {} (writer {} #{}, epoch {}) {}",
-                    a.seq,
-                    a.writer,
-                    a.n,
-                    EpochName(a.epoch),
-                    match frames.get(&a.seq) {
-                        None => "is not there".to_owned(),
-                        Some(f) => format!("holds {:?}", String::from_utf8_lossy(&f.meta)),
-                    }
-                ));
-            }
-        }
-    }
-    Ok((lost, named))
 }
 
 async fn pstatus(metrics: SocketAddr) -> Option<Status> {
