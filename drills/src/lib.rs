@@ -1,6 +1,8 @@
 //! Drills: named runs that break real processes, disks and links on purpose
 //! and check, with numbers, that nothing acknowledged is lost.
 //!
+//! - [`auto_failover`]: the automatic-failover drill's acknowledgements
+//!   and its checks;
 //! - [`content`]: the frames a drill writes, checkable from their names;
 //! - [`daemons`]: the real binaries as host processes, their logs and data
 //!   directories as a checker reads them;
@@ -12,6 +14,7 @@
 //! - [`pair`], [`pair_check`]: the pair power-cut drill's frames, and the
 //!   check of one state with the real daemons.
 
+pub mod auto_failover;
 pub mod content;
 pub mod daemons;
 pub mod dmlog;

@@ -54,6 +54,25 @@ pub struct LeaseGate {
     lost: watch::Sender<bool>,
 }
 
+/// A drill's negative control only (feature `drill-sabotage`, and
+/// `TWINLOG_DRILL_SABOTAGE=no-self-fence` in the environment): a lease
+/// that ran out on this box's clock still lets acknowledgements leave, so
+/// a primary cut off from etcd serves on past the moment its twin may
+/// take over. Only etcd saying the lease is gone stops it.
+#[cfg(feature = "drill-sabotage")]
+fn no_self_fence() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "no-self-fence");
+        if on {
+            tracing::error!(
+                "drill sabotage: this primary does not fence itself when its lease runs out"
+            );
+        }
+        on
+    })
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -106,7 +125,12 @@ impl LeaseGate {
 
     /// Whether an acknowledgement may leave now.
     pub fn may_acknowledge(&self) -> Result<(), LeaseRefusal> {
-        lock(&self.lease).may_acknowledge(clock::now().at)
+        let judged = lock(&self.lease).may_acknowledge(clock::now().at);
+        #[cfg(feature = "drill-sabotage")]
+        if no_self_fence() && matches!(judged, Err(LeaseRefusal::Expired { .. })) {
+            return Ok(());
+        }
+        judged
     }
 
     /// Becomes true when etcd says the lease is gone.
