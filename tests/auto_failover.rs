@@ -432,9 +432,13 @@ async fn a_primary_cut_off_fences_itself_before_the_new_primary_acknowledges() {
 
     // A writer on A (its own link stays up), `local` so no wait on the
     // cut twin: every acknowledgement's arrival, on this clock.
+    // It ends at A's refusal, or when told: a primary that does not fence
+    // itself (the negative control) would keep it going for ever.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = stop.clone();
     let writer = tokio::spawn(async move {
         let mut arrivals = Vec::new();
-        loop {
+        while !told.load(std::sync::atomic::Ordering::SeqCst) {
             match ca.append(KIND, b"", b"cut off", Durability::Local).await {
                 Ok((seq, _)) => arrivals.push((seq, Instant::now())),
                 Err(ClientError::Api(ApiError::NoLease { .. })) => {
@@ -443,6 +447,7 @@ async fn a_primary_cut_off_fences_itself_before_the_new_primary_acknowledges() {
                 Err(e) => panic!("A refused otherwise: {e}"),
             }
         }
+        (arrivals, Instant::now())
     });
     let (to_etcd, to_a) = (
         pair.a_to_etcd.clone().expect("relay"),
@@ -460,7 +465,17 @@ async fn a_primary_cut_off_fences_itself_before_the_new_primary_acknowledges() {
             .map(|(seq, _)| (seq, Instant::now()))
     })
     .await;
-    let (a_acks, a_fenced_at) = writer.await.expect("the writer on A");
+    // A fenced itself before B's first answer, so its writer has ended
+    // or ends at its next answer; else it is stopped a moment later, and
+    // its acknowledgements after B's first say so below.
+    let mut writer = writer;
+    let ended = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (a_acks, a_fenced_at) = match ended {
+        Ok(done) => done,
+        Err(_) => writer.await,
+    }
+    .expect("the writer on A");
     let a_last = a_acks.last().map(|(_, at)| *at).unwrap_or(cut);
     assert!(
         a_last < b_acked_at,
