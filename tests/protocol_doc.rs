@@ -330,13 +330,7 @@ fn documented_client_indices_are_the_encoder_s() {
                 mib_per_s: 0,
             },
         ),
-        (
-            "Seen",
-            Request::Seen {
-                epoch: 1,
-                req: Box::new(Request::Status),
-            },
-        ),
+        ("Seen", Request::seen(1, &Request::Status)),
     ];
     for (name, r) in requests {
         assert_eq!(

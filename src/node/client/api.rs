@@ -43,10 +43,11 @@ impl std::fmt::Display for ClientRole {
 }
 
 impl Request {
-    /// The least role that may make this request.
+    /// The least role that may make this request (of a `Seen`, once
+    /// split: [`Request::split_seen`]).
     pub fn needs(&self) -> ClientRole {
         match self {
-            Request::Seen { req, .. } => req.needs(),
+            Request::Seen { .. } => ClientRole::Read,
             Request::Read { .. }
             | Request::Status
             | Request::Tail { .. }
@@ -83,7 +84,7 @@ impl Request {
     /// that appends no frame.
     pub fn durability(&self) -> Option<Durability> {
         match self {
-            Request::Seen { req, .. } => req.durability(),
+            Request::Seen { .. } => None,
             Request::Append { durability, .. }
             | Request::CreateRepo { durability, .. }
             | Request::Push { durability, .. }
@@ -104,20 +105,32 @@ impl Request {
     /// `Seen` is a bad request.
     pub fn split_seen(self) -> Result<(Option<u64>, Request), ApiError> {
         match self {
-            Request::Seen { epoch, req } => match *req {
-                Request::Seen { .. } => Err(ApiError::BadRequest(
+            Request::Seen { epoch, req } => match postcard::from_bytes::<Request>(&req) {
+                Ok(Request::Seen { .. }) => Err(ApiError::BadRequest(
                     "a Seen request inside a Seen request".into(),
                 )),
-                req => Ok((Some(epoch), req)),
+                Ok(inner) => Ok((Some(epoch), inner)),
+                Err(e) => Err(ApiError::BadRequest(format!(
+                    "the request inside a Seen request did not decode: {e}"
+                ))),
             },
             req => Ok((None, req)),
+        }
+    }
+
+    /// `req` sent by a client that has seen epoch `epoch`.
+    pub fn seen(epoch: u64, req: &Request) -> Request {
+        Request::Seen {
+            epoch,
+            // Encoding an in-memory request into a Vec cannot fail.
+            req: postcard::to_allocvec(req).unwrap_or_default(),
         }
     }
 
     /// The bytes that follow the request on its stream.
     pub fn body_len(&self) -> u64 {
         match self {
-            Request::Seen { req, .. } => req.body_len(),
+            Request::Seen { .. } => 0,
             Request::Append { blob_len: len, .. }
             | Request::Push { pack_len: len, .. }
             | Request::LfsPut { len, .. }
@@ -267,10 +280,13 @@ pub enum Request {
         /// The pace each box digests at (0: the default).
         mib_per_s: u32,
     },
-    /// `req`, from a client that has seen epoch `epoch`: a primary of an
-    /// older epoch refuses it (`NotPrimary` when it knows the newer
-    /// primary, else `StaleEpoch`) and does nothing. Not nested.
-    Seen { epoch: u64, req: Box<Request> },
+    /// The request whose postcard bytes are `req`, from a client that has
+    /// seen epoch `epoch`: a primary of an older epoch refuses it
+    /// (`NotPrimary` when it knows the newer primary, else `StaleEpoch`)
+    /// and does nothing. Bytes, not a nested `Request`, so that decoding
+    /// never recurses: one request may not wrap another, and a `Seen`
+    /// inside is refused. Build it with [`Request::seen`].
+    Seen { epoch: u64, req: Vec<u8> },
 }
 
 /// An append's id, so that it is written at most once however often it is
@@ -696,5 +712,46 @@ mod tests {
         let by_ref = crate::repl::msg::encode(&PipedRef { id: 77, req: &req });
         let owned = crate::repl::msg::encode(&Piped { id: 77, req });
         assert_eq!(by_ref, owned);
+    }
+}
+
+#[cfg(test)]
+mod seen_tests {
+    use super::*;
+
+    /// A hostile client's `Seen` nested as deep as a control message
+    /// allows: two bytes a level. Decoding it must not recurse once per
+    /// level until the stack runs out.
+    #[test]
+    fn a_seen_nested_a_hundred_thousand_deep_decodes_without_recursing() {
+        // Seen's index as postcard writes it, epoch 1, then a length: two
+        // or three bytes a level, were each level decoded inside the last.
+        let seen = postcard::to_allocvec(&Request::seen(1, &Request::Status)).expect("encode");
+        let mut body = seen[..2].repeat(100_000);
+        body.push(2); // Status
+                      // Whatever these bytes decode to, they decode in one level: with
+                      // `req: Box<Request>` this overflowed the stack, and a primary
+                      // decoding it would have aborted.
+        if let Ok(r) = postcard::from_bytes::<Request>(&body) {
+            if let Ok((_, inner)) = r.split_seen() {
+                assert!(!matches!(inner, Request::Seen { .. }));
+            }
+        }
+    }
+
+    #[test]
+    fn a_seen_request_splits_into_its_epoch_and_request_once() {
+        let inner = Request::Read { seq: 7 };
+        assert_eq!(
+            Request::seen(3, &inner).split_seen(),
+            Ok((Some(3), inner.clone()))
+        );
+        let twice = Request::seen(4, &Request::seen(3, &inner));
+        assert!(matches!(twice.split_seen(), Err(ApiError::BadRequest(_))));
+        let garbled = Request::Seen {
+            epoch: 1,
+            req: vec![0xff; 3],
+        };
+        assert!(matches!(garbled.split_seen(), Err(ApiError::BadRequest(_))));
     }
 }

@@ -200,16 +200,16 @@ impl Following {
                         seq,
                         after: *after.get_or_insert(cur.after.load(Ordering::SeqCst)),
                     };
-                    let req = Request::Seen {
-                        epoch: self.seen_epoch(),
-                        req: Box::new(Request::Append {
+                    let req = Request::seen(
+                        self.seen_epoch(),
+                        &Request::Append {
                             kind,
                             meta: meta.to_vec(),
                             blob_len: blob.len() as u64,
                             durability,
                             once: Some(once),
-                        }),
-                    };
+                        },
+                    );
                     match cur.client.append_with(req, blob).await {
                         Ok(appended) => {
                             cur.after.fetch_max(appended.seq, Ordering::SeqCst);

@@ -259,10 +259,15 @@ async fn read_pipeline(
             ));
         }
         // A request from a client that has seen a newer epoch is refused
-        // as one this pipeline does not take: its body is dropped.
+        // as one this pipeline does not take: its body is dropped. One
+        // whose inner request does not decode announces no body length:
+        // the framing is lost, and the pipeline ends.
         let (req, seen_refused) = match req.split_seen() {
             Ok((seen, req)) => (req, primary.seen_refusal(seen)),
-            Err(why) => (Request::Status, Some(why)),
+            Err(why) => {
+                primary.refusals.note(Cut::Undecodable.name());
+                break Some(why);
+            }
         };
         let len = req.body_len();
         let role = caller.holder.role;

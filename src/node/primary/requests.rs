@@ -488,16 +488,19 @@ impl Primary {
         let blob_len = body.expected();
         let written = self
             .staged(caller, "an append's blob", body, move |pieces| {
-                let mut ids = ids.lock().unwrap_or_else(|e| e.into_inner());
-                let (kind, meta) = match &once {
-                    None => (kind, meta),
-                    Some(o) => match ids.find(o)? {
+                // Only an append sent once takes the ids' lock.
+                let mut ids = once
+                    .as_ref()
+                    .map(|_| ids.lock().unwrap_or_else(|e| e.into_inner()));
+                let (kind, meta) = match (&once, ids.as_deref()) {
+                    (Some(o), Some(table)) => match table.find(o)? {
                         once::Found::Written(seq) => return Ok(Streamed::Repeat(seq)),
                         once::Found::New => (
                             crate::log::Kind::Once.as_u16(),
                             crate::log::once::wrap(kind, o.id(), &meta),
                         ),
                     },
+                    _ => (kind, meta),
                 };
                 let mut p = log.begin(None, kind, &meta, blob_len).map_err(refused)?;
                 for piece in pieces {
@@ -505,8 +508,8 @@ impl Primary {
                 }
                 // A short body makes commit refuse with BlobLength.
                 let seq = p.commit().map_err(refused)?;
-                if let Some(o) = &once {
-                    ids.record(o.id(), seq);
+                if let (Some(o), Some(table)) = (&once, ids.as_deref_mut()) {
+                    table.record(o.id(), seq);
                 }
                 let bytes =
                     crate::log::format::FRAME_HEADER_LEN as u64 + meta.len() as u64 + blob_len;
