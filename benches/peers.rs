@@ -16,7 +16,7 @@
 //! standby. Its cases:
 //!
 //! - `pg_on_128b_c{1,8,64}`: transactions of one 128-byte row insert;
-//! - `pg_local_128b_c8`: the same at `synchronous_commit = local`;
+//! - `pg_local_128b_c{1,8}`: the same at `synchronous_commit = local`;
 //! - `pg_on_1mib_c4`: 1 MiB rows (TOAST storage `EXTERNAL`, so nothing is
 //!   compressed), 4 clients, in MiB/s;
 //! - `pg_basebackup`: a fresh copy of a cluster holding `restore_mib` of
@@ -33,7 +33,8 @@
 //! - `restore_2gib`: a fresh box restored from a twin's 2 GiB log.
 //!
 //! Every line reports the CPU the whole machine spent per append (or per
-//! MiB), so a missed target says what bound it.
+//! MiB), so a missed target says what bound it; the small appends add
+//! `switches_per_append`, both daemons' context switches per append.
 
 #[path = "shared/repl_cases.rs"]
 mod cases;
@@ -171,6 +172,7 @@ fn run_postgres(p: &Programs, root: &Path, sizes: &Sizes) -> PeerCases {
         let suffix = if tls { "_tls" } else { "" };
         syncfs(root);
         for (name, clients, local) in [
+            ("pg_local_128b_c1", 1, true),
             ("pg_on_128b_c1", 1, false),
             ("pg_on_128b_c8", 8, false),
             ("pg_on_128b_c64", 64, false),
@@ -230,7 +232,7 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
             Durability::Local,
             1,
             "pg_local_128b_c1",
-            0.0,
+            1.5,
         ),
         ("twin_128b_c1", Durability::Twin, 1, "pg_on_128b_c1", 2.0),
         ("twin_128b_c8", Durability::Twin, 8, "pg_on_128b_c8", 2.0),
@@ -257,11 +259,13 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
             .num(
                 "cpu_us_per_append",
                 usage.machine_cpu_secs() / appends as f64 * 1e6,
+            )
+            .num(
+                "switches_per_append",
+                usage.daemon_switches() as f64 / appends.max(1) as f64,
             );
         if name == "local_128b_c1" {
             local_c1 = rate;
-            line.print();
-            continue;
         }
         if name == "twin_128b_c1" {
             line = line

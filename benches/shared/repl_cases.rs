@@ -126,7 +126,13 @@ pub(crate) fn daemon_main(role: &str, config: &Path) {
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     daemon::allocator::tune();
     daemon::init_tracing(false);
-    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    // `TWINLOG_BENCH_RT=pool` runs the daemons on a pool of workers, to
+    // compare with the one thread they run on.
+    let rt = match std::env::var("TWINLOG_BENCH_RT").as_deref() {
+        Ok("pool") => tokio::runtime::Runtime::new(),
+        _ => daemon::runtime::for_command(true),
+    }
+    .expect("a tokio runtime");
     let (primary, config) = (role == "primary", config.to_owned());
     let ran = daemon::runtime::block_on_workers(&rt, async move {
         let shutdown = daemon::shutdown_on_signals()?;
@@ -342,6 +348,11 @@ impl Usage {
     /// Core-seconds the whole machine was busy.
     pub(crate) fn machine_cpu_secs(&self) -> f64 {
         self.cpu[3]
+    }
+
+    /// Context switches of both daemons' threads, voluntary and not.
+    pub(crate) fn daemon_switches(&self) -> u64 {
+        self.switches[0] + self.switches[1]
     }
 
     pub(crate) fn add(&mut self, other: &Usage) {
@@ -1209,7 +1220,7 @@ impl Bench {
             )
             .num(
                 "switches_per_append",
-                (t.usage.switches[0] + t.usage.switches[1]) as f64 / t.appends.max(1) as f64,
+                t.usage.daemon_switches() as f64 / t.appends.max(1) as f64,
             )
             .usage(&t.usage)
     }

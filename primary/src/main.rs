@@ -880,7 +880,8 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
 fn main() -> ExitCode {
     twinlog::daemon::allocator::tune();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let serves = matches!(cli.cmd, Cmd::Serve { .. });
+    let runtime = match twinlog::daemon::runtime::for_command(serves) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("primary: no async runtime: {e}");

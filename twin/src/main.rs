@@ -300,7 +300,8 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
 fn main() -> ExitCode {
     twinlog::daemon::allocator::tune();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let serves = matches!(cli.cmd, Cmd::Serve { .. });
+    let runtime = match twinlog::daemon::runtime::for_command(serves) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("twin: no async runtime: {e}");
