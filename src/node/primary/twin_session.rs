@@ -337,8 +337,11 @@ pub(super) fn send_blocking<T>(tx: &mpsc::Sender<T>, item: T) -> Result<(), LogE
         .map_err(|_| LogError::Io(std::io::Error::other("the receiver went away")))
 }
 
-/// Frames `from..=through` of each range, in order, as their stored bytes:
-/// a blocking reader hands pieces over a bounded channel to the stream, so
+/// Frames `from..=through` of each range, in order, as the stream carries
+/// them. A frame in hand (a small append's group, shipped before its sync)
+/// goes from the group's own buffer, on this task: no copy and no other
+/// thread. What is not in hand (a catch-up, a blob past 1 MiB) is read from
+/// the log by a blocking task that hands pieces over a bounded channel, so
 /// memory is a few pieces whatever a blob's size.
 pub(super) async fn ship_frames(
     log: Arc<Log>,
@@ -346,35 +349,80 @@ pub(super) async fn ship_frames(
     mut send: SendStream,
     mut ranges: mpsc::UnboundedReceiver<(u64, u64)>,
 ) -> Result<(), NetError> {
-    let (tx, mut pieces) = mpsc::channel::<bytes::Bytes>(4);
-    let reader = tokio::task::spawn_blocking(move || -> Result<(), LogError> {
-        // Frames are gathered into buffers of about a piece, so a run of
-        // small frames costs one stream write per piece, not two per frame.
-        let mut buf = Vec::with_capacity(PIECE);
-        let flush = |buf: &mut Vec<u8>| -> Result<(), LogError> {
-            if buf.is_empty() {
-                return Ok(());
-            }
-            let out = std::mem::replace(buf, Vec::with_capacity(PIECE));
-            send_blocking(&tx, bytes::Bytes::from(out))
-        };
-        while let Some((from, through)) = ranges.blocking_recv() {
-            for seq in from..=through {
-                crate::repl::in_hand::ship_frame(&log, &in_hand, seq, PIECE, |bytes| {
-                    buf.extend_from_slice(bytes);
-                    if buf.len() >= PIECE {
-                        flush(&mut buf)?;
+    // In-hand frames gathered for one write, and their bytes.
+    let mut gathered: Vec<bytes::Bytes> = Vec::new();
+    let mut gathered_bytes = 0;
+    while let Some((from, through)) = ranges.recv().await {
+        let mut seq = from;
+        while seq <= through {
+            match in_hand.get(seq) {
+                Some(frame) => {
+                    gathered_bytes += frame.len();
+                    gathered.push(frame);
+                    seq += 1;
+                    if gathered_bytes >= PIECE {
+                        write_gathered(&mut send, &mut gathered).await?;
+                        gathered_bytes = 0;
                     }
-                    Ok::<(), LogError>(())
-                })?;
-            }
-            // Nothing more queued: what is gathered goes now, not after the
-            // next append.
-            if ranges.is_empty() {
-                flush(&mut buf)?;
+                }
+                None => {
+                    write_gathered(&mut send, &mut gathered).await?;
+                    gathered_bytes = 0;
+                    // The rest of the range from the log (a frame further
+                    // on still in hand is taken from there).
+                    ship_from_log(&log, &in_hand, &mut send, seq, through).await?;
+                    seq = through + 1;
+                }
             }
         }
-        flush(&mut buf)
+        // Nothing more queued: what is gathered goes now, not after the
+        // next append.
+        if ranges.is_empty() {
+            write_gathered(&mut send, &mut gathered).await?;
+            gathered_bytes = 0;
+        }
+    }
+    write_gathered(&mut send, &mut gathered).await
+}
+
+async fn write_gathered(
+    send: &mut SendStream,
+    gathered: &mut Vec<bytes::Bytes>,
+) -> Result<(), NetError> {
+    if !gathered.is_empty() {
+        send.write_all_chunks(gathered).await?;
+        gathered.clear();
+    }
+    Ok(())
+}
+
+/// Frames `from..=through` read on a blocking task, in pieces of about
+/// [`PIECE`]: a run of small frames costs one stream write per piece.
+async fn ship_from_log(
+    log: &Arc<Log>,
+    in_hand: &Arc<crate::repl::in_hand::InHand>,
+    send: &mut SendStream,
+    from: u64,
+    through: u64,
+) -> Result<(), NetError> {
+    let (tx, mut pieces) = mpsc::channel::<bytes::Bytes>(4);
+    let (log, in_hand) = (log.clone(), in_hand.clone());
+    let reader = tokio::task::spawn_blocking(move || -> Result<(), LogError> {
+        let mut buf = Vec::with_capacity(PIECE);
+        for seq in from..=through {
+            crate::repl::in_hand::ship_frame(&log, &in_hand, seq, PIECE, |bytes| {
+                buf.extend_from_slice(bytes);
+                if buf.len() >= PIECE {
+                    let out = std::mem::replace(&mut buf, Vec::with_capacity(PIECE));
+                    send_blocking(&tx, bytes::Bytes::from(out))?;
+                }
+                Ok::<(), LogError>(())
+            })?;
+        }
+        if !buf.is_empty() {
+            send_blocking(&tx, bytes::Bytes::from(buf))?;
+        }
+        Ok(())
     });
     while let Some(bytes) = pieces.recv().await {
         send.write_chunk(bytes).await?;

@@ -386,12 +386,21 @@ impl<'t> Session<'t> {
     fn handle_written(&mut self, done: Written) {
         match done {
             Written::Committed(seq) => self.core.handle_committed(seq),
-            Written::Synced(head) => {
-                self.core.handle_synced(head);
-                self.twin.durable.send_replace(head);
+            Written::Synced(head) => self.synced(head),
+            Written::CommittedSynced { committed, synced } => {
+                self.core.handle_committed(committed);
+                match synced {
+                    Ok(head) => self.synced(head),
+                    Err(e) => self.core.handle_commit_failed(&e),
+                }
             }
             Written::Failed(e) => self.core.handle_commit_failed(&e),
         }
+    }
+
+    fn synced(&mut self, head: u64) {
+        self.core.handle_synced(head);
+        self.twin.durable.send_replace(head);
     }
 
     /// End the session: the writer finishes and its last sync is

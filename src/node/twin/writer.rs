@@ -14,6 +14,12 @@ use crate::repl::{Refusal, TwinCore};
 pub(super) enum Written {
     Committed(u64),
     Synced(u64),
+    /// A batch committed through `committed` and the sync that followed at
+    /// once, in one report: one wake of the session, not two.
+    CommittedSynced {
+        committed: u64,
+        synced: Result<u64, LogError>,
+    },
     Failed(LogError),
 }
 
@@ -67,6 +73,14 @@ pub(super) fn write_frames(
         // One `Committed` per batch, for its last frame: the session wakes
         // once per chunk, not once per frame.
         let applied = applier.apply(batch);
+        if let (Some(committed), None, true) = (applied.committed, &applied.failed, rx.is_empty()) {
+            // Caught up: the sync comes now, and its report carries the
+            // commit.
+            if let Some(synced) = applier.sync_if_caught_up() {
+                let _ = out.send(Written::CommittedSynced { committed, synced });
+                continue;
+            }
+        }
         if let Some(seq) = applied.committed {
             let _ = out.send(Written::Committed(seq));
         }
