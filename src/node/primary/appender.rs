@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::once::{AppendIds, Found};
 use super::pool::ClientPool;
+use super::twin_answers::TwinAnswers;
 use super::ApiError;
 use bytes::Bytes;
 
@@ -29,13 +30,19 @@ use crate::repl::in_hand::InHand;
 /// this is also the most a twin can hold that a crash here loses.
 const GROUP_MAX: usize = crate::repl::MAX_SHIPPED_UNSYNCED as usize;
 
+/// Where a small append's answer goes: its seq, or why it was refused.
+type Answer = oneshot::Sender<Result<u64, ApiError>>;
+
 /// One small append.
 struct Job {
     kind: u16,
     meta: Vec<u8>,
     blob: Vec<u8>,
     once: Option<AppendOnce>,
-    done: oneshot::Sender<Result<u64, ApiError>>,
+    /// Answered once the twin has it too: durable here, it may wait for
+    /// the twin session's next turn (`TwinAnswers`).
+    for_twin: bool,
+    done: Answer,
 }
 
 /// The queue to the appender thread. Dropping it ends the thread and waits
@@ -59,12 +66,15 @@ struct Steps {
     /// The group's frames as shipped, and each one's end in it.
     wire: Vec<u8>,
     ends: Vec<(u64, usize)>,
-    staged: Vec<(u64, oneshot::Sender<Result<u64, ApiError>>)>,
+    /// Each staged frame's seq, whether it waits for the twin, and its
+    /// answer.
+    staged: Vec<(u64, bool, Answer)>,
+    twin_answers: Arc<TwinAnswers>,
     /// The ids of frames appended once, checked and recorded as each is
     /// staged.
     ids: Arc<std::sync::Mutex<AppendIds>>,
     /// Appends sent once whose frame is in the log already, at this seq.
-    repeats: Vec<(u64, oneshot::Sender<Result<u64, ApiError>>)>,
+    repeats: Vec<(u64, Answer)>,
 }
 
 impl Appender {
@@ -77,6 +87,7 @@ impl Appender {
         log: Arc<Log>,
         in_hand: Arc<InHand>,
         ids: Arc<std::sync::Mutex<AppendIds>>,
+        twin_answers: Arc<TwinAnswers>,
         shipped: impl Fn(u64, u64) + Send + 'static,
         durable: impl Fn(u64) + Send + 'static,
     ) -> Appender {
@@ -88,6 +99,7 @@ impl Appender {
             wire: Vec::new(),
             ends: Vec::new(),
             staged: Vec::new(),
+            twin_answers,
             ids,
             repeats: Vec::new(),
         };
@@ -124,7 +136,9 @@ impl Appender {
 
     /// Append one frame; durable when this answers. With `once`, an
     /// append whose frame is in the log already is answered with its
-    /// sequence once that is durable, and nothing is written.
+    /// sequence once that is durable, and nothing is written. One that
+    /// waits `for_twin` next may be answered a little later, at the twin
+    /// session's next turn.
     pub(super) async fn append(
         &self,
         pool: &ClientPool,
@@ -132,6 +146,7 @@ impl Appender {
         meta: Vec<u8>,
         blob: Vec<u8>,
         once: Option<AppendOnce>,
+        for_twin: bool,
     ) -> Result<u64, ApiError> {
         let (done, answer) = oneshot::channel();
         let stopped = || {
@@ -144,6 +159,7 @@ impl Appender {
             meta,
             blob,
             once,
+            for_twin,
             done,
         };
         if let Some(inline) = &self.inline {
@@ -228,7 +244,7 @@ impl Steps {
                     self.wire.extend_from_slice(&meta);
                     self.wire.extend_from_slice(&job.blob);
                     self.ends.push((seq, self.wire.len()));
-                    self.staged.push((seq, job.done));
+                    self.staged.push((seq, job.for_twin, job.done));
                 }
                 Err(e) => {
                     let _ = job.done.send(Err(ApiError::Refused(e.into())));
@@ -236,7 +252,7 @@ impl Steps {
             }
         }
         drop(ids);
-        if let Some(&(last, _)) = self.staged.last() {
+        if let Some(&(last, _, _)) = self.staged.last() {
             // Shipped while the local sync runs.
             let all = Bytes::from(std::mem::take(&mut self.wire));
             let mut start = 0;
@@ -251,13 +267,18 @@ impl Steps {
             match synced {
                 Ok(()) => {
                     (self.durable)(last);
-                    for (seq, done) in self.staged.drain(..) {
-                        let _ = done.send(Ok(seq));
+                    for (seq, for_twin, done) in self.staged.drain(..) {
+                        match for_twin {
+                            true => self.twin_answers.durable_here(seq, done),
+                            false => {
+                                let _ = done.send(Ok(seq));
+                            }
+                        }
                     }
                 }
                 Err(e) => {
                     let why = WriteRefusal::from(e);
-                    for (_, done) in self.staged.drain(..) {
+                    for (_, _, done) in self.staged.drain(..) {
                         let _ = done.send(Err(ApiError::Refused(why.clone())));
                     }
                 }
@@ -299,6 +320,7 @@ mod tests {
             log.clone(),
             Default::default(),
             no_ids(&log),
+            Default::default(),
             |_, _| {},
             |_| {},
         ));
@@ -322,6 +344,7 @@ mod tests {
                             b"m".to_vec(),
                             blob,
                             Some(id),
+                            false,
                         )
                         .await
                         .expect("appended");
@@ -370,6 +393,7 @@ mod tests {
                 log.clone(),
                 in_hand.clone(),
                 no_ids(&log),
+                Default::default(),
                 move |seq, bytes| {
                     // In hand, readable by a shipper, before the sync.
                     let frame = hand.get(seq).expect("in hand");
@@ -387,8 +411,15 @@ mod tests {
             .map(|i| {
                 let a = appender.clone();
                 tokio::spawn(async move {
-                    a.append(&ClientPool::default(), 1000, vec![i], vec![i; 100], None)
-                        .await
+                    a.append(
+                        &ClientPool::default(),
+                        1000,
+                        vec![i],
+                        vec![i; 100],
+                        None,
+                        false,
+                    )
+                    .await
                 })
             })
             .collect();
@@ -423,19 +454,22 @@ mod tests {
             log.clone(),
             Default::default(),
             no_ids(&log),
+            Default::default(),
             |_, _| {},
             |_| {},
         );
         let pool = ClientPool::default();
         // Kind 0 is no kind.
-        let refused = appender.append(&pool, 0, vec![], vec![1], None).await;
+        let refused = appender
+            .append(&pool, 0, vec![], vec![1], None, false)
+            .await;
         assert_eq!(
             refused,
             Err(ApiError::Refused(WriteRefusal::InvalidKind { kind: 0 }))
         );
         assert_eq!(
             appender
-                .append(&pool, 1000, vec![], vec![1], None)
+                .append(&pool, 1000, vec![], vec![1], None, false)
                 .await
                 .expect("appended"),
             1
@@ -443,6 +477,45 @@ mod tests {
         // Gone with its queue: the log is this test's alone again.
         drop(appender);
         assert_eq!(Arc::strong_count(&log), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_twin_append_durable_here_waits_for_the_twin_session_s_next_turn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Arc::new(Log::open(dir.path()).expect("open"));
+        let answers = Arc::new(TwinAnswers::default());
+        answers.turn(0, true);
+        let appender = Arc::new(Appender::start(
+            log.clone(),
+            Default::default(),
+            no_ids(&log),
+            answers.clone(),
+            |_, _| {},
+            |_| {},
+        ));
+        let pool = ClientPool::default();
+        // A `local` one is answered once durable, whatever the session.
+        let local = appender.append(&pool, 1000, vec![], vec![1], None, false);
+        assert_eq!(local.await.expect("appended"), 1);
+        let a = appender.clone();
+        let twin = tokio::spawn(async move {
+            a.append(&ClientPool::default(), 1000, vec![], vec![2], None, true)
+                .await
+        });
+        // Durable here, and parked.
+        let mut parked = false;
+        for _ in 0..1000 {
+            if answers.waiting() == 1 {
+                parked = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(parked, "the twin append was parked");
+        assert!(log.head_seq() >= 2, "durable before it was parked");
+        assert!(!twin.is_finished(), "answered before the session's turn");
+        answers.turn(0, true);
+        assert_eq!(twin.await.expect("task").expect("appended"), 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,6 +537,7 @@ mod tests {
             wire: Vec::new(),
             ends: Vec::new(),
             staged: Vec::new(),
+            twin_answers: Default::default(),
             ids: no_ids(&log),
             repeats: Vec::new(),
         };
@@ -476,7 +550,9 @@ mod tests {
         let tasks: Vec<_> = (0..16u8)
             .map(|i| {
                 let (a, pool) = (appender.clone(), pool.clone());
-                tokio::spawn(async move { a.append(&pool, 1000, vec![], vec![i], None).await })
+                tokio::spawn(
+                    async move { a.append(&pool, 1000, vec![], vec![i], None, false).await },
+                )
             })
             .collect();
         for t in tasks {

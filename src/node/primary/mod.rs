@@ -50,6 +50,7 @@ mod shares;
 mod stage;
 mod store_requests;
 mod switchover;
+mod twin_answers;
 mod twin_seat;
 mod twin_session;
 mod verify;
@@ -197,6 +198,9 @@ pub struct Primary {
     /// The one path of small appends: a thread they queue to (when it
     /// could not start, the same steps on a blocking task per append).
     appender: appender::Appender,
+    /// `twin` appends durable here, parked until the twin session's next
+    /// turn.
+    twin_answers: Arc<twin_answers::TwinAnswers>,
     /// The ids of frames appended once, read from the log at the start
     /// of this life.
     ids: Arc<Mutex<once::AppendIds>>,
@@ -310,12 +314,14 @@ impl Primary {
         let durable = watch::channel(head_seq).0;
         let in_hand = Arc::new(crate::repl::in_hand::InHand::default());
         let ids = Arc::new(Mutex::new(Self::read_ids(&log)));
+        let twin_answers = Arc::new(twin_answers::TwinAnswers::default());
         let appender = {
             let (head, durable) = (head.clone(), durable.clone());
             appender::Appender::start(
                 log.clone(),
                 in_hand.clone(),
                 ids.clone(),
+                twin_answers.clone(),
                 move |seq, bytes| publish(&head, seq, bytes),
                 move |seq| {
                     durable.send_if_modified(|d| std::mem::replace(d, seq.max(*d)) < seq);
@@ -357,6 +363,7 @@ impl Primary {
             twin_seat: Default::default(),
             ids,
             appender,
+            twin_answers,
             in_hand,
             predecessor: Default::default(),
             twin_streams: watch::channel(false).0,

@@ -417,7 +417,14 @@ impl Primary {
         // The appender published the frame with its group, before its sync.
         match self
             .appender
-            .append(&self.pool, kind, meta, blob, once)
+            .append(
+                &self.pool,
+                kind,
+                meta,
+                blob,
+                once,
+                durability == Durability::Twin && self.twin_configured,
+            )
             .await
         {
             Ok(seq) => self.answer(seq, durability).await,

@@ -16,6 +16,7 @@ impl Primary {
         self: Arc<Self>,
         conn: &Connection,
     ) -> Result<String, NetError> {
+        let _parks = self.twin_answers.session();
         // A twin that connects and stays silent is given the idle timeout,
         // like any silent peer.
         let silent = self.cfg.timers.idle_timeout;
@@ -209,6 +210,10 @@ impl Primary {
                 s.lag_frames = st.lag_frames;
                 s.lag_bytes = st.lag_bytes;
                 s.lag_ms = st.lag.as_millis() as u64;
+                drop(s);
+                // Whatever woke this turn, the appends parked since go back
+                // to their requests, which find the twin's answer here.
+                self.twin_answers.turn(*self.acked.borrow(), streaming);
             }
             let deadline = crate::node::clock::wake_at(core.poll_timeout());
             tokio::select! {
