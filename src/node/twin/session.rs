@@ -41,8 +41,8 @@ struct Session<'t> {
     ctl_send: quinn::SendStream,
     core: TwinCore,
     msgs: mpsc::Receiver<Result<PrimaryMsg, NetError>>,
-    chunks_tx: mpsc::Sender<Result<bytes::Bytes, NetError>>,
-    chunks: mpsc::Receiver<Result<bytes::Bytes, NetError>>,
+    chunks_tx: mpsc::Sender<Result<Vec<bytes::Bytes>, NetError>>,
+    chunks: mpsc::Receiver<Result<Vec<bytes::Bytes>, NetError>>,
     frames_task: Option<tokio::task::JoinHandle<()>>,
     streaming_since: Option<tokio::time::Instant>,
     write_tx: mpsc::Sender<Vec<Write>>,
@@ -109,7 +109,7 @@ impl<'t> Session<'t> {
         let core = TwinCore::new(twin.cfg.timers, view, crate::node::clock::now());
         let (msgs_tx, msgs) = mpsc::channel(64);
         tokio::spawn(net::forward_msgs(ctl_recv, msgs_tx));
-        let (chunks_tx, chunks) = mpsc::channel::<Result<bytes::Bytes, NetError>>(8);
+        let (chunks_tx, chunks) = mpsc::channel::<Result<Vec<bytes::Bytes>, NetError>>(8);
         let (write_tx, write_rx) = mpsc::channel::<Vec<Write>>(WRITE_BATCHES);
         let (written_tx, written) = mpsc::unbounded_channel::<Written>();
         let (digest_tx, digested) = mpsc::unbounded_channel::<Digested>();
@@ -351,9 +351,9 @@ impl<'t> Session<'t> {
             },
             chunk = self.chunks.recv() => match chunk {
                 // A refusal is queued in the core and ends the session.
-                Some(Ok(bytes)) => {
-                    self.frame_bytes += bytes.len() as u64;
-                    let _ = writer::feed(&mut self.core, &bytes, &self.write_tx).await;
+                Some(Ok(read)) => {
+                    self.frame_bytes += read.iter().map(|b| b.len() as u64).sum::<u64>();
+                    let _ = writer::feed(&mut self.core, &read, &self.write_tx).await;
                 }
                 Some(Err(e)) => return Some(Err(e)),
                 None => return Some(Ok(Ended::FrameStreamOver)),

@@ -23,21 +23,33 @@ pub(super) enum Written {
     Failed(LogError),
 }
 
-/// Batches of writer commands in flight: one batch per chunk read from the
-/// stream (at most 256 KiB), so at most a few MiB are buffered, whatever the
-/// number of frames in them.
+/// Batches of writer commands in flight: one batch per read from the
+/// stream (at most [`CHUNKS_PER_READ`] chunks of a packet each), so at most
+/// a few MiB are buffered, whatever the number of frames in them.
 pub(super) const WRITE_BATCHES: usize = 16;
+
+/// Chunks taken from the frame stream at a time: whatever has arrived, so
+/// that a stream of large frames wakes the writer once per read, not once
+/// per packet.
+pub(super) const CHUNKS_PER_READ: usize = 32;
 
 /// Decode stream bytes with the core and hand their steps to the writer
 /// as one batch: the writer syncs when it has caught up, so a batch per
-/// chunk lets one sync cover every frame the chunk held.
+/// read lets one sync cover every frame the read held. A refusal stops
+/// the decoding at the chunk that caused it.
 pub(super) async fn feed(
     core: &mut TwinCore,
-    bytes: &bytes::Bytes,
+    chunks: &[bytes::Bytes],
     writer: &mpsc::Sender<Vec<Write>>,
 ) -> Result<(), Refusal> {
     let mut batch = Vec::new();
-    let decoded = apply::decode(core, bytes, &mut batch);
+    let mut decoded = Ok(());
+    for bytes in chunks {
+        decoded = apply::decode(core, bytes, &mut batch);
+        if decoded.is_err() {
+            break;
+        }
+    }
     if !batch.is_empty() {
         let _ = writer.send(batch).await;
     }
@@ -97,10 +109,11 @@ pub(super) fn write_frames(
     }
 }
 
-/// The frame stream's chunks, in order, as they arrive.
+/// The frame stream's chunks, in order, as they arrive: every chunk
+/// arrived, up to [`CHUNKS_PER_READ`], at a time.
 pub(super) async fn read_frames(
     conn: Connection,
-    tx: mpsc::Sender<Result<bytes::Bytes, NetError>>,
+    tx: mpsc::Sender<Result<Vec<bytes::Bytes>, NetError>>,
 ) {
     let mut recv = match conn.accept_uni().await {
         Ok(r) => r,
@@ -109,10 +122,12 @@ pub(super) async fn read_frames(
             return;
         }
     };
+    let mut bufs = vec![bytes::Bytes::new(); CHUNKS_PER_READ];
     loop {
-        match recv.read_chunk(256 * 1024, true).await {
-            Ok(Some(chunk)) => {
-                if tx.send(Ok(chunk.bytes)).await.is_err() {
+        match recv.read_chunks(&mut bufs).await {
+            Ok(Some(n)) => {
+                let read = bufs[..n].iter_mut().map(std::mem::take).collect();
+                if tx.send(Ok(read)).await.is_err() {
                     return;
                 }
             }
