@@ -312,18 +312,24 @@ mod tests {
         Arc::new(Mutex::new(AppendIds::from_past(log.head_seq(), 1024)))
     }
 
+    /// An appender with nothing in hand, no session to park for, and no
+    /// one told of its groups.
+    fn quiet(log: &Arc<Log>) -> Appender {
+        Appender::start(
+            log.clone(),
+            Default::default(),
+            no_ids(log),
+            Default::default(),
+            |_, _| {},
+            |_| {},
+        )
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_append_sent_once_is_one_frame_however_often_and_however_close_it_comes() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let appender = Arc::new(Appender::start(
-            log.clone(),
-            Default::default(),
-            no_ids(&log),
-            Default::default(),
-            |_, _| {},
-            |_| {},
-        ));
+        let appender = Arc::new(quiet(&log));
         let once = |seq| AppendOnce {
             client: [9; 16],
             seq,
@@ -450,14 +456,7 @@ mod tests {
     async fn a_refused_frame_is_answered_by_name_and_the_rest_of_its_group_lands() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = Arc::new(Log::open(dir.path()).expect("open"));
-        let appender = Appender::start(
-            log.clone(),
-            Default::default(),
-            no_ids(&log),
-            Default::default(),
-            |_, _| {},
-            |_| {},
-        );
+        let appender = quiet(&log);
         let pool = ClientPool::default();
         // Kind 0 is no kind.
         let refused = appender
