@@ -11,7 +11,13 @@
 # - systemd-analyze: primary/tests/systemd.rs verifies the shipped units;
 # - mkfs.ext4: tests/full_disk.rs fills a small loop-mounted file system;
 # - etcd (Debian's etcd-server): the failover arbiter the tests start on
-#   loopback (testkit::etcd).
+#   loopback (testkit::etcd);
+# - Garage: the S3-compatible server the archive's tests start on
+#   loopback (testkit::garage). It is not packaged: it is built from
+#   crates.io (AGPL, run as its own process, never linked) into
+#   ~/.cache/twinlog/garage-<version>, once per machine. Unoptimized: on
+#   2 cores that build takes about 4.5 minutes, an optimized one 8, and
+#   the tests move megabytes.
 set -euo pipefail
 
 as_root() {
@@ -34,3 +40,12 @@ if ! python3 -c 'import pyarrow' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore pyarrow
 fi
 
+
+GARAGE_VERSION=2.5.0
+garage_root="${GARAGE_ROOT:-$HOME/.cache/twinlog/garage-$GARAGE_VERSION}"
+if [ -z "${GARAGE_BIN:-}" ] && [ ! -x "$garage_root/bin/garage" ]; then
+  echo "building garage $GARAGE_VERSION into $garage_root (about 5 minutes on 2 cores)" >&2
+  cargo install garage --version "$GARAGE_VERSION" --locked --debug \
+    --no-default-features --features lmdb,bundled-libs \
+    --root "$garage_root" -j2 --quiet
+fi

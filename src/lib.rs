@@ -3,6 +3,7 @@
 //! [`log::Log`] is the segmented transaction log every other part stands on;
 //! [`wal::Wal`] is the small embedding API over the same files.
 
+pub mod archive;
 pub mod clock;
 pub mod daemon;
 pub mod layout;

@@ -1009,6 +1009,16 @@ fn config_seeds() -> Vec<Vec<u8>> {
             auto_rejoin: true,
             advertise: None,
         }),
+        archive: Some(twinlog::daemon::config::ArchiveSection {
+            url: "s3://logs/pair-1".into(),
+            endpoint: Some("http://10.0.0.9:3900".into()),
+            region: "garage".into(),
+            credentials_file: Some("s3.toml".into()),
+            uploader: twinlog::daemon::config::Uploader::Twin,
+            zstd_level: 3,
+            key_file: Some("archive.key".into()),
+            max_mib_per_s: 64,
+        }),
     };
     let twin = TwinConfig {
         data_dir: "/var/lib/twinlog".into(),
@@ -1028,6 +1038,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
         promote_quiet_ms: twinlog::daemon::config::default_promote_quiet_ms(),
         as_primary: Default::default(),
         failover: None,
+        archive: None,
     };
     vec![primary.render().into_bytes(), twin.render().into_bytes()]
 }

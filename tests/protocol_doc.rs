@@ -734,6 +734,7 @@ fn errors_and_refusals_have_their_documented_indices_and_fields() {
             ("Staging", W::Staging { why: s() }),
             ("Stopping", W::Stopping { why: s() }),
             ("Log", W::Log { why: s() }),
+            ("ArchiveNotPast", W::ArchiveNotPast { archived_below: 5 }),
         ],
     );
     check_table(

@@ -10,6 +10,7 @@ use twinlog::daemon::{self, Address, DaemonError, IoAt};
 use twinlog::net::Fingerprint;
 use twinlog::node::Durability;
 
+mod archive_restore;
 mod args;
 mod export;
 mod out;
@@ -217,24 +218,60 @@ enum Cmd {
         #[command(subcommand)]
         cmd: repo::DocCmd,
     },
-    /// Fill this fresh box (after `primary init`) from a twin.
+    /// Fill this fresh box (after `primary init`) from a twin, or from
+    /// the archive.
     ///
-    /// The twin's snapshot when its log does not reach back to 1, then
-    /// every frame. Run again after an interruption, it resumes where it
-    /// stopped.
+    /// From a twin: the twin's snapshot when its log does not reach back
+    /// to 1, then every frame. From the archive (`--from-archive`, when
+    /// both boxes are gone): the archived segments of the newest lineage,
+    /// up to `--until` or `--until-time`, then the store rebuilt from the
+    /// log; the bucket's endpoint, credentials and key come from
+    /// `[archive]` in primary.toml. Run again after an interruption, it
+    /// resumes where it stopped.
     Restore {
         #[command(flatten)]
         config: ConfigArg,
         /// The twin's restore address (`restore_listen` in twin.toml),
         /// HOST:PORT
-        #[arg(long, alias = "from", value_name = "ADDRESS")]
-        twin: Address,
+        #[arg(
+            long,
+            alias = "from",
+            value_name = "ADDRESS",
+            required_unless_present = "from_archive",
+            conflicts_with = "from_archive",
+            requires = "twin_fingerprint"
+        )]
+        twin: Option<Address>,
         /// The twin's certificate fingerprint
         #[arg(long, value_name = "FINGERPRINT")]
-        twin_fingerprint: Fingerprint,
+        twin_fingerprint: Option<Fingerprint>,
+        /// Restore from the archive at this URL (s3://bucket/prefix or
+        /// file:///dir) instead of a twin
+        #[arg(long, value_name = "URL")]
+        from_archive: Option<String>,
+        /// Stop after this frame (with --from-archive)
+        #[arg(
+            long,
+            value_name = "SEQ",
+            requires = "from_archive",
+            conflicts_with = "until_time"
+        )]
+        until: Option<u64>,
+        /// Stop after the last frame archived as durable by this time
+        /// (RFC 3339 UTC, 2026-12-01T10:00:00Z; with --from-archive)
+        #[arg(long, value_name = "TIME", requires = "from_archive")]
+        until_time: Option<String>,
         /// Print what was restored as one JSON line
         #[arg(long)]
         json: bool,
+    },
+    /// Mint an archive key file (64 hex digits, mode 0600) for
+    /// `key_file` in `[archive]`: every archived byte is then encrypted.
+    /// Keep a copy off both boxes: without it nothing restores.
+    ArchiveKey {
+        /// Where to write it; an existing file is never overwritten
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
     },
     /// Turn this stopped, deposed primary into the new primary's twin.
     ///
@@ -647,12 +684,27 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             config,
             twin,
             twin_fingerprint,
+            from_archive,
+            until,
+            until_time,
             json,
         } => {
             daemon::init_tracing(false);
             let cfg = config.load()?;
-            restore::run(&cfg, &twin, twin_fingerprint, json).await?;
+            match (from_archive, twin, twin_fingerprint) {
+                (Some(url), _, _) => {
+                    let until = archive_restore::until(until, until_time.as_deref())?;
+                    archive_restore::run(&cfg, &url, until, json).await?;
+                }
+                (None, Some(twin), Some(fp)) => restore::run(&cfg, &twin, fp, json).await?,
+                _ => {
+                    return Err(DaemonError::Usage(
+                        "restore needs --twin and --twin-fingerprint, or --from-archive".into(),
+                    ))
+                }
+            }
         }
+        Cmd::ArchiveKey { out } => archive_restore::mint_key(&out)?,
         Cmd::Rejoin {
             config,
             primary,

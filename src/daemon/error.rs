@@ -52,6 +52,14 @@ pub enum DaemonError {
     /// (`primary/`, `twin/`) says it; the library's own have names below.
     #[error("{0}")]
     Setup(String),
+    /// `[archive]` does not make an archive (its bucket, credentials or
+    /// key).
+    #[error("archive: {0}")]
+    ArchiveSetup(String),
+    /// The archive refused or failed (a restore from it, a read below the
+    /// floor).
+    #[error(transparent)]
+    Archive(#[from] crate::archive::Error),
     /// Arguments that parse but cannot be used, as a command says it.
     #[error("{0}")]
     Usage(String),
@@ -204,6 +212,7 @@ impl DaemonError {
             | DaemonError::Initialized(_)
             | DaemonError::Address { .. }
             | DaemonError::Setup(_)
+            | DaemonError::ArchiveSetup(_)
             | DaemonError::PrimaryNotPinned
             | DaemonError::BadRestoreExpiry { .. } => exit::CONFIG,
             DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
@@ -216,6 +225,7 @@ impl DaemonError {
             | DaemonError::Request { .. }
             | DaemonError::Running { .. }
             | DaemonError::Failed(_)
+            | DaemonError::Archive(_)
             | DaemonError::NoDaemon { .. }
             | DaemonError::BadStatus { .. }
             | DaemonError::Task { .. }

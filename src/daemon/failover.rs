@@ -275,8 +275,10 @@ fn become_twin(
             promote_quiet_ms: super::config::default_promote_quiet_ms(),
             as_primary: Default::default(),
             failover: None,
+            archive: None,
         });
     twin.failover = cfg.failover.clone();
+    twin.archive = cfg.archive.clone();
     twin.data_dir = cfg.data_dir.clone();
     twin.listen_as_primary = cfg.listen.clone();
     twin.as_primary = AsPrimarySection::of(cfg);

@@ -43,6 +43,8 @@ pub use crate::layout::{
 };
 
 mod arbiter_text;
+mod archive;
+mod archive_text;
 mod check;
 mod error;
 pub mod last_failover;
@@ -55,6 +57,8 @@ mod status_text;
 
 use arbiter_text::{primary_arbiter_metrics, twin_arbiter_metrics};
 pub use arbiter_text::{render_primary_arbiter, render_twin_arbiter};
+use archive_text::archive_metrics;
+pub use archive_text::render_archive;
 pub use check::*;
 pub use error::*;
 use metrics_text::*;

@@ -71,6 +71,16 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
+    if let Some(a) = archive::start_archive(
+        cfg.archive.as_ref(),
+        &cfg.data_dir,
+        &log,
+        &epochs_for_call,
+        config::Uploader::Primary,
+        &shutdown,
+    )? {
+        node.set_archive(a);
+    }
     let shutdown = stop_on(
         shutdown,
         node.watch_deposed(),
@@ -281,6 +291,9 @@ fn primary_ready(s: &crate::node::Status) -> Result<(), NotReady> {
 
 /// The primary's metrics, from its status.
 fn primary_metrics(node: &Primary, s: &crate::node::Status, out: &mut String) {
+    if let Some(a) = &s.archive {
+        archive_metrics(out, a);
+    }
     node.ack_delay().render(
         out,
         "twinlog_twin_ack_delay_seconds",

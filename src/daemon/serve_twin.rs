@@ -78,7 +78,23 @@ pub async fn serve_twin(
         store: store.clone(),
     })?;
     let restore_snapshots = serve_restores(&cfg, &identity, &log, &store, &epochs, &shutdown)?;
-    start_retention(&cfg, &node, &log, &store, restore_snapshots, &shutdown);
+    let archive = archive::start_archive(
+        cfg.archive.as_ref(),
+        &cfg.data_dir,
+        &log,
+        &epochs,
+        config::Uploader::Twin,
+        &shutdown,
+    )?;
+    start_retention(
+        &cfg,
+        &node,
+        &log,
+        &store,
+        restore_snapshots,
+        archive,
+        &shutdown,
+    );
     // The store follows the durable head: one catch-up per wake, however
     // many batches became durable meanwhile. Under a steady stream a wake
     // per sync (thousands a second) cost the twin a sixth of its CPU in
@@ -192,6 +208,7 @@ fn start_retention(
     log: &Arc<crate::log::Log>,
     store: &Arc<crate::node::store_host::StoreHost>,
     restore_snapshots: Option<Arc<SnapshotSource>>,
+    archive: Option<Arc<crate::archive::archiver::Archiver>>,
     shutdown: &watch::Receiver<bool>,
 ) {
     // Retention runs beside the writer, never on its path.
@@ -201,6 +218,9 @@ fn start_retention(
         restore_snapshots,
         cfg.retention.retention(),
     );
+    if let Some(a) = archive {
+        retainer.set_archive(a);
+    }
     node.set_retainer(retainer.clone());
     if cfg.retention.retention().is_on() {
         tracing::info!(
@@ -297,4 +317,7 @@ fn twin_metrics(s: &crate::node::TwinStatus, out: &mut String) {
     );
     store_metrics(out, "twinlog_store", "This box's store", &s.store);
     twin_retention_metrics(out, &s.retention);
+    if let Some(a) = &s.archive {
+        archive_metrics(out, a);
+    }
 }

@@ -155,6 +155,7 @@ pub fn init_twin(
         promote_quiet_ms: super::config::default_promote_quiet_ms(),
         as_primary: Default::default(),
         failover: None,
+        archive: None,
     };
     write_config(&config_path, &cfg.render())?;
     Ok((config_path, identity.fingerprint()))

@@ -153,6 +153,9 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
     if let Some(a) = &s.arbiter {
         out.push_str(&super::render_primary_arbiter(a));
     }
+    if let Some(a) = &s.archive {
+        out.push_str(&super::render_archive(a));
+    }
     if let Some(f) = &s.last_failover {
         out.push_str(&super::last_failover::render(f));
     }
@@ -309,6 +312,9 @@ pub fn render_twin_status(s: &crate::node::TwinStatus) -> String {
         out.push_str(&super::last_failover::render(f));
     }
     out.push_str(&render_twin_retention(&s.retention));
+    if let Some(a) = &s.archive {
+        out.push_str(&super::render_archive(a));
+    }
     out.push_str(&render_store(
         "store",
         &s.store,

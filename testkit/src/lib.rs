@@ -1,7 +1,8 @@
 //! What the tests, benches and drills share to run daemons: free loopback
 //! ports, child processes that are killed when their owner lets go of
 //! them, what a process spends, waits on state instead of sleeps, a
-//! real etcd on loopback for the failover tests, and relays that cut a
+//! real etcd on loopback for the failover tests, a real S3 server
+//! (Garage) for the archive's, and relays that cut a
 //! link on demand.
 //!
 //! A harness, not a product: its functions panic with a message where a
@@ -9,6 +10,7 @@
 
 pub mod child;
 pub mod etcd;
+pub mod garage;
 pub mod ports;
 pub mod procfs;
 pub mod proxy;

@@ -10,12 +10,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::net::Fingerprint;
 
+mod archive;
 mod failover;
 mod render;
 mod sections;
 #[cfg(test)]
 mod tests;
 
+pub use archive::{ArchiveSection, Uploader};
 pub use failover::{FailoverSection, LEASE_TTL_S};
 pub use sections::*;
 use sections::{de_segment_bytes, within};
@@ -216,6 +218,8 @@ pub struct PrimaryConfig {
     pub limits: LimitsSection,
     #[serde(default)]
     pub failover: Option<FailoverSection>,
+    #[serde(default)]
+    pub archive: Option<ArchiveSection>,
 }
 
 /// `[as_primary]` of `twin.toml`: what this box serves with once a
@@ -292,6 +296,8 @@ pub struct TwinConfig {
     pub as_primary: AsPrimarySection,
     #[serde(default)]
     pub failover: Option<FailoverSection>,
+    #[serde(default)]
+    pub archive: Option<ArchiveSection>,
 }
 
 /// The bounds of `promote_quiet_ms`: up to a day.
@@ -373,6 +379,7 @@ impl PrimaryConfig {
             retention: RetentionSection::default(),
             limits: LimitsSection::default(),
             failover: None,
+            archive: None,
         }
     }
 
@@ -394,6 +401,7 @@ impl PrimaryConfig {
             retention: twin.as_primary.retention,
             limits: twin.as_primary.limits,
             failover: twin.failover.clone(),
+            archive: twin.archive.clone(),
             ..PrimaryConfig::new(
                 twin.data_dir.clone(),
                 listen,

@@ -38,11 +38,16 @@ reader_fingerprints = [{readers}]
 # Size new log segments are preallocated to.
 segment_bytes = {segment}
 
-{serving}{timers}{failover}"#,
+{serving}{timers}{failover}{archive}"#,
             failover = self
                 .failover
                 .as_ref()
                 .map(|f| f.render())
+                .unwrap_or_default(),
+            archive = self
+                .archive
+                .as_ref()
+                .map(|a| a.render())
                 .unwrap_or_default(),
             serving = AsPrimarySection::of(self).render(""),
             data = self.data_dir.display(),
@@ -162,11 +167,16 @@ max_age_secs = {twin_max_age}
 [restore_expiry]
 # When each restore pin expires (`twin pin-restore --expires-in`): from then
 # on that box's handshakes are refused.
-{expiry}{failover}"#,
+{expiry}{failover}{archive}"#,
             failover = self
                 .failover
                 .as_ref()
                 .map(|f| f.render())
+                .unwrap_or_default(),
+            archive = self
+                .archive
+                .as_ref()
+                .map(|a| a.render())
                 .unwrap_or_default(),
             twin_max_bytes = self.retention.max_bytes,
             twin_max_age = self.retention.max_age_secs,

@@ -30,6 +30,16 @@ fn sample() -> PrimaryConfig {
             auto_rejoin: false,
             advertise: Some("db1.example:7400".parse().expect("addr")),
         }),
+        archive: Some(ArchiveSection {
+            url: "s3://logs/pair-1".into(),
+            endpoint: Some("http://10.0.0.9:3900".into()),
+            region: "garage".into(),
+            credentials_file: Some("s3.toml".into()),
+            uploader: Uploader::Primary,
+            zstd_level: 0,
+            key_file: Some("/etc/twinlog/archive.key".into()),
+            max_mib_per_s: 10,
+        }),
     }
 }
 
@@ -74,6 +84,16 @@ fn rendered_files_load_back() {
             lease_ttl_s: 5,
             auto_rejoin: true,
             advertise: None,
+        }),
+        archive: Some(ArchiveSection {
+            url: "file:///srv/archive".into(),
+            endpoint: None,
+            region: "us-east-1".into(),
+            credentials_file: None,
+            uploader: Uploader::Twin,
+            zstd_level: 3,
+            key_file: None,
+            max_mib_per_s: 64,
         }),
     };
     assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
@@ -204,6 +224,7 @@ fn a_twin_s_retention_keys_load_and_a_bad_one_is_named_with_its_line() {
         promote_quiet_ms: default_promote_quiet_ms(),
         as_primary: Default::default(),
         failover: None,
+        archive: None,
     };
     let text = t.render();
     assert_eq!(toml::from_str::<TwinConfig>(&text).expect("parse"), t);

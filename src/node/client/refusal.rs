@@ -57,6 +57,10 @@ pub enum WriteRefusal {
     /// Any other failure of the log.
     #[error("the log failed: {why}")]
     Log { why: String },
+    /// A retain by hand past what the archive holds: frames from
+    /// `archived_below` on are not archived yet.
+    #[error("the archive holds the frames below {archived_below}: frames from it on stay until archived")]
+    ArchiveNotPast { archived_below: u64 },
 }
 
 impl WriteRefusal {
@@ -77,6 +81,7 @@ impl WriteRefusal {
             WriteRefusal::Staging { .. } => "Refused.Staging",
             WriteRefusal::Stopping { .. } => "Refused.Stopping",
             WriteRefusal::Log { .. } => "Refused.Log",
+            WriteRefusal::ArchiveNotPast { .. } => "Refused.ArchiveNotPast",
         }
     }
 }

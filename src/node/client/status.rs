@@ -98,6 +98,9 @@ pub struct Status {
     /// The last failover this box went through as the new primary.
     #[serde(default)]
     pub last_failover: Option<crate::node::failover::last::LastFailover>,
+    /// With `[archive]` on: its floor, its lag and its last upload.
+    #[serde(default)]
+    pub archive: Option<crate::archive::archiver::ArchiveStatus>,
 }
 
 #[cfg(test)]

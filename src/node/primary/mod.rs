@@ -180,6 +180,8 @@ pub struct Primary {
     slot_written: std::sync::atomic::AtomicU64,
     /// The snapshot a twin below the floor is given.
     snapshots: Mutex<Option<Arc<SnapshotSource>>>,
+    /// The archive, when on: retention drops only what it holds.
+    archive: Mutex<Option<Arc<crate::archive::archiver::Archiver>>>,
     /// The first frame the twin's log holds, as its last Hello said: a
     /// twin that installed a snapshot holds none before it.
     twin_first: std::sync::atomic::AtomicU64,
@@ -355,6 +357,7 @@ impl Primary {
             hold: std::sync::atomic::AtomicU64::new(0),
             slot_written: std::sync::atomic::AtomicU64::new(u64::MAX),
             snapshots: Mutex::new(None),
+            archive: Mutex::new(None),
             twin_first: std::sync::atomic::AtomicU64::new(0),
             lag_at_end: Mutex::new(None),
             twin_waiting: std::sync::atomic::AtomicU64::new(0),
@@ -456,6 +459,7 @@ impl Primary {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.twin_configured = self.twin_configured;
+        s.archive = self.archive().map(|a| a.status());
         s.build = env!("CARGO_PKG_VERSION").into();
         if !s.twin_connected {
             // No session measures the lag: what is not acknowledged is

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Primary;
+use crate::archive::archiver::Archiver;
 use crate::node::api::ApiError;
 use crate::node::retention::{self, Retention};
 use crate::node::snapshot_transfer::SnapshotSource;
@@ -40,6 +41,24 @@ impl Primary {
     /// Offer snapshots to a twin below the floor.
     pub fn set_snapshots(&self, source: Arc<SnapshotSource>) {
         *self.snapshots.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    /// Hold retention to what the archive holds.
+    pub fn set_archive(&self, archiver: Arc<Archiver>) {
+        *self.archive.lock().unwrap_or_else(|e| e.into_inner()) = Some(archiver);
+    }
+
+    pub fn archive(&self) -> Option<Arc<Archiver>> {
+        self.archive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every frame below this is archived, or `u64::MAX` without an
+    /// archive.
+    fn archived_below(&self) -> u64 {
+        self.archive().map_or(u64::MAX, |a| a.keep_from())
     }
 
     pub(super) fn snapshot_source(&self) -> Option<Arc<SnapshotSource>> {
@@ -106,6 +125,8 @@ impl Primary {
                 None => {}
             }
         }
+        // What the archive lacks stays, as what the store lacks does.
+        let applied = applied.min(self.archived_below().saturating_sub(1));
         let plan = retention::plan(&self.log.layout(), r.max_bytes, hold.max(1), applied);
         if plan.before == 0 {
             return Ok(());
@@ -135,6 +156,12 @@ impl Primary {
             if seq > applied + 1 {
                 return Err(ApiError::Refused(WriteRefusal::StoreNotPast { applied }));
             }
+        }
+        let archived_below = self.archived_below();
+        if seq > archived_below {
+            return Err(ApiError::Refused(WriteRefusal::ArchiveNotPast {
+                archived_below,
+            }));
         }
         let first = self
             .log

@@ -77,6 +77,9 @@ pub struct TwinStatus {
     /// it was deposed and followed another).
     #[serde(default)]
     pub last_failover: Option<crate::node::failover::last::LastFailover>,
+    /// With `[archive]` on: its floor, its lag and its last upload.
+    #[serde(default)]
+    pub archive: Option<crate::archive::archiver::ArchiveStatus>,
 }
 
 /// Where a twin stages and installs the snapshots it fetches.
@@ -272,6 +275,7 @@ impl Twin {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        s.archive = retainer.as_ref().and_then(|r| r.archive_status());
         s.retention = match retainer {
             Some(r) => r.status(),
             None => retention::TwinRetentionStatus {

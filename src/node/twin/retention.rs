@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
+use crate::archive::archiver::Archiver;
 use crate::log::{format, Log};
 use crate::node::snapshot_transfer::SnapshotSource;
 use crate::node::store_host::StoreHost;
@@ -100,6 +101,8 @@ pub struct TwinRetainer {
     store: Arc<StoreHost>,
     /// The snapshot offered to restores, when this twin serves them.
     restores: Option<Arc<SnapshotSource>>,
+    /// The archive, when on: nothing it lacks is dropped.
+    archive: Mutex<Option<Arc<Archiver>>>,
     cfg: TwinRetention,
     status: Mutex<TwinRetentionStatus>,
 }
@@ -115,6 +118,7 @@ impl TwinRetainer {
             log,
             store,
             restores,
+            archive: Mutex::new(None),
             cfg,
             status: Mutex::new(TwinRetentionStatus {
                 max_bytes: cfg.max_bytes,
@@ -122,6 +126,23 @@ impl TwinRetainer {
                 ..TwinRetentionStatus::default()
             }),
         })
+    }
+
+    /// Hold retention to what the archive holds.
+    pub fn set_archive(&self, archiver: Arc<Archiver>) {
+        *self.archive.lock().unwrap_or_else(|e| e.into_inner()) = Some(archiver);
+    }
+
+    /// The archive's status, when it is on.
+    pub fn archive_status(&self) -> Option<crate::archive::archiver::ArchiveStatus> {
+        self.archive().map(|a| a.status())
+    }
+
+    fn archive(&self) -> Option<Arc<Archiver>> {
+        self.archive
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn status(&self) -> TwinRetentionStatus {
@@ -183,6 +204,13 @@ impl TwinRetainer {
                     keep_from = from;
                     held_by = "restore";
                 }
+            }
+        }
+        if let Some(a) = self.archive() {
+            let archived_below = a.keep_from();
+            if archived_below < keep_from {
+                keep_from = archived_below;
+                held_by = "archive";
             }
         }
         let before = twin_plan(&self.segs(), &self.cfg, keep_from);

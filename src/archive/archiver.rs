@@ -1,0 +1,331 @@
+//! The box that archives: a thread of its own (its own small runtime, off
+//! the daemon's network thread and its writer) that uploads every sealed
+//! segment of the log, oldest first, and tells retention how far the
+//! archive reaches: a segment is dropped locally only once it is archived.
+//!
+//! A failed upload is retried, the same segment first, with a backoff
+//! from one second to a minute; `status` shows the last error meanwhile.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::bucket::Bucket;
+use super::codec::Codec;
+use super::names::{lineage, SegmentName};
+use super::object::TimeMark;
+use super::upload::{upload_segment, Pace, SegmentJob};
+use super::Error;
+use crate::log::{format, Log};
+use crate::repl::epochs::EpochStart;
+
+/// How often the archiver looks for newly sealed segments.
+pub const PASS_EVERY: Duration = Duration::from_secs(1);
+/// How often the box that does not upload lists the bucket.
+pub const WATCH_EVERY: Duration = Duration::from_secs(5);
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Time marks kept for segments not yet archived: one a pass, a day's.
+const MARKS_KEPT: usize = 86_400;
+
+/// What the archiver is told.
+#[derive(Clone, Debug)]
+pub struct ArchiveSettings {
+    pub bucket: Bucket,
+    pub codec: Codec,
+    /// Upload pace in bytes a second; 0 unpaced.
+    pub bytes_per_s: u64,
+}
+
+/// What `status`, `/status` and the metrics show of the archive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveStatus {
+    pub url: String,
+    /// Whether this box uploads (the other box may be the one that does).
+    pub uploading: bool,
+    /// Every frame below this is archived (0: not yet known).
+    pub floor: u64,
+    /// Sealed segments, and their bytes, not yet archived.
+    pub lag_segments: u64,
+    pub lag_bytes: u64,
+    /// Age of the oldest sealed segment not yet archived.
+    pub lag_secs: u64,
+    /// Segments and bytes (as stored) uploaded since start.
+    pub uploaded_segments: u64,
+    pub uploaded_bytes: u64,
+    pub last_upload: Option<String>,
+    pub last_upload_unix_ms: u64,
+    pub last_error: Option<String>,
+}
+
+/// The segments the bucket holds: first, last and lineage.
+type Known = HashSet<(u64, u64, u64)>;
+
+fn known_key(n: &SegmentName) -> (u64, u64, u64) {
+    (n.first, n.last, n.lineage)
+}
+
+/// Where the epochs that wrote the log come from.
+pub type EpochsOf = Arc<dyn Fn() -> Vec<EpochStart> + Send + Sync>;
+
+pub struct Archiver {
+    log: Arc<Log>,
+    /// False on the box that only watches what the other uploads.
+    uploading: bool,
+    settings: ArchiveSettings,
+    epochs: EpochsOf,
+    floor: AtomicU64,
+    status: Mutex<ArchiveStatus>,
+    marks: Mutex<VecDeque<TimeMark>>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Archiver {
+    /// The archiver of the box that uploads.
+    pub fn new(log: Arc<Log>, settings: ArchiveSettings, epochs: EpochsOf) -> Arc<Archiver> {
+        Self::build(log, settings, epochs, true)
+    }
+
+    /// The archiver of the box that does not upload: it lists the bucket
+    /// every few seconds and holds its own retention to what it finds.
+    pub fn watcher(log: Arc<Log>, settings: ArchiveSettings, epochs: EpochsOf) -> Arc<Archiver> {
+        Self::build(log, settings, epochs, false)
+    }
+
+    fn build(
+        log: Arc<Log>,
+        settings: ArchiveSettings,
+        epochs: EpochsOf,
+        uploading: bool,
+    ) -> Arc<Archiver> {
+        let url = settings.bucket.url().to_owned();
+        Arc::new(Archiver {
+            log,
+            uploading,
+            settings,
+            epochs,
+            floor: AtomicU64::new(0),
+            status: Mutex::new(ArchiveStatus {
+                url,
+                uploading,
+                ..ArchiveStatus::default()
+            }),
+            marks: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// The lowest sequence retention must keep for the archive: every
+    /// frame below it is archived. 0 until the first pass has listed the
+    /// bucket: nothing may go.
+    pub fn keep_from(&self) -> u64 {
+        self.floor.load(Ordering::SeqCst)
+    }
+
+    pub fn status(&self) -> ArchiveStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn set_status(&self, f: impl FnOnce(&mut ArchiveStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Start the archiver's thread; it stops when `stop` turns true.
+    pub fn spawn(
+        self: &Arc<Self>,
+        mut stop: watch::Receiver<bool>,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("twinlog-archive".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        me.set_status(|s| s.last_error = Some(format!("runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    tokio::select! {
+                        _ = me.run() => {}
+                        _ = stop.wait_for(|s| *s) => {}
+                    }
+                });
+            })
+    }
+
+    async fn run(&self) {
+        let mut backoff = BACKOFF_FIRST;
+        let mut archived: Option<Known> = None;
+        let mut pace = Pace::new(self.settings.bytes_per_s);
+        loop {
+            self.mark();
+            if !self.uploading {
+                archived = None;
+            }
+            let res = match &mut archived {
+                None => match self.settings.bucket.segments().await {
+                    Ok(list) => {
+                        let known: Known = list.into_iter().map(|(n, _)| known_key(&n)).collect();
+                        let history = self.log.history().0;
+                        self.update_floor(&known, &history, &(self.epochs)());
+                        archived = Some(known);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                },
+                Some(known) => self.pass(known, &mut pace).await,
+            };
+            match res {
+                Ok(()) => {
+                    backoff = BACKOFF_FIRST;
+                    self.set_status(|s| s.last_error = None);
+                    let pause = if self.uploading {
+                        PASS_EVERY
+                    } else {
+                        WATCH_EVERY
+                    };
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "archive upload failed");
+                    self.set_status(|s| s.last_error = Some(e.to_string()));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    fn mark(&self) {
+        let m = TimeMark {
+            seq: self.log.head_seq(),
+            unix_ms: now_ms(),
+        };
+        if let Ok(mut marks) = self.marks.lock() {
+            if marks.back().is_none_or(|b| b.seq != m.seq) {
+                marks.push_back(m);
+            }
+            while marks.len() > MARKS_KEPT {
+                marks.pop_front();
+            }
+        }
+    }
+
+    fn marks_for(&self, first: u64, last: u64) -> Vec<TimeMark> {
+        let Ok(mut marks) = self.marks.lock() else {
+            return Vec::new();
+        };
+        let out = marks
+            .iter()
+            .copied()
+            .filter(|m| (first..=last).contains(&m.seq))
+            .collect();
+        while marks.front().is_some_and(|m| m.seq <= last) {
+            marks.pop_front();
+        }
+        out
+    }
+
+    /// One pass: upload every sealed segment the bucket lacks, oldest
+    /// first, and move the floor past each.
+    async fn pass(&self, known: &mut Known, pace: &mut Pace) -> Result<(), Error> {
+        let history = self.log.history().0;
+        let layout = self.log.layout();
+        let sealed = &layout[..layout.len().saturating_sub(1)];
+        let epochs = (self.epochs)();
+        let mut result = Ok(());
+        for &(first, last, _) in sealed {
+            if last < first || known.contains(&(first, last, lineage(&history, &epochs, last))) {
+                continue;
+            }
+            let path = format::segment_path(self.log.dir(), first);
+            let job = SegmentJob {
+                path: &path,
+                first,
+                history,
+                epochs: &epochs,
+                generation: 0,
+                marks: self.marks_for(first, last),
+            };
+            match upload_segment(&self.settings.bucket, &self.settings.codec, job, pace).await {
+                Ok(sent) => {
+                    let key = self.settings.bucket.segment_key(&sent.name);
+                    tracing::info!(first, last = sent.name.last, bytes = sent.stored_bytes, %key, "archived a segment");
+                    known.insert(known_key(&sent.name));
+                    self.set_status(|s| {
+                        s.uploaded_segments += 1;
+                        s.uploaded_bytes += sent.stored_bytes;
+                        s.last_upload = Some(key);
+                        s.last_upload_unix_ms = now_ms();
+                    });
+                }
+                Err(e) => {
+                    let still_there = self
+                        .log
+                        .layout()
+                        .iter()
+                        .any(|s| s.0 == first && s.1 == last);
+                    if still_there {
+                        result = Err(e);
+                        break;
+                    }
+                    tracing::info!(
+                        first,
+                        "a segment left the log while it was archived: skipped"
+                    );
+                }
+            }
+        }
+        self.update_floor(known, &history, &epochs);
+        result
+    }
+
+    fn update_floor(&self, known: &Known, history: &[u8; 16], epochs: &[EpochStart]) {
+        let layout = self.log.layout();
+        let sealed = &layout[..layout.len().saturating_sub(1)];
+        let mut floor = layout.last().map_or(0, |s| s.0);
+        let mut lag_segments = 0;
+        let mut lag_bytes = 0;
+        let mut oldest_lagging: Option<u64> = None;
+        for &(first, last, bytes) in sealed {
+            if !known.contains(&(first, last, lineage(history, epochs, last))) {
+                if oldest_lagging.is_none() {
+                    floor = first;
+                    oldest_lagging = Some(first);
+                }
+                lag_segments += 1;
+                lag_bytes += bytes;
+            }
+        }
+        let lag_secs = oldest_lagging
+            .and_then(|first| {
+                std::fs::metadata(format::segment_path(self.log.dir(), first))
+                    .and_then(|m| m.modified())
+                    .ok()
+            })
+            .and_then(|t| t.elapsed().ok())
+            .map_or(0, |d| d.as_secs());
+        self.floor.store(floor, Ordering::SeqCst);
+        self.set_status(|s| {
+            s.floor = floor;
+            s.lag_segments = lag_segments;
+            s.lag_bytes = lag_bytes;
+            s.lag_secs = lag_secs;
+        });
+    }
+}

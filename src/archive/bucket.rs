@@ -1,0 +1,263 @@
+//! The bucket the archive keeps its objects in: an S3-compatible store
+//! (`s3://bucket/prefix`, any endpoint) or a directory (`file:///path`),
+//! behind `object_store`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+
+use super::names::{with_slash, SegmentName, SnapshotName, SEGMENTS_DIR, SNAPSHOTS_DIR};
+use super::Error;
+
+/// Stored bytes per part of a multipart upload; an object smaller than
+/// one part is one put.
+pub const PART_LEN: usize = 8 << 20;
+/// Parts of one upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// Where the archive lives and how to reach it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spec {
+    /// `s3://bucket[/prefix]` or `file:///absolute/dir[/prefix]`.
+    pub url: String,
+    /// The S3 endpoint (`http://127.0.0.1:3900`); none: AWS's own.
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+/// One bucket and prefix.
+#[derive(Clone)]
+pub struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    url: String,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// HTTPS to the bucket uses ring, the provider QUIC uses: installed as
+/// the process's default once (reqwest is built without one of its own).
+fn install_ring_provider() {
+    // Err: a default is installed already, which is all this needs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl Bucket {
+    pub fn open(spec: &Spec) -> Result<Bucket, Error> {
+        if let Some(rest) = spec.url.strip_prefix("s3://") {
+            install_ring_provider();
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(Error::Spec(format!("{}: no bucket named", spec.url)));
+            }
+            let mut b = object_store::aws::AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(if spec.region.is_empty() {
+                    "us-east-1"
+                } else {
+                    &spec.region
+                })
+                .with_retry(object_store::RetryConfig {
+                    backoff: object_store::BackoffConfig {
+                        init_backoff: Duration::from_millis(100),
+                        max_backoff: Duration::from_secs(15),
+                        base: 2.0,
+                    },
+                    // The archiver retries a failed segment itself, with
+                    // a longer backoff, and shows the error meanwhile.
+                    max_retries: 5,
+                    retry_timeout: Duration::from_secs(60),
+                });
+            if let Some(e) = &spec.endpoint {
+                b = b
+                    .with_endpoint(e)
+                    .with_allow_http(e.starts_with("http://"))
+                    .with_virtual_hosted_style_request(false);
+            }
+            if let (Some(id), Some(secret)) = (&spec.access_key_id, &spec.secret_access_key) {
+                b = b.with_access_key_id(id).with_secret_access_key(secret);
+            }
+            let store = b
+                .build()
+                .map_err(|e| Error::Spec(format!("{}: {e}", spec.url)))?;
+            return Ok(Bucket {
+                store: Arc::new(store),
+                prefix: prefix.trim_matches('/').to_owned(),
+                url: spec.url.clone(),
+            });
+        }
+        if let Some(dir) = spec.url.strip_prefix("file://") {
+            if !dir.starts_with('/') {
+                return Err(Error::Spec(format!(
+                    "{}: a file:// archive names an absolute directory",
+                    spec.url
+                )));
+            }
+            std::fs::create_dir_all(dir).map_err(|e| Error::Spec(format!("{dir}: {e}")))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                .map_err(|e| Error::Spec(format!("{dir}: {e}")))?;
+            return Ok(Bucket {
+                store: Arc::new(store),
+                prefix: String::new(),
+                url: spec.url.clone(),
+            });
+        }
+        Err(Error::Spec(format!(
+            "{}: an archive URL starts with s3:// or file://",
+            spec.url
+        )))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    async fn list_under(&self, dir: &str) -> Result<Vec<(String, u64)>, Error> {
+        let p = ObjPath::from(format!("{}{dir}", with_slash(&self.prefix)));
+        let mut out = Vec::new();
+        let mut s = self.store.list(Some(&p));
+        while let Some(m) = s.next().await {
+            let m = m?;
+            out.push((m.location.to_string(), m.size));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every archived segment, by name, with its size: oldest first.
+    pub async fn segments(&self) -> Result<Vec<(SegmentName, u64)>, Error> {
+        let mut v: Vec<_> = self
+            .list_under(SEGMENTS_DIR)
+            .await?
+            .into_iter()
+            .filter_map(|(k, n)| SegmentName::parse(&k).map(|s| (s, n)))
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    /// Every archived snapshot, oldest first.
+    pub async fn snapshots(&self) -> Result<Vec<(SnapshotName, u64)>, Error> {
+        let mut v: Vec<_> = self
+            .list_under(SNAPSHOTS_DIR)
+            .await?
+            .into_iter()
+            .filter_map(|(k, n)| SnapshotName::parse(&k).map(|s| (s, n)))
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    pub fn segment_key(&self, name: &SegmentName) -> String {
+        name.key(&self.prefix)
+    }
+
+    pub fn snapshot_key(&self, name: &SnapshotName) -> String {
+        name.key(&self.prefix)
+    }
+
+    pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, Error> {
+        let want = range.end - range.start;
+        let b = self.store.get_range(&ObjPath::from(key), range).await?;
+        if b.len() as u64 != want {
+            return Err(Error::Corrupt(format!(
+                "{key}: {} bytes came back for a range of {want}",
+                b.len()
+            )));
+        }
+        Ok(b)
+    }
+
+    pub async fn size(&self, key: &str) -> Result<u64, Error> {
+        Ok(self.store.head(&ObjPath::from(key)).await?.size)
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), Error> {
+        match self.store.delete(&ObjPath::from(key)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Start writing the object `key`.
+    pub fn writer(&self, key: &str) -> ObjectUpload {
+        ObjectUpload {
+            store: Arc::clone(&self.store),
+            path: ObjPath::from(key),
+            buffered: Vec::new(),
+            multipart: None,
+        }
+    }
+}
+
+/// An object being written: one put when it is smaller than a part, a
+/// multipart upload (parts of [`PART_LEN`], two in flight) otherwise.
+/// Dropped unfinished, nothing is visible under its key.
+pub struct ObjectUpload {
+    store: Arc<dyn ObjectStore>,
+    path: ObjPath,
+    buffered: Vec<Bytes>,
+    multipart: Option<WriteMultipart>,
+}
+
+impl ObjectUpload {
+    fn buffered_len(&self) -> usize {
+        self.buffered.iter().map(Bytes::len).sum()
+    }
+
+    pub async fn write(&mut self, bytes: Bytes) -> Result<(), Error> {
+        if let Some(m) = &mut self.multipart {
+            m.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            m.put(bytes);
+            return Ok(());
+        }
+        self.buffered.push(bytes);
+        if self.buffered_len() >= PART_LEN {
+            let upload = self.store.put_multipart(&self.path).await?;
+            let mut m = WriteMultipart::new_with_chunk_size(upload, PART_LEN);
+            for b in self.buffered.drain(..) {
+                m.put(b);
+            }
+            self.multipart = Some(m);
+        }
+        Ok(())
+    }
+
+    /// Make the object visible under its key.
+    pub async fn finish(mut self) -> Result<(), Error> {
+        match self.multipart.take() {
+            Some(m) => {
+                m.finish().await?;
+            }
+            None => {
+                let payload: PutPayload = self.buffered.drain(..).collect();
+                self.store.put(&self.path, payload).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Give up: the parts already sent are released.
+    pub async fn abort(mut self) {
+        if let Some(m) = self.multipart.take() {
+            if let Err(e) = m.abort().await {
+                tracing::warn!(path = %self.path, error = %e, "aborting an archive upload failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Reading archived objects back: the trailer, then the footer, then
+//! pieces in runs of a few, the next run fetched while the one before is
+//! taken, so memory holds at most two runs whatever the object's size.
+
+use super::bucket::Bucket;
+use super::codec::ArchiveKey;
+use super::object::{ObjectReader, Trailer, TRAILER_LEN};
+use super::Error;
+
+/// Pieces fetched in one ranged request.
+const PIECES_PER_FETCH: usize = 4;
+
+/// An object opened from its trailer and footer.
+pub struct Opened {
+    pub key: String,
+    pub reader: ObjectReader,
+}
+
+/// Open the object `key` of `size` bytes.
+pub async fn open_object(
+    bucket: &Bucket,
+    key: &str,
+    size: u64,
+    archive_key: Option<&ArchiveKey>,
+) -> Result<Opened, Error> {
+    if size < TRAILER_LEN as u64 {
+        return Err(Error::Corrupt(format!(
+            "{key}: {size} bytes, shorter than a trailer"
+        )));
+    }
+    let t = bucket
+        .get_range(key, size - TRAILER_LEN as u64..size)
+        .await?;
+    let trailer = Trailer::decode(&t)?;
+    let fr = trailer.footer_range(size)?;
+    let footer = bucket.get_range(key, fr).await?;
+    let reader = ObjectReader::open(trailer, footer.to_vec(), archive_key, size)
+        .map_err(|e| e.in_object(key))?;
+    Ok(Opened {
+        key: key.to_owned(),
+        reader,
+    })
+}
+
+type Fetch = tokio::task::JoinHandle<Result<(usize, usize, bytes::Bytes), Error>>;
+
+/// An object's pieces in order, each opened and checked, fetched a few at
+/// a time with the next run in flight while one is taken.
+pub struct Pieces<'a> {
+    bucket: &'a Bucket,
+    opened: &'a Opened,
+    next_fetch: Option<Fetch>,
+    /// The run in hand: its first piece, its end, its bytes, the offset
+    /// of the next piece in it.
+    run: Option<(usize, usize, bytes::Bytes, usize)>,
+}
+
+impl<'a> Pieces<'a> {
+    /// The pieces of `opened` from piece `from` on.
+    pub fn new(bucket: &'a Bucket, opened: &'a Opened, from: usize) -> Pieces<'a> {
+        let mut p = Pieces {
+            bucket,
+            opened,
+            next_fetch: None,
+            run: None,
+        };
+        if from < opened.reader.pieces() {
+            p.next_fetch = Some(p.fetch(from));
+        }
+        p
+    }
+
+    fn fetch(&self, at: usize) -> Fetch {
+        let n = self.opened.reader.pieces();
+        let to = (at + PIECES_PER_FETCH).min(n);
+        let range = self.opened.reader.pieces_range(at, to);
+        let (bucket, key) = (self.bucket.clone(), self.opened.key.clone());
+        tokio::spawn(async move { bucket.get_range(&key, range).await.map(|b| (at, to, b)) })
+    }
+
+    /// The next piece's number and plaintext; None after the last.
+    pub async fn next(&mut self) -> Result<Option<(usize, Vec<u8>)>, Error> {
+        if self.run.as_ref().is_none_or(|(at, to, _, _)| at >= to) {
+            let Some(job) = self.next_fetch.take() else {
+                return Ok(None);
+            };
+            let (at, to, bytes) = job
+                .await
+                .map_err(|e| Error::Io(format!("a fetch task failed: {e}")))??;
+            if to < self.opened.reader.pieces() {
+                self.next_fetch = Some(self.fetch(to));
+            }
+            self.run = Some((at, to, bytes, 0));
+        }
+        let Some((at, _, bytes, off)) = self.run.as_mut() else {
+            return Ok(None);
+        };
+        let i = *at;
+        let r = self.opened.reader.pieces_range(i, i + 1);
+        let len = (r.end - r.start) as usize;
+        let stored = bytes
+            .get(*off..*off + len)
+            .ok_or_else(|| Error::Corrupt(format!("{}: a short range", self.opened.key)))?
+            .to_vec();
+        *off += len;
+        *at += 1;
+        let plain = self
+            .opened
+            .reader
+            .open_piece(i, stored)
+            .map_err(|e| e.in_object(&self.opened.key))?;
+        Ok(Some((i, plain)))
+    }
+}
+
+impl Drop for Pieces<'_> {
+    fn drop(&mut self) {
+        if let Some(j) = self.next_fetch.take() {
+            j.abort();
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The archive: sealed segments and store snapshots kept in an
+//! S3-compatible bucket, past the reach of one pair's disks.
+//!
+//! - [`object`]: an archived object's bytes (pieces, footer, trailer);
+//! - [`codec`]: each piece compressed and sealed on its own;
+//! - [`walk`]: a segment's frames checked against their crcs, in pieces;
+//! - [`names`]: object names, unique per lineage, segment and version;
+//! - [`bucket`]: the S3-compatible bucket (or a directory);
+//! - [`upload`]: one sealed segment checked, cut, sealed and sent;
+//! - [`archiver`]: the thread that archives every sealed segment and
+//!   holds retention's floor.
+
+pub mod archiver;
+pub mod bucket;
+pub mod codec;
+pub mod fetch;
+pub mod names;
+pub mod object;
+pub mod replay;
+pub mod restore;
+pub mod upload;
+pub mod walk;
+
+/// What the archive refuses or fails at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Stored bytes do not decode or do not match their crc.
+    #[error("corrupt archive object: {0}")]
+    Corrupt(String),
+    /// The object is sealed and no key was given.
+    #[error("the object is encrypted: name the key file ([archive] key_file)")]
+    KeyNeeded,
+    /// The object was sealed under another key.
+    #[error("the object was encrypted under another key")]
+    WrongKey,
+    /// A piece failed to open: altered, moved, or sealed under another key.
+    #[error("piece {piece} does not open under this key: altered or moved")]
+    Unseal { piece: u64 },
+    /// The key file is missing, unreadable or malformed.
+    #[error("archive key: {0}")]
+    Key(String),
+    /// Compression or encoding failed.
+    #[error("archive codec: {0}")]
+    Codec(String),
+    /// The archive's URL or settings do not make a bucket.
+    #[error("archive: {0}")]
+    Spec(String),
+    /// The bucket refused or failed a request (after its retries).
+    #[error("archive bucket: {0}")]
+    Store(#[from] object_store::Error),
+    /// A local file failed.
+    #[error("archive: {0}")]
+    Io(String),
+    /// A segment's bytes changed while it was being archived (an erase
+    /// rewrote it): the next pass archives its new bytes.
+    #[error("the segment changed while it was archived")]
+    Changed,
+    /// The log refused a restored frame.
+    #[error("log: {0}")]
+    Log(#[from] crate::log::Error),
+    /// What a restore needs is not in the archive.
+    #[error("{0}")]
+    Missing(String),
+    /// The box is not fresh: a restore fills an empty box.
+    #[error("the box is not fresh: {0}")]
+    NotFresh(String),
+}
+
+impl Error {
+    /// The same error, naming the object it was found in.
+    pub fn in_object(self, key: &str) -> Error {
+        match self {
+            Error::Corrupt(m) => Error::Corrupt(format!("{key}: {m}")),
+            other => other,
+        }
+    }
+}

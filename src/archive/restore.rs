@@ -1,0 +1,388 @@
+//! Point-in-time restore from the archive alone, for the day both boxes
+//! are gone: a fresh box's log is filled with the archived segments of one
+//! lineage, in order, up to a frame boundary (`--until SEQ`, or the last
+//! frame archived by a wall-clock time), then its store is rebuilt from
+//! the log and its epochs set to the lineage's.
+//!
+//! Every frame is checked three ways: its piece's crc (and seal), its
+//! header's crc, and its payload crc when it commits. Killed and run
+//! again, a restore keeps what its log holds and goes on after it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::bucket::Bucket;
+use super::codec::ArchiveKey;
+use super::fetch::{open_object, Pieces};
+use super::names::{epochs_through, lineage, SegmentName};
+use super::object::{Content, SegmentInfo};
+use super::replay::Replay;
+use super::walk::FrameWalk;
+use super::Error;
+use crate::layout::{LOG_DIR, RESTORING_FILE};
+use crate::log::{HistoryId, Log, OpenOptions as LogOptions};
+use crate::node::epoch::Epochs;
+use crate::publish::sync_parent_with;
+use crate::repl::epochs::{EpochHistory, EpochStart};
+use crate::storage::{write_file, StdStorage, Storage};
+use crate::store::install::InstallPaths;
+use crate::store::{Store, StoreOptions};
+
+/// Where a restore stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// Everything archived.
+    End,
+    /// Up to and including this frame.
+    Seq(u64),
+    /// Up to the last frame archived as durable by this wall-clock time
+    /// (ms since the Unix epoch).
+    Time(u64),
+}
+
+pub struct ArchiveRestoreOptions {
+    pub data_dir: PathBuf,
+    pub segment_bytes: u64,
+    pub bucket: Bucket,
+    pub key: Option<ArchiveKey>,
+    pub until: Until,
+}
+
+/// Counters a progress bar shows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArchiveProgress {
+    pub segments_done: u64,
+    pub segments: u64,
+    pub frames: u64,
+    pub bytes: u64,
+    pub head: u64,
+    pub target: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ArchiveRestoreReport {
+    pub resumed: bool,
+    pub head: u64,
+    pub target: u64,
+    pub frames: u64,
+    pub segments: u64,
+    pub bytes: u64,
+    pub lineage: String,
+}
+
+/// One lineage's segments, oldest first, contiguous from frame 1.
+struct Chain {
+    history: [u8; 16],
+    epochs: Vec<EpochStart>,
+    segments: Vec<(SegmentName, u64)>,
+}
+
+async fn segment_info(
+    bucket: &Bucket,
+    name: &SegmentName,
+    size: u64,
+    key: Option<&ArchiveKey>,
+) -> Result<SegmentInfo, Error> {
+    let k = bucket.segment_key(name);
+    let opened = open_object(bucket, &k, size, key).await?;
+    match &opened.reader.footer().content {
+        Content::Segment(info) if info.first == name.first && info.last == name.last => {
+            Ok(info.clone())
+        }
+        _ => Err(Error::Corrupt(format!(
+            "{k}: its footer names other frames"
+        ))),
+    }
+}
+
+/// The newest lineage in the bucket: the one of the segment reaching
+/// furthest (newest generation first), and every segment of it.
+async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error> {
+    let all = bucket.segments().await?;
+    let newest = all
+        .iter()
+        .max_by_key(|(n, _)| (n.last, n.generation))
+        .ok_or_else(|| Error::Missing(format!("{}: no archived segment", bucket.url())))?;
+    let info = segment_info(bucket, &newest.0, newest.1, key).await?;
+    let mut segments: Vec<(SegmentName, u64)> = Vec::new();
+    for (n, size) in &all {
+        if n.lineage != lineage(&info.history, &info.epochs, n.last) {
+            continue;
+        }
+        match segments.last_mut() {
+            Some(prev) if prev.0.first == n.first => {
+                if n.generation > prev.0.generation {
+                    *prev = (*n, *size);
+                }
+            }
+            _ => segments.push((*n, *size)),
+        }
+    }
+    let mut expect = 1;
+    for (n, _) in &segments {
+        if n.first != expect {
+            return Err(Error::Missing(format!(
+                "the archive's segments of this lineage skip from frame {expect} to {}: frames {expect}..{} are not archived",
+                n.first,
+                n.first - 1
+            )));
+        }
+        expect = n.last + 1;
+    }
+    Ok(Chain {
+        history: info.history,
+        epochs: info.epochs,
+        segments,
+    })
+}
+
+/// The last frame archived as durable by `unix_ms`, from the segments'
+/// time marks, newest segment first.
+async fn seq_at_time(
+    bucket: &Bucket,
+    chain: &Chain,
+    key: Option<&ArchiveKey>,
+    unix_ms: u64,
+) -> Result<u64, Error> {
+    for (n, size) in chain.segments.iter().rev() {
+        let info = segment_info(bucket, n, *size, key).await?;
+        if let Some(m) = info.marks.iter().rev().find(|m| m.unix_ms <= unix_ms) {
+            return Ok(m.seq);
+        }
+        if info.marks.first().is_some_and(|m| m.unix_ms > unix_ms) && n.first > 1 {
+            // Every frame of this segment was marked after the time: look
+            // at the segment before, whose last frame came before them.
+            continue;
+        }
+    }
+    Err(Error::Missing(format!(
+        "no archived frame is marked as durable by {unix_ms} ms: the archive's first marks come later"
+    )))
+}
+
+fn open_fresh_log(
+    opts: &ArchiveRestoreOptions,
+    fs: &Arc<dyn Storage>,
+) -> Result<(Log, bool), Error> {
+    let data = &opts.data_dir;
+    let marker = data.join(RESTORING_FILE);
+    let resumed = fs.exists(&marker).unwrap_or(false);
+    let log = Log::open_opts(
+        data.join(LOG_DIR),
+        LogOptions {
+            segment_bytes: opts.segment_bytes,
+            storage: Some(fs.clone()),
+            ..LogOptions::default()
+        },
+    )?;
+    if !resumed {
+        log.reset(0).map_err(|e| match e {
+            crate::log::Error::NotFresh { frames, .. } => {
+                Error::NotFresh(format!("its log holds {frames} frames"))
+            }
+            other => Error::Log(other),
+        })?;
+        let store = InstallPaths::new(data).store();
+        if fs.list(&store).is_ok_and(|d| !d.is_empty()) {
+            return Err(Error::NotFresh("its store holds data".into()));
+        }
+        write_file(
+            &**fs,
+            &marker,
+            b"a restore from the archive is filling this box\n",
+        )
+        .map_err(|e| Error::Io(format!("{}: {e}", marker.display())))?;
+        sync_parent_with(&**fs, &marker).map_err(|e| Error::Io(e.to_string()))?;
+    }
+    log.set_follower(true);
+    Ok((log, resumed))
+}
+
+struct SegmentDone {
+    frames: u64,
+    bytes: u64,
+}
+
+/// Write one archived segment's frames up to `target` into the log: the
+/// pieces are fetched here and written on a blocking thread (the log's
+/// writer is held across a frame's pieces), two pieces in hand at most.
+async fn replay_segment(
+    bucket: &Bucket,
+    opened: &super::fetch::Opened,
+    log: &Arc<Log>,
+    name: &SegmentName,
+    history: [u8; 16],
+    target: u64,
+) -> Result<SegmentDone, Error> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let (l2, key, name) = (log.clone(), opened.key.clone(), *name);
+    let writer = tokio::task::spawn_blocking(move || -> Result<SegmentDone, Error> {
+        let mut walk = FrameWalk::new(name.first, history);
+        let mut replay = Replay::new(&l2, target);
+        let mut bytes = 0u64;
+        while let Some(plain) = rx.blocking_recv() {
+            walk.feed(&plain).map_err(|e| e.in_object(&key))?;
+            replay.feed(&plain).map_err(|e| e.in_object(&key))?;
+            bytes += plain.len() as u64;
+            if replay.reached_until() {
+                break;
+            }
+        }
+        if !replay.reached_until() {
+            replay.finish().map_err(|e| e.in_object(&key))?;
+            let last = walk.finish().map_err(|e| e.in_object(&key))?;
+            if last != name.last {
+                return Err(Error::Corrupt(format!(
+                    "{key}: ends at frame {last}, not {}",
+                    name.last
+                )));
+            }
+        }
+        let frames = replay.written();
+        drop(replay);
+        l2.sync()?;
+        Ok(SegmentDone { frames, bytes })
+    });
+    let mut pieces = Pieces::new(bucket, opened, 0);
+    let fetched = loop {
+        match pieces.next().await {
+            Ok(Some((_, plain))) => {
+                if tx.send(plain).await.is_err() {
+                    // The writer stopped: at `target`, or on an error it
+                    // reports below.
+                    break Ok(());
+                }
+            }
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    drop(tx);
+    let written = writer
+        .await
+        .map_err(|e| Error::Io(format!("the restore's writer failed: {e}")))?;
+    fetched?;
+    written
+}
+
+/// Restore the box in `opts.data_dir` from the archive.
+pub async fn restore_from_archive(
+    opts: ArchiveRestoreOptions,
+    progress: Arc<dyn Fn(&ArchiveProgress) + Send + Sync>,
+) -> Result<ArchiveRestoreReport, Error> {
+    let key = opts.key.as_ref();
+    let chain = chain(&opts.bucket, key).await?;
+    let archived_head = chain.segments.last().map_or(0, |s| s.0.last);
+    let target = match opts.until {
+        Until::End => archived_head,
+        Until::Seq(s) if s > archived_head => {
+            return Err(Error::Missing(format!(
+                "--until {s}: the archive reaches frame {archived_head}"
+            )))
+        }
+        Until::Seq(s) => s,
+        Until::Time(t) => seq_at_time(&opts.bucket, &chain, key, t).await?,
+    };
+    if target == 0 {
+        return Err(Error::Missing("nothing to restore before frame 1".into()));
+    }
+    let fs: Arc<dyn Storage> = StdStorage::shared();
+    let (log, resumed) = open_fresh_log(&opts, &fs)?;
+    let history = HistoryId(chain.history);
+    if log.history() != history {
+        if log.first_seq() <= log.head_seq() {
+            return Err(Error::NotFresh(format!(
+                "its log is of history {}, the archive's {history}",
+                log.history()
+            )));
+        }
+        log.adopt_history(history)?;
+    }
+    if log.head_seq() > target {
+        return Err(Error::NotFresh(format!(
+            "its log holds up to frame {}, past --until {target}",
+            log.head_seq()
+        )));
+    }
+    let mut report = ArchiveRestoreReport {
+        resumed,
+        target,
+        lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
+        ..ArchiveRestoreReport::default()
+    };
+    let wanted: Vec<_> = chain
+        .segments
+        .iter()
+        .filter(|(n, _)| n.first <= target && n.last > log.head_seq())
+        .collect();
+    let mut prog = ArchiveProgress {
+        segments: wanted.len() as u64,
+        head: log.head_seq(),
+        target,
+        ..ArchiveProgress::default()
+    };
+    progress(&prog);
+    let log = Arc::new(log);
+    for (name, size) in wanted {
+        let k = opts.bucket.segment_key(name);
+        let opened = open_object(&opts.bucket, &k, *size, key).await?;
+        let done = replay_segment(&opts.bucket, &opened, &log, name, chain.history, target).await?;
+        report.frames += done.frames;
+        report.segments += 1;
+        report.bytes += done.bytes;
+        prog.segments_done += 1;
+        prog.frames = report.frames;
+        prog.bytes = report.bytes;
+        prog.head = log.head_seq();
+        progress(&prog);
+        if log.head_seq() >= target {
+            break;
+        }
+    }
+    if log.head_seq() != target {
+        return Err(Error::Missing(format!(
+            "the archive's segments ended at frame {}, before {target}",
+            log.head_seq()
+        )));
+    }
+    finish(&opts.data_dir, &fs, log, &chain.epochs, target).await?;
+    report.head = target;
+    Ok(report)
+}
+
+/// The store rebuilt from the log, the epochs of the lineage, the marker
+/// gone: the box is whole.
+async fn finish(
+    data: &Path,
+    fs: &Arc<dyn Storage>,
+    log: Arc<Log>,
+    epochs: &[EpochStart],
+    target: u64,
+) -> Result<(), Error> {
+    let (l2, store_dir) = (log.clone(), InstallPaths::new(data).store());
+    tokio::task::spawn_blocking(move || -> Result<(), Error> {
+        let mut store = Store::open(&store_dir, l2.history(), StoreOptions::default())
+            .map_err(|e| Error::Io(format!("store: {e}")))?;
+        store
+            .catch_up(&l2)
+            .map_err(|e| Error::Io(format!("store: {e}")))?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::Io(format!("the store's task failed: {e}")))??;
+    let history = EpochHistory::try_from(epochs_through(epochs, target))
+        .map_err(|e| Error::Corrupt(format!("the archive's epochs: {e}")))?;
+    let ep = Epochs::load_with(fs.clone(), data, log.head_seq())
+        .map_err(|e| Error::Io(format!("epochs: {e}")))?;
+    ep.update(|s| {
+        s.follow(history);
+        Ok(())
+    })
+    .map_err(|e| Error::Io(format!("epochs: {e}")))?;
+    log.set_follower(false);
+    let marker = data.join(RESTORING_FILE);
+    fs.remove(&marker)
+        .map_err(|e| Error::Io(format!("{}: {e}", marker.display())))?;
+    sync_parent_with(&**fs, &marker).map_err(|e| Error::Io(e.to_string()))?;
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! What `status` and `/metrics` say of the archive, on either box.
+
+use super::*;
+use crate::archive::archiver::ArchiveStatus;
+
+/// The archive's lines of `primary status` and `twin status`.
+pub fn render_archive(a: &ArchiveStatus) -> String {
+    let role = if a.uploading {
+        "this box uploads"
+    } else {
+        "the other box uploads"
+    };
+    let mut out = format!(
+        "archive: {} ({role}): every frame below {} archived; lag {} segments, {:.1} MiB, {} s\n",
+        a.url,
+        a.floor,
+        a.lag_segments,
+        a.lag_bytes as f64 / 1048576.0,
+        a.lag_secs
+    );
+    if let Some(last) = &a.last_upload {
+        out.push_str(&format!(
+            "archive: last upload {last} at {}; {} segments, {:.1} MiB since start\n",
+            utc(a.last_upload_unix_ms),
+            a.uploaded_segments,
+            a.uploaded_bytes as f64 / 1048576.0
+        ));
+    }
+    if let Some(e) = &a.last_error {
+        out.push_str(&format!("archive: FAILING, retrying: {e}\n"));
+    }
+    out
+}
+
+/// The archive's metrics.
+pub(super) fn archive_metrics(out: &mut String, a: &ArchiveStatus) {
+    gauge(
+        out,
+        "twinlog_archive_uploading",
+        "1 on the box that uploads to the archive.",
+        u8::from(a.uploading),
+    );
+    gauge(
+        out,
+        "twinlog_archive_floor_seq",
+        "Every frame below this is archived.",
+        a.floor,
+    );
+    gauge(
+        out,
+        "twinlog_archive_lag_segments",
+        "Sealed segments not yet archived.",
+        a.lag_segments,
+    );
+    gauge(
+        out,
+        "twinlog_archive_lag_bytes",
+        "Bytes of sealed segments not yet archived.",
+        a.lag_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_archive_lag_seconds",
+        "Age of the oldest sealed segment not yet archived.",
+        a.lag_secs,
+    );
+    counter(
+        out,
+        "twinlog_archive_uploaded_segments_total",
+        "Segments uploaded since start.",
+        a.uploaded_segments,
+    );
+    counter(
+        out,
+        "twinlog_archive_uploaded_bytes_total",
+        "Bytes uploaded (as stored) since start.",
+        a.uploaded_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_archive_last_upload_unix_ms",
+        "When the last segment was uploaded (0: none since start).",
+        a.last_upload_unix_ms,
+    );
+    gauge(
+        out,
+        "twinlog_archive_failing",
+        "1 while the last upload or listing failed.",
+        u8::from(a.last_error.is_some()),
+    );
+}

@@ -1,0 +1,296 @@
+//! The archive against a directory bucket (`file://`): sealed segments
+//! uploaded, checked and restored to a frame boundary, under every codec;
+//! corrupt objects, wrong keys and gaps refused by name; an interrupted
+//! restore resumed; the archiver holding retention's floor. The same code
+//! against a real S3 server is `tests/archive_s3.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use twinlog::archive::archiver::{ArchiveSettings, Archiver};
+use twinlog::archive::bucket::{Bucket, Spec};
+use twinlog::archive::codec::{ArchiveKey, Codec};
+use twinlog::archive::restore::{restore_from_archive, ArchiveRestoreOptions, Until};
+use twinlog::archive::upload::{upload_segment, Pace, SegmentJob};
+use twinlog::archive::Error;
+use twinlog::log::{format, Kind, Log, Meta};
+use twinlog::repl::epochs::EpochStart;
+
+const SEGMENT: u64 = 256 << 10;
+const EPOCHS: [EpochStart; 1] = [EpochStart { epoch: 0, first: 1 }];
+
+fn blob_of(i: u64) -> Vec<u8> {
+    let len = match i % 50 {
+        7 => 9 << 20, // spans pieces and segments
+        _ => (i * 131 % 3000) as usize,
+    };
+    (0..len).map(|j| (j as u64 * 31 + i) as u8).collect()
+}
+
+/// A log of `n` frames in small segments.
+fn source_log(dir: &Path, n: u64) -> Log {
+    let log = Log::open_with(dir, SEGMENT).unwrap();
+    for i in 1..=n {
+        log.append(Kind::App(0x8001), &Meta::repo(format!("r{i}")), &blob_of(i))
+            .unwrap();
+    }
+    log.sync().unwrap();
+    log
+}
+
+fn bucket_in(dir: &Path) -> Bucket {
+    Bucket::open(&Spec {
+        url: format!("file://{}", dir.display()),
+        ..Spec::default()
+    })
+    .unwrap()
+}
+
+async fn archive_all(log: &Log, bucket: &Bucket, codec: &Codec) -> u64 {
+    let layout = log.layout();
+    let mut pace = Pace::new(0);
+    let mut last = 0;
+    for &(first, _, _) in &layout[..layout.len() - 1] {
+        let path = format::segment_path(log.dir(), first);
+        let job = SegmentJob {
+            path: &path,
+            first,
+            history: log.history().0,
+            epochs: &EPOCHS,
+            generation: 0,
+            marks: vec![],
+        };
+        last = upload_segment(bucket, codec, job, &mut pace)
+            .await
+            .unwrap()
+            .name
+            .last;
+    }
+    last
+}
+
+fn opts(
+    data: &Path,
+    bucket: &Bucket,
+    key: Option<ArchiveKey>,
+    until: Until,
+) -> ArchiveRestoreOptions {
+    ArchiveRestoreOptions {
+        data_dir: data.to_owned(),
+        segment_bytes: SEGMENT,
+        bucket: bucket.clone(),
+        key,
+        until,
+    }
+}
+
+fn quiet() -> Arc<dyn Fn(&twinlog::archive::restore::ArchiveProgress) + Send + Sync> {
+    Arc::new(|_| {})
+}
+
+fn assert_same_frames(src: &Log, data: &Path, through: u64) {
+    let got = Log::open(data.join(twinlog::layout::LOG_DIR)).unwrap();
+    assert_eq!(got.head_seq(), through, "the restored head");
+    assert_eq!(got.history(), src.history());
+    for seq in 1..=through {
+        assert_eq!(
+            got.read(seq).unwrap(),
+            src.read(seq).unwrap(),
+            "frame {seq}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_codec_restores_to_any_frame_boundary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 120);
+    let key = ArchiveKey::mint().unwrap();
+    for (name, codec) in [
+        ("plain", Codec::default()),
+        (
+            "zstd-sealed",
+            Codec {
+                zstd_level: Some(3),
+                key: Some(key.clone()),
+            },
+        ),
+    ] {
+        let bucket = bucket_in(&tmp.path().join(format!("bucket-{name}")));
+        let archived = archive_all(&src, &bucket, &codec).await;
+        assert!(archived > 60, "{name}: archived through {archived}");
+        for until in [1, 7, 8, archived / 2, archived] {
+            let data = tmp.path().join(format!("restore-{name}-{until}"));
+            let report = restore_from_archive(
+                opts(&data, &bucket, codec.key.clone(), Until::Seq(until)),
+                quiet(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(report.head, until);
+            assert_same_frames(&src, &data, until);
+            assert!(!data.join(twinlog::layout::RESTORING_FILE).exists());
+        }
+        let past = restore_from_archive(
+            opts(
+                &tmp.path().join(format!("past-{name}")),
+                &bucket,
+                codec.key.clone(),
+                Until::Seq(archived + 1),
+            ),
+            quiet(),
+        )
+        .await;
+        assert!(matches!(past, Err(Error::Missing(_))), "{name}: {past:?}");
+    }
+}
+
+#[tokio::test]
+async fn sealed_archives_hold_no_plaintext_and_refuse_other_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 30);
+    let key = ArchiveKey::mint().unwrap();
+    let bdir = tmp.path().join("bucket");
+    let bucket = bucket_in(&bdir);
+    let codec = Codec {
+        zstd_level: None,
+        key: Some(key.clone()),
+    };
+    archive_all(&src, &bucket, &codec).await;
+    let needle = blob_of(3);
+    let needle = &needle[..64];
+    for entry in walk_files(&bdir) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle),
+            "{} holds plaintext",
+            entry.display()
+        );
+    }
+    let none = restore_from_archive(
+        opts(&tmp.path().join("a"), &bucket, None, Until::End),
+        quiet(),
+    )
+    .await;
+    assert!(matches!(none, Err(Error::KeyNeeded)), "{none:?}");
+    let other = ArchiveKey::mint().unwrap();
+    let wrong = restore_from_archive(
+        opts(&tmp.path().join("b"), &bucket, Some(other), Until::End),
+        quiet(),
+    )
+    .await;
+    assert!(matches!(wrong, Err(Error::WrongKey)), "{wrong:?}");
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_corrupt_object_is_refused_and_the_restore_resumes_once_it_is_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 80);
+    let bdir = tmp.path().join("bucket");
+    let bucket = bucket_in(&bdir);
+    let archived = archive_all(&src, &bucket, &Codec::default()).await;
+    let mut objects = walk_files(&bdir);
+    objects.sort();
+    let victim = objects[objects.len() / 2].clone();
+    let good = std::fs::read(&victim).unwrap();
+    let mut bad = good.clone();
+    bad[100] ^= 0x10;
+    std::fs::write(&victim, &bad).unwrap();
+    let data = tmp.path().join("restore");
+    let first = restore_from_archive(opts(&data, &bucket, None, Until::End), quiet()).await;
+    assert!(matches!(first, Err(Error::Corrupt(_))), "{first:?}");
+    assert!(data.join(twinlog::layout::RESTORING_FILE).exists());
+    std::fs::write(&victim, &good).unwrap();
+    let again = restore_from_archive(opts(&data, &bucket, None, Until::End), quiet())
+        .await
+        .unwrap();
+    assert!(again.resumed);
+    assert!(
+        again.frames < archived,
+        "resumed, not started over: {again:?}"
+    );
+    assert_same_frames(&src, &data, archived);
+}
+
+#[tokio::test]
+async fn a_box_with_history_is_refused_and_a_gap_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 60);
+    let bdir = tmp.path().join("bucket");
+    let bucket = bucket_in(&bdir);
+    archive_all(&src, &bucket, &Codec::default()).await;
+    let busy = tmp.path().join("busy");
+    drop(source_log(&busy.join(twinlog::layout::LOG_DIR), 3));
+    let r = restore_from_archive(opts(&busy, &bucket, None, Until::End), quiet()).await;
+    assert!(matches!(r, Err(Error::NotFresh(_))), "{r:?}");
+    let segs = bucket.segments().await.unwrap();
+    let (second, _) = segs[1];
+    bucket.delete(&bucket.segment_key(&second)).await.unwrap();
+    let r = restore_from_archive(
+        opts(&tmp.path().join("gap"), &bucket, None, Until::End),
+        quiet(),
+    )
+    .await;
+    match r {
+        Err(Error::Missing(m)) => assert!(m.contains("skip"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_archiver_uploads_sealed_segments_and_holds_the_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Arc::new(source_log(&tmp.path().join("src"), 70));
+    let bucket = bucket_in(&tmp.path().join("bucket"));
+    let archiver = Archiver::new(
+        src.clone(),
+        ArchiveSettings {
+            bucket: bucket.clone(),
+            codec: Codec::default(),
+            bytes_per_s: 0,
+        },
+        Arc::new(|| EPOCHS.to_vec()),
+    );
+    assert_eq!(
+        archiver.keep_from(),
+        0,
+        "nothing may go before the bucket is listed"
+    );
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let thread = archiver.spawn(stop).unwrap();
+    let open_first = src.layout().last().unwrap().0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while archiver.keep_from() != open_first {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            archiver.status()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let st = archiver.status();
+    assert_eq!(st.lag_segments, 0, "{st:?}");
+    assert_eq!(
+        st.uploaded_segments as usize,
+        src.layout().len() - 1,
+        "{st:?}"
+    );
+    assert!(st.last_error.is_none());
+    stop_tx.send(true).unwrap();
+    thread.join().unwrap();
+    let listed = bucket.segments().await.unwrap();
+    assert_eq!(listed.len(), src.layout().len() - 1);
+}
