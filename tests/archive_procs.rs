@@ -131,6 +131,24 @@ async fn the_twin_archives_retention_waits_for_it_and_a_fresh_box_restores_from_
     .await;
     assert!(p.first <= p.archive.as_ref().unwrap().floor, "{p:?}");
     let archived_to = ta.floor - 1;
+
+    // Below the primary's floor, reads and tails come from the archive,
+    // and a tail goes on into the log.
+    for seq in [1, 2, p.first / 2, p.first - 1] {
+        let e = c.read(seq).await.unwrap();
+        assert_eq!(
+            (e.seq, e.blob),
+            (seq, blob(seq)),
+            "read {seq} below the floor {}",
+            p.first
+        );
+    }
+    let mut tail = c.tail(p.first - 3).await.unwrap();
+    for seq in p.first - 3..p.first + 3 {
+        let e = tail.next().await.unwrap().expect("a frame");
+        assert_eq!((e.seq, e.blob), (seq, blob(seq)), "tail across the floor");
+    }
+    drop(tail);
     drop(c);
     pa.kill();
     pb.kill();

@@ -123,6 +123,16 @@ impl Archiver {
         })
     }
 
+    /// What a reader of frames below the local floor needs.
+    pub fn tiered_source(&self) -> super::tiered::TieredSource {
+        super::tiered::TieredSource {
+            bucket: self.settings.bucket.clone(),
+            key: self.settings.codec.key.clone(),
+            history: self.log.history().0,
+            epochs: (self.epochs)(),
+        }
+    }
+
     /// The lowest sequence retention must keep for the archive: every
     /// frame below it is archived. 0 until the first pass has listed the
     /// bucket: nothing may go.

@@ -8,7 +8,9 @@
 //! - [`bucket`]: the S3-compatible bucket (or a directory);
 //! - [`upload`]: one sealed segment checked, cut, sealed and sent;
 //! - [`archiver`]: the thread that archives every sealed segment and
-//!   holds retention's floor.
+//!   holds retention's floor;
+//! - [`restore`]: a fresh box filled from the archive to a frame or time;
+//! - [`tiered`]: frames below the local floor read from the archive.
 
 pub mod archiver;
 pub mod bucket;
@@ -18,6 +20,7 @@ pub mod names;
 pub mod object;
 pub mod replay;
 pub mod restore;
+pub mod tiered;
 pub mod upload;
 pub mod walk;
 

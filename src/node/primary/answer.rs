@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::refusals::Cut;
 use super::*;
+use crate::archive::tiered::ArchivedFrames;
 use crate::log::BlobReader;
 use crate::node::api::MAX_LISTING;
 use crate::storage::Cursor;
@@ -228,7 +229,22 @@ impl Primary {
         seq: u64,
         mut send: SendStream,
     ) -> Result<(), NetError> {
-        match self.write_frame(caller, seq, &mut send).await? {
+        let mut sent = self.write_frame(caller, seq, &mut send).await?;
+        if let FrameSent::Nothing(ReadRefusal::BelowFloor { .. }) = sent {
+            if let Some(src) = self.archive().map(|a| a.tiered_source()) {
+                let _held = caller
+                    .memory
+                    .charge(u64::from(crate::archive::object::PIECE_LEN))
+                    .await;
+                sent = match ArchivedFrames::at(src, seq).await {
+                    Ok(mut frames) => self.send_archived(&mut frames, seq, &mut send).await?,
+                    // Not archived either: below the floor it stays.
+                    Err(crate::archive::Error::Missing(_)) => sent,
+                    Err(e) => FrameSent::Nothing(archive_refusal(seq, e)),
+                };
+            }
+        }
+        match sent {
             FrameSent::Whole => {
                 let _ = send.finish();
             }
@@ -239,6 +255,43 @@ impl Primary {
             FrameSent::Cut => {}
         }
         Ok(())
+    }
+
+    /// The cursor's next frame (`seq`), from the archive: its head, then
+    /// its blob a piece at a time; a frame that does not check is cut.
+    async fn send_archived(
+        &self,
+        frames: &mut ArchivedFrames,
+        seq: u64,
+        send: &mut SendStream,
+    ) -> Result<FrameSent, NetError> {
+        let head = match frames.next_frame().await {
+            Ok(h) if h.seq == seq => h,
+            Ok(h) => {
+                let why = format!("the archive gave frame {} for {seq}", h.seq);
+                return Ok(FrameSent::Nothing(ReadRefusal::Unreadable { seq, why }));
+            }
+            Err(e) => return Ok(FrameSent::Nothing(archive_refusal(seq, e))),
+        };
+        let msg = Response::Frame {
+            seq,
+            kind: head.kind,
+            meta: head.meta,
+            blob_len: head.blob_len,
+            payload_crc: head.payload_crc,
+        };
+        self.send_msg(send, &msg).await?;
+        loop {
+            match frames.blob_piece(PIECE).await {
+                Ok(p) if p.is_empty() => return Ok(FrameSent::Whole),
+                Ok(p) => self.send_within(send, &p).await?,
+                Err(e) => {
+                    tracing::warn!(seq, error = %e, "an archived frame did not read");
+                    self.cut(send, Cut::ReadFailed);
+                    return Ok(FrameSent::Cut);
+                }
+            }
+        }
     }
 
     /// Frames from `from` on, each as it becomes durable, until the client
@@ -252,10 +305,43 @@ impl Primary {
         let first = self.log.first_seq();
         let mut next = from.max(1);
         if next < first {
-            let e = ReadRefusal::BelowFloor { seq: next, first };
-            return self
-                .answer_with(&mut send, Response::Error(ApiError::Read(e)))
+            let Some(src) = self.archive().map(|a| a.tiered_source()) else {
+                let e = ReadRefusal::BelowFloor { seq: next, first };
+                return self
+                    .answer_with(&mut send, Response::Error(ApiError::Read(e)))
+                    .await;
+            };
+            // Below the floor, from the archive, until the log holds the
+            // next frame: retention drops only what the archive holds.
+            let _held = caller
+                .memory
+                .charge(u64::from(crate::archive::object::PIECE_LEN))
                 .await;
+            let mut frames = match ArchivedFrames::at(src, next).await {
+                Ok(f) => f,
+                Err(e) => {
+                    let e = match e {
+                        crate::archive::Error::Missing(_) => {
+                            ReadRefusal::BelowFloor { seq: next, first }
+                        }
+                        e => archive_refusal(next, e),
+                    };
+                    return self
+                        .answer_with(&mut send, Response::Error(ApiError::Read(e)))
+                        .await;
+                }
+            };
+            while next < self.log.first_seq() {
+                match self.send_archived(&mut frames, next, &mut send).await? {
+                    FrameSent::Whole => next += 1,
+                    FrameSent::Nothing(e) => {
+                        return self
+                            .answer_with(&mut send, Response::Error(ApiError::Read(e)))
+                            .await
+                    }
+                    FrameSent::Cut => return Ok(()),
+                }
+            }
         }
         let mut head_rx = self.durable.subscribe();
         loop {
@@ -388,6 +474,14 @@ impl Primary {
 
 /// A frame's head message and first piece, and the reader of the rest
 /// when there is more.
+/// Why the archive did not give a frame, as a read refusal.
+fn archive_refusal(seq: u64, e: crate::archive::Error) -> ReadRefusal {
+    ReadRefusal::Unreadable {
+        seq,
+        why: format!("below the local floor, from the archive: {e}"),
+    }
+}
+
 fn open_frame(log: &Log, seq: u64) -> Result<(Vec<u8>, Option<BlobReader>), ReadRefusal> {
     let mut reader = log
         .blob_reader_from(seq, 0)
