@@ -502,6 +502,12 @@ pub(crate) struct Pair {
 impl Pair {
     /// `init` both, pin each on the other, start both.
     pub(crate) fn init(dir: &Path) -> Pair {
+        Self::init_with(dir, |_, _| {})
+    }
+
+    /// [`Pair::init`], `tweak` given the primary's and the twin's
+    /// configuration files before they start.
+    pub(crate) fn init_with(dir: &Path, tweak: impl FnOnce(&Path, &Path)) -> Pair {
         let (pdir, tdir) = (dir.join("primary"), dir.join("twin"));
         let listen = free_udp();
         let (primary_metrics, twin_metrics) = (free_tcp(), free_tcp());
@@ -511,6 +517,7 @@ impl Pair {
             daemon::init_primary(&pdir, listen, primary_metrics, Some(twin_fp))
                 .expect("primary init");
         daemon::pin_primary(&tcfg, primary_fp).expect("pin the primary on the twin");
+        tweak(&pcfg, &tcfg);
         let admin =
             daemon::load_identity(&pdir.join(daemon::ADMIN_DIR)).expect("the admin identity");
         let mut pair = Pair {
@@ -593,6 +600,13 @@ impl Pair {
     pub(crate) fn stop(&mut self) {
         self.primary.stop();
         self.twin.stop();
+    }
+
+    /// The twin's status, from its `/status`.
+    pub(crate) fn twin_status(&self) -> Option<twinlog::node::TwinStatus> {
+        daemon::fetch_status::<twinlog::node::TwinStatus>(self.twin_metrics)
+            .ok()
+            .map(|(_, s)| s)
     }
 }
 

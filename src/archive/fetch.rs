@@ -1,6 +1,6 @@
 //! Reading archived objects back: the trailer, then the footer, then
-//! pieces in runs of a few, the next run fetched while the one before is
-//! taken, so memory holds at most two runs whatever the object's size.
+//! pieces in runs of a few, the next two runs fetched while one is taken,
+//! so memory holds at most three runs whatever the object's size.
 
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
@@ -9,6 +9,8 @@ use super::Error;
 
 /// Pieces fetched in one ranged request.
 const PIECES_PER_FETCH: usize = 4;
+/// Ranged requests in flight ahead of the pieces being taken.
+const FETCHES_AHEAD: usize = 2;
 
 /// An object opened from its trailer and footer.
 pub struct Opened {
@@ -49,7 +51,9 @@ type Fetch = tokio::task::JoinHandle<Result<(usize, usize, bytes::Bytes), Error>
 pub struct Pieces<'a> {
     bucket: &'a Bucket,
     opened: &'a Opened,
-    next_fetch: Option<Fetch>,
+    /// Requests in flight, oldest first, and the piece the next one starts.
+    ahead: std::collections::VecDeque<Fetch>,
+    next_at: usize,
     /// The run in hand: its first piece, its end, its bytes, the offset
     /// of the next piece in it.
     run: Option<(usize, usize, bytes::Bytes, usize)>,
@@ -61,13 +65,22 @@ impl<'a> Pieces<'a> {
         let mut p = Pieces {
             bucket,
             opened,
-            next_fetch: None,
+            ahead: std::collections::VecDeque::new(),
+            next_at: from,
             run: None,
         };
-        if from < opened.reader.pieces() {
-            p.next_fetch = Some(p.fetch(from));
-        }
+        p.fill();
         p
+    }
+
+    /// Start requests until `FETCHES_AHEAD` are in flight or none is left.
+    fn fill(&mut self) {
+        let n = self.opened.reader.pieces();
+        while self.ahead.len() < FETCHES_AHEAD && self.next_at < n {
+            let job = self.fetch(self.next_at);
+            self.ahead.push_back(job);
+            self.next_at = (self.next_at + PIECES_PER_FETCH).min(n);
+        }
     }
 
     fn fetch(&self, at: usize) -> Fetch {
@@ -81,15 +94,13 @@ impl<'a> Pieces<'a> {
     /// The next piece's number and plaintext; None after the last.
     pub async fn next(&mut self) -> Result<Option<(usize, Vec<u8>)>, Error> {
         if self.run.as_ref().is_none_or(|(at, to, _, _)| at >= to) {
-            let Some(job) = self.next_fetch.take() else {
+            let Some(job) = self.ahead.pop_front() else {
                 return Ok(None);
             };
             let (at, to, bytes) = job
                 .await
                 .map_err(|e| Error::Io(format!("a fetch task failed: {e}")))??;
-            if to < self.opened.reader.pieces() {
-                self.next_fetch = Some(self.fetch(to));
-            }
+            self.fill();
             self.run = Some((at, to, bytes, 0));
         }
         let Some((at, _, bytes, off)) = self.run.as_mut() else {
@@ -115,7 +126,7 @@ impl<'a> Pieces<'a> {
 
 impl Drop for Pieces<'_> {
     fn drop(&mut self) {
-        if let Some(j) = self.next_fetch.take() {
+        for j in self.ahead.drain(..) {
             j.abort();
         }
     }

@@ -47,6 +47,9 @@ pub struct FrameStart {
 pub struct Piece {
     pub stored_len: u32,
     pub plain_crc: u32,
+    /// Stored compressed: false for a piece zstd could not shrink, kept
+    /// as it was (its reader then spends nothing on it).
+    pub compressed: bool,
     /// None: the piece is inside one frame's blob.
     pub first_frame: Option<FrameStart>,
 }
@@ -292,6 +295,11 @@ impl ObjectWriter {
         }
         self.crc.update(plain);
         let mut stored = codec::compress(self.level, plain)?;
+        let compressed = self.level.is_some() && stored.len() < plain.len();
+        if self.level.is_some() && !compressed {
+            stored.clear();
+            stored.extend_from_slice(plain);
+        }
         let index = self.pieces.len() as u64;
         if let Some(s) = &self.sealing {
             s.seal(index, &self.trailer.bound, &mut stored)?;
@@ -301,6 +309,7 @@ impl ObjectWriter {
         self.pieces.push(Piece {
             stored_len,
             plain_crc: crc32fast::hash(plain),
+            compressed,
             first_frame,
         });
         self.plain_len += plain.len() as u64;
@@ -427,7 +436,12 @@ impl ObjectReader {
             s.open(i as u64, &self.trailer.bound, &mut stored)?;
         }
         let plain_len = self.footer.piece_plain_len(i) as usize;
-        let plain = codec::decompress(self.trailer.flags & FLAG_ZSTD != 0, stored, plain_len)?;
+        if p.compressed && self.trailer.flags & FLAG_ZSTD == 0 {
+            return Err(Error::Corrupt(format!(
+                "piece {i} is compressed in an object without zstd"
+            )));
+        }
+        let plain = codec::decompress(p.compressed, stored, plain_len)?;
         if plain.len() != plain_len || crc32fast::hash(&plain) != p.plain_crc {
             return Err(Error::Corrupt(format!("piece {i} does not match its crc")));
         }

@@ -198,14 +198,26 @@ fn open_fresh_log(
     Ok((log, resumed))
 }
 
+/// Bytes restored between two syncs of the log.
+const SYNC_EVERY: u64 = 1 << 30;
+
+async fn sync(log: &Arc<Log>) -> Result<(), Error> {
+    let l = log.clone();
+    tokio::task::spawn_blocking(move || l.sync())
+        .await
+        .map_err(|e| Error::Io(format!("the sync's task failed: {e}")))??;
+    Ok(())
+}
+
 struct SegmentDone {
     frames: u64,
     bytes: u64,
 }
 
-/// Write one archived segment's frames up to `target` into the log: the
-/// pieces are fetched here and written on a blocking thread (the log's
-/// writer is held across a frame's pieces), two pieces in hand at most.
+/// Write one archived segment's frames up to `target` into the log,
+/// unsynced: the pieces are fetched here and written on a blocking thread
+/// (the log's writer is held across a frame's pieces), two pieces in hand
+/// at most.
 async fn replay_segment(
     bucket: &Bucket,
     opened: &super::fetch::Opened,
@@ -239,8 +251,6 @@ async fn replay_segment(
             }
         }
         let frames = replay.written();
-        drop(replay);
-        l2.sync()?;
         Ok(SegmentDone { frames, bytes })
     });
     let mut pieces = Pieces::new(bucket, opened, 0);
@@ -323,10 +333,19 @@ pub async fn restore_from_archive(
     };
     progress(&prog);
     let log = Arc::new(log);
+    let mut unsynced = 0u64;
     for (name, size) in wanted {
         let k = opts.bucket.segment_key(name);
         let opened = open_object(&opts.bucket, &k, *size, key).await?;
         let done = replay_segment(&opts.bucket, &opened, &log, name, chain.history, target).await?;
+        // A sync per segment stalled the fetches behind it: the frames
+        // are synced every SYNC_EVERY bytes and at the end (a resumed
+        // restore goes on from what survived).
+        unsynced += done.bytes;
+        if unsynced >= SYNC_EVERY {
+            sync(&log).await?;
+            unsynced = 0;
+        }
         report.frames += done.frames;
         report.segments += 1;
         report.bytes += done.bytes;
@@ -339,6 +358,7 @@ pub async fn restore_from_archive(
             break;
         }
     }
+    sync(&log).await?;
     if log.head_seq() != target {
         return Err(Error::Missing(format!(
             "the archive's segments ended at frame {}, before {target}",

@@ -17,7 +17,7 @@ mod sections;
 #[cfg(test)]
 mod tests;
 
-pub use archive::{ArchiveSection, Uploader};
+pub use archive::{default_max_mib_per_s, ArchiveSection, Uploader};
 pub use failover::{FailoverSection, LEASE_TTL_S};
 pub use sections::*;
 use sections::{de_segment_bytes, within};
