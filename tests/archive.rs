@@ -10,6 +10,7 @@ use std::sync::Arc;
 use twinlog::archive::archiver::{ArchiveSettings, Archiver};
 use twinlog::archive::bucket::{Bucket, Spec};
 use twinlog::archive::codec::{ArchiveKey, Codec};
+use twinlog::archive::object::TimeMark;
 use twinlog::archive::restore::{restore_from_archive, ArchiveRestoreOptions, Until};
 use twinlog::archive::upload::{upload_segment, Pace, SegmentJob};
 use twinlog::archive::Error;
@@ -50,7 +51,7 @@ async fn archive_all(log: &Log, bucket: &Bucket, codec: &Codec) -> u64 {
     let layout = log.layout();
     let mut pace = Pace::new(0);
     let mut last = 0;
-    for &(first, _, _) in &layout[..layout.len() - 1] {
+    for &(first, seg_last, _) in &layout[..layout.len() - 1] {
         let path = format::segment_path(log.dir(), first);
         let job = SegmentJob {
             path: &path,
@@ -58,7 +59,11 @@ async fn archive_all(log: &Log, bucket: &Bucket, codec: &Codec) -> u64 {
             history: log.history().0,
             epochs: &EPOCHS,
             generation: 0,
-            marks: vec![],
+            // Frames up to each segment's last were durable by 10 ms a frame.
+            marks: vec![TimeMark {
+                seq: seg_last,
+                unix_ms: seg_last * 10,
+            }],
         };
         last = upload_segment(bucket, codec, job, &mut pace)
             .await
@@ -350,4 +355,36 @@ async fn tiered_reads_find_any_frame_and_walk_on_across_pieces_and_segments() {
         ArchivedFrames::at(source, archived + 1).await,
         Err(Error::Missing(_))
     ));
+}
+
+#[tokio::test]
+async fn until_time_restores_through_the_last_frame_marked_by_then() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 60);
+    let bucket = bucket_in(&tmp.path().join("bucket"));
+    archive_all(&src, &bucket, &Codec::default()).await;
+    let lasts: Vec<u64> = src.layout().iter().map(|s| s.1).collect();
+    let (a, b) = (lasts[0], lasts[2]);
+    for (i, (t, want)) in [(a * 10, a), (b * 10 + 9, b), (lasts[3] * 10 - 1, b)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = tmp.path().join(format!("t{i}"));
+        let r = restore_from_archive(opts(&data, &bucket, None, Until::Time(t)), quiet())
+            .await
+            .unwrap();
+        assert_eq!(r.head, want, "until {t} ms");
+        assert_same_frames(&src, &data, want);
+    }
+    let early = restore_from_archive(
+        opts(
+            &tmp.path().join("early"),
+            &bucket,
+            None,
+            Until::Time(a * 10 - 1),
+        ),
+        quiet(),
+    )
+    .await;
+    assert!(matches!(early, Err(Error::Missing(_))), "{early:?}");
 }

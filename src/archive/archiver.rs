@@ -172,6 +172,7 @@ impl Archiver {
                 rt.block_on(async move {
                     tokio::select! {
                         _ = me.run() => {}
+                        _ = me.mark_every_second() => {}
                         _ = stop.wait_for(|s| *s) => {}
                     }
                 });
@@ -183,7 +184,6 @@ impl Archiver {
         let mut archived: Option<Known> = None;
         let mut pace = Pace::new(self.settings.bytes_per_s);
         loop {
-            self.mark();
             if !self.uploading {
                 archived = None;
             }
@@ -221,6 +221,19 @@ impl Archiver {
         }
     }
 
+    /// A time mark a second while uploading, uploads in flight or not:
+    /// what `--until-time` restores by.
+    async fn mark_every_second(&self) {
+        if !self.uploading {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            self.mark();
+        }
+    }
+
     fn mark(&self) {
         let m = TimeMark {
             seq: self.log.head_seq(),
@@ -236,19 +249,25 @@ impl Archiver {
         }
     }
 
+    /// The marks of frames `first..=last`; they stay until the segment
+    /// is archived (a failed upload takes them again).
     fn marks_for(&self, first: u64, last: u64) -> Vec<TimeMark> {
-        let Ok(mut marks) = self.marks.lock() else {
+        let Ok(marks) = self.marks.lock() else {
             return Vec::new();
         };
-        let out = marks
+        marks
             .iter()
             .copied()
             .filter(|m| (first..=last).contains(&m.seq))
-            .collect();
-        while marks.front().is_some_and(|m| m.seq <= last) {
-            marks.pop_front();
+            .collect()
+    }
+
+    fn forget_marks_through(&self, last: u64) {
+        if let Ok(mut marks) = self.marks.lock() {
+            while marks.front().is_some_and(|m| m.seq <= last) {
+                marks.pop_front();
+            }
         }
-        out
     }
 
     /// One pass: upload every sealed segment the bucket lacks, oldest
@@ -277,6 +296,7 @@ impl Archiver {
                     let key = self.settings.bucket.segment_key(&sent.name);
                     tracing::info!(first, last = sent.name.last, bytes = sent.stored_bytes, %key, "archived a segment");
                     known.insert(known_key(&sent.name));
+                    self.forget_marks_through(sent.name.last);
                     self.set_status(|s| {
                         s.uploaded_segments += 1;
                         s.uploaded_bytes += sent.stored_bytes;
