@@ -330,6 +330,7 @@ async fn tiered_reads_find_any_frame_and_walk_on_across_pieces_and_segments() {
         key: codec.key.clone(),
         history: src.history().0,
         epochs: EPOCHS.to_vec(),
+        cache: None,
     };
     for seq in [1, 6, 7, 8, 57, archived] {
         let mut at = ArchivedFrames::at(source.clone(), seq).await.unwrap();

@@ -69,6 +69,31 @@ fn known_key(n: &SegmentName) -> (u64, u64, u64) {
     (n.first, n.last, n.lineage)
 }
 
+/// The runs of frames the bucket holds of this log's lineage, merged,
+/// oldest first. The other box cuts its segments where it rolls, which
+/// need not be where this one does: a segment here is archived when a run
+/// covers it, whichever objects make the run.
+fn covered(known: &Known, history: &[u8; 16], epochs: &[EpochStart]) -> Vec<(u64, u64)> {
+    let mut objects: Vec<(u64, u64)> = known
+        .iter()
+        .filter(|(_, last, lin)| *lin == lineage(history, epochs, *last))
+        .map(|&(first, last, _)| (first, last))
+        .collect();
+    objects.sort_unstable();
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for (first, last) in objects {
+        match runs.last_mut() {
+            Some(run) if first <= run.1 + 1 => run.1 = run.1.max(last),
+            _ => runs.push((first, last)),
+        }
+    }
+    runs
+}
+
+fn is_covered(runs: &[(u64, u64)], first: u64, last: u64) -> bool {
+    runs.iter().any(|&(a, b)| a <= first && last <= b)
+}
+
 /// Where the epochs that wrote the log come from.
 pub type EpochsOf = Arc<dyn Fn() -> Vec<EpochStart> + Send + Sync>;
 
@@ -81,6 +106,8 @@ pub struct Archiver {
     floor: AtomicU64,
     status: Mutex<ArchiveStatus>,
     marks: Mutex<VecDeque<TimeMark>>,
+    /// The listing and footers the box's tiered reads share.
+    tiered: Arc<super::tiered::TieredCache>,
 }
 
 fn now_ms() -> u64 {
@@ -120,6 +147,7 @@ impl Archiver {
                 ..ArchiveStatus::default()
             }),
             marks: Mutex::new(VecDeque::new()),
+            tiered: Arc::default(),
         })
     }
 
@@ -130,6 +158,7 @@ impl Archiver {
             key: self.settings.codec.key.clone(),
             history: self.log.history().0,
             epochs: (self.epochs)(),
+            cache: Some(self.tiered.clone()),
         }
     }
 
@@ -278,8 +307,9 @@ impl Archiver {
         let sealed = &layout[..layout.len().saturating_sub(1)];
         let epochs = (self.epochs)();
         let mut result = Ok(());
+        let runs = covered(known, &history, &epochs);
         for &(first, last, _) in sealed {
-            if last < first || known.contains(&(first, last, lineage(&history, &epochs, last))) {
+            if last < first || is_covered(&runs, first, last) {
                 continue;
             }
             let path = format::segment_path(self.log.dir(), first);
@@ -332,8 +362,9 @@ impl Archiver {
         let mut lag_segments = 0;
         let mut lag_bytes = 0;
         let mut oldest_lagging: Option<u64> = None;
+        let runs = covered(known, history, epochs);
         for &(first, last, bytes) in sealed {
-            if !known.contains(&(first, last, lineage(history, epochs, last))) {
+            if !is_covered(&runs, first, last) {
                 if oldest_lagging.is_none() {
                     floor = first;
                     oldest_lagging = Some(first);
@@ -357,5 +388,40 @@ impl Archiver {
             s.lag_bytes = lag_bytes;
             s.lag_secs = lag_secs;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_is_archived_when_objects_of_its_lineage_cover_it() {
+        let h = [7u8; 16];
+        let e = [EpochStart { epoch: 0, first: 1 }];
+        let other = [
+            EpochStart { epoch: 0, first: 1 },
+            EpochStart {
+                epoch: 1 << 32,
+                first: 30,
+            },
+        ];
+        let known: Known = [
+            (1, 10, lineage(&h, &e, 10)),
+            (11, 25, lineage(&h, &e, 25)),
+            (26, 40, lineage(&h, &other, 40)),
+            (41, 50, lineage(&h, &e, 50)),
+        ]
+        .into_iter()
+        .collect();
+        let runs = covered(&known, &h, &e);
+        assert_eq!(runs, vec![(1, 25), (41, 50)]);
+        // Cut elsewhere than the objects: covered all the same.
+        assert!(is_covered(&runs, 5, 20));
+        assert!(
+            !is_covered(&runs, 20, 30),
+            "another life's object covers nothing"
+        );
+        assert!(is_covered(&runs, 41, 50));
     }
 }

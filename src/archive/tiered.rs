@@ -27,6 +27,75 @@ pub struct TieredSource {
     pub key: Option<ArchiveKey>,
     pub history: [u8; 16],
     pub epochs: Vec<EpochStart>,
+    /// The bucket's listing and the newest objects' footers, shared by
+    /// the box's readers; none: every cursor asks the bucket.
+    pub cache: Option<Arc<TieredCache>>,
+}
+
+/// How long a listing answers cursors before the bucket is asked again
+/// (a frame it lacks asks again at once).
+const LISTING_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+/// Footers kept: each is small (a few dozen bytes a piece).
+const OBJECTS_KEPT: usize = 32;
+
+/// A listing of the bucket's segments, and when it was taken.
+type Listing = (std::time::Instant, Vec<(SegmentName, u64)>);
+
+/// A box's cache of the bucket's listing and of opened objects.
+#[derive(Default)]
+pub struct TieredCache {
+    listing: std::sync::Mutex<Option<Listing>>,
+    objects: std::sync::Mutex<std::collections::VecDeque<(String, Arc<Opened>)>>,
+}
+
+impl TieredCache {
+    async fn listing(
+        &self,
+        bucket: &Bucket,
+        fresh: bool,
+    ) -> Result<Vec<(SegmentName, u64)>, Error> {
+        if !fresh {
+            if let Ok(l) = self.listing.lock() {
+                if let Some((at, list)) = l.as_ref() {
+                    if at.elapsed() < LISTING_FOR {
+                        return Ok(list.clone());
+                    }
+                }
+            }
+        }
+        let list = bucket.segments().await?;
+        if let Ok(mut l) = self.listing.lock() {
+            *l = Some((std::time::Instant::now(), list.clone()));
+        }
+        Ok(list)
+    }
+
+    fn object(&self, key: &str) -> Option<Arc<Opened>> {
+        let o = self.objects.lock().ok()?;
+        o.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    fn keep(&self, key: &str, opened: Arc<Opened>) {
+        if let Ok(mut o) = self.objects.lock() {
+            o.retain(|(k, _)| k != key);
+            o.push_back((key.to_owned(), opened));
+            while o.len() > OBJECTS_KEPT {
+                o.pop_front();
+            }
+        }
+    }
+}
+
+/// Open an object through the cache, when there is one.
+async fn open_cached(src: &TieredSource, key: &str, size: u64) -> Result<Arc<Opened>, Error> {
+    if let Some(o) = src.cache.as_ref().and_then(|c| c.object(key)) {
+        return Ok(o);
+    }
+    let opened = Arc::new(open_object(&src.bucket, key, size, src.key.as_ref()).await?);
+    if let Some(c) = &src.cache {
+        c.keep(key, opened.clone());
+    }
+    Ok(opened)
 }
 
 /// A frame's head, as a read answers it.
@@ -63,7 +132,18 @@ impl ArchivedFrames {
     /// A cursor at `seq`; `Missing` when the archive holds no segment of
     /// this box's lineage with it.
     pub async fn at(src: TieredSource, seq: u64) -> Result<ArchivedFrames, Error> {
-        let all = src.bucket.segments().await?;
+        match Self::at_listed(src.clone(), seq, false).await {
+            // A cached listing may predate the frame's segment.
+            Err(Error::Missing(_)) if src.cache.is_some() => Self::at_listed(src, seq, true).await,
+            other => other,
+        }
+    }
+
+    async fn at_listed(src: TieredSource, seq: u64, fresh: bool) -> Result<ArchivedFrames, Error> {
+        let all = match &src.cache {
+            Some(c) => c.listing(&src.bucket, fresh).await?,
+            None => src.bucket.segments().await?,
+        };
         let mut segments: Vec<(SegmentName, u64)> = Vec::new();
         for (n, size) in all {
             if n.lineage != lineage(&src.history, &src.epochs, n.last) {
@@ -116,8 +196,7 @@ impl ArchivedFrames {
     async fn open_segment_at(&mut self, seq: u64) -> Result<(), Error> {
         let (name, size) = self.segments[self.seg];
         let key = self.src.bucket.segment_key(&name);
-        let opened =
-            Arc::new(open_object(&self.src.bucket, &key, size, self.src.key.as_ref()).await?);
+        let opened = open_cached(&self.src, &key, size).await?;
         let footer = opened.reader.footer();
         // The last piece in which a frame at or before `seq` starts.
         let piece = footer
@@ -265,9 +344,7 @@ impl ArchivedFrames {
     async fn open_first_of_segment(&mut self) -> Result<(), Error> {
         let (name, size) = self.segments[self.seg];
         let key = self.src.bucket.segment_key(&name);
-        self.object = Some(Arc::new(
-            open_object(&self.src.bucket, &key, size, self.src.key.as_ref()).await?,
-        ));
+        self.object = Some(open_cached(&self.src, &key, size).await?);
         self.piece = 0;
         self.load_piece().await?;
         self.at = SEGMENT_HEADER_LEN;

@@ -71,16 +71,6 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
-    if let Some(a) = archive::start_archive(
-        cfg.archive.as_ref(),
-        &cfg.data_dir,
-        &log,
-        &epochs_for_call,
-        config::Uploader::Primary,
-        &shutdown,
-    )? {
-        node.set_archive(a);
-    }
     let shutdown = stop_on(
         shutdown,
         node.watch_deposed(),
@@ -92,6 +82,18 @@ pub async fn serve_primary(
         Some(h) => stop_on(shutdown, h.lost.clone(), |&l| l, std::time::Duration::ZERO),
         None => shutdown,
     };
+    // Stopped with this life: a deposed primary's archive does not run on
+    // beside the one it starts as a twin.
+    if let Some(a) = archive::start_archive(
+        cfg.archive.as_ref(),
+        &cfg.data_dir,
+        &log,
+        &epochs_for_call,
+        config::Uploader::Primary,
+        &shutdown,
+    )? {
+        node.set_archive(a);
+    }
     // The store follows the durable head here as on the twin, through the
     // application frames no store request applies, so both boxes' status
     // says how far their store has gone through the log alike. Off the
