@@ -786,6 +786,61 @@ async fn refusals_reach_the_client_by_name() {
     let _ = p.served.await;
 }
 
+/// With an archive on, a retain by hand never drops what the bucket does
+/// not hold, forced or not: `ArchiveNotPast` names where it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retain_past_the_archive_is_refused_even_forced() {
+    use twinlog::archive::archiver::{ArchiveSettings, Archiver};
+    use twinlog::archive::bucket::{Bucket, Spec};
+    use twinlog::node::WriteRefusal;
+    let ids = ids();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = start_primary(&ids, &dir.path().join("log"), TwinPolicy::Wait);
+    let bucket = Bucket::open(&Spec {
+        url: format!("file://{}", dir.path().join("bucket").display()),
+        ..Spec::default()
+    })
+    .expect("bucket");
+    // Not started: it has not listed the bucket, so nothing is archived.
+    let archiver = Archiver::new(
+        p.primary.log().clone(),
+        ArchiveSettings {
+            bucket,
+            codec: Default::default(),
+            bytes_per_s: 0,
+        },
+        Arc::new(Vec::new),
+    );
+    p.primary.set_archive(archiver);
+    let client = Client::connect(&ids.client, ids.primary.fingerprint(), p.addr)
+        .await
+        .expect("connect");
+    for i in 0..3u64 {
+        client
+            .append(0x8001, b"", &blob(i, 10), Durability::Local)
+            .await
+            .expect("append");
+    }
+    let retained = client.retain_from(3, true).await;
+    assert!(
+        matches!(
+            &retained,
+            Err(ClientError::Api(ApiError::Refused(
+                WriteRefusal::ArchiveNotPast { archived_below: 0 }
+            )))
+        ),
+        "{retained:?}"
+    );
+    let s = client.status().await.expect("status");
+    assert_eq!(s.first, 1, "nothing dropped");
+    assert!(
+        s.archive.is_some_and(|a| a.uploading),
+        "the status shows the archive"
+    );
+    let _ = p.stop.send(true);
+    let _ = p.served.await;
+}
+
 /// A twin whose disk fills says so by name: its session ends with
 /// `WriteFailed`, the primary's status shows it, and nothing the twin
 /// acknowledged is lost from the primary.
