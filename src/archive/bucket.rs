@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::names::{with_slash, SegmentName, SnapshotName, SEGMENTS_DIR, SNAPSHOTS_DIR};
+use super::names::{with_slash, SegmentName, SEGMENTS_DIR};
 use super::Error;
 
 /// Stored bytes per part of a multipart upload; an object smaller than
@@ -123,10 +123,6 @@ impl Bucket {
         &self.url
     }
 
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     async fn list_under(&self, dir: &str) -> Result<Vec<(String, u64)>, Error> {
         let p = ObjPath::from(format!("{}{dir}", with_slash(&self.prefix)));
         let mut out = Vec::new();
@@ -151,23 +147,7 @@ impl Bucket {
         Ok(v)
     }
 
-    /// Every archived snapshot, oldest first.
-    pub async fn snapshots(&self) -> Result<Vec<(SnapshotName, u64)>, Error> {
-        let mut v: Vec<_> = self
-            .list_under(SNAPSHOTS_DIR)
-            .await?
-            .into_iter()
-            .filter_map(|(k, n)| SnapshotName::parse(&k).map(|s| (s, n)))
-            .collect();
-        v.sort();
-        Ok(v)
-    }
-
     pub fn segment_key(&self, name: &SegmentName) -> String {
-        name.key(&self.prefix)
-    }
-
-    pub fn snapshot_key(&self, name: &SnapshotName) -> String {
         name.key(&self.prefix)
     }
 
@@ -181,10 +161,6 @@ impl Bucket {
             )));
         }
         Ok(b)
-    }
-
-    pub async fn size(&self, key: &str) -> Result<u64, Error> {
-        Ok(self.store.head(&ObjPath::from(key)).await?.size)
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), Error> {

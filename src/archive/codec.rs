@@ -221,6 +221,20 @@ mod tests {
     }
 
     #[test]
+    fn a_key_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("k");
+        std::fs::write(&f, ArchiveKey::mint().unwrap().to_file_text()).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = ArchiveKey::load(&f).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(ArchiveKey::load(&f).is_ok());
+        assert!(ArchiveKey::load(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
     fn a_sealed_piece_opens_only_with_its_key_number_and_data() {
         let k = ArchiveKey::mint().unwrap();
         let salt = salt().unwrap();

@@ -34,6 +34,30 @@ pub fn lineage(history: &[u8; 16], epochs: &[EpochStart], through: u64) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// The segments of one lineage in a listing sorted by name, oldest
+/// first: of two versions of a segment, the newer generation.
+pub fn of_lineage(
+    listed: &[(SegmentName, u64)],
+    history: &[u8; 16],
+    epochs: &[EpochStart],
+) -> Vec<(SegmentName, u64)> {
+    let mut out: Vec<(SegmentName, u64)> = Vec::new();
+    for &(n, size) in listed {
+        if n.lineage != lineage(history, epochs, n.last) {
+            continue;
+        }
+        match out.last_mut() {
+            Some(prev) if prev.0.first == n.first => {
+                if n.generation > prev.0.generation {
+                    *prev = (n, size);
+                }
+            }
+            _ => out.push((n, size)),
+        }
+    }
+    out
+}
+
 /// The epochs that wrote frames up to `through`.
 pub fn epochs_through(epochs: &[EpochStart], through: u64) -> Vec<EpochStart> {
     epochs

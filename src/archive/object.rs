@@ -267,10 +267,6 @@ impl ObjectWriter {
         })
     }
 
-    pub fn piece_len(&self) -> u32 {
-        self.piece_len
-    }
-
     /// Stored bytes written so far.
     pub fn stored_len(&self) -> u64 {
         self.stored_len

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
 use super::fetch::{open_object, Pieces};
-use super::names::{epochs_through, lineage, SegmentName};
+use super::names::{epochs_through, lineage, of_lineage, SegmentName};
 use super::object::{Content, SegmentInfo};
 use super::replay::Replay;
 use super::walk::FrameWalk;
@@ -104,20 +104,7 @@ async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error
         .max_by_key(|(n, _)| (n.last, n.generation))
         .ok_or_else(|| Error::Missing(format!("{}: no archived segment", bucket.url())))?;
     let info = segment_info(bucket, &newest.0, newest.1, key).await?;
-    let mut segments: Vec<(SegmentName, u64)> = Vec::new();
-    for (n, size) in &all {
-        if n.lineage != lineage(&info.history, &info.epochs, n.last) {
-            continue;
-        }
-        match segments.last_mut() {
-            Some(prev) if prev.0.first == n.first => {
-                if n.generation > prev.0.generation {
-                    *prev = (*n, *size);
-                }
-            }
-            _ => segments.push((*n, *size)),
-        }
-    }
+    let segments = of_lineage(&all, &info.history, &info.epochs);
     let mut expect = 1;
     for (n, _) in &segments {
         if n.first != expect {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
 use super::fetch::{open_object, Opened};
-use super::names::{lineage, SegmentName};
+use super::names::{of_lineage, SegmentName};
 use super::Error;
 use crate::log::format::{self, FrameHeader, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
 use crate::log::Kind;
@@ -144,20 +144,7 @@ impl ArchivedFrames {
             Some(c) => c.listing(&src.bucket, fresh).await?,
             None => src.bucket.segments().await?,
         };
-        let mut segments: Vec<(SegmentName, u64)> = Vec::new();
-        for (n, size) in all {
-            if n.lineage != lineage(&src.history, &src.epochs, n.last) {
-                continue;
-            }
-            match segments.last_mut() {
-                Some(prev) if prev.0.first == n.first => {
-                    if n.generation > prev.0.generation {
-                        *prev = (n, size);
-                    }
-                }
-                _ => segments.push((n, size)),
-            }
-        }
+        let segments = of_lineage(&all, &src.history, &src.epochs);
         let seg = segments
             .iter()
             .position(|(n, _)| n.first <= seq && seq <= n.last)

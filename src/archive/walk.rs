@@ -45,11 +45,6 @@ impl FrameWalk {
         }
     }
 
-    /// The sequence of the next frame the walk expects.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
     /// Bytes walked.
     pub fn pos(&self) -> u64 {
         self.pos
@@ -128,7 +123,8 @@ impl FrameWalk {
     fn check_frame_header(&self) -> Result<FrameHeader, Error> {
         let mut b = [0u8; FRAME_HEADER_LEN];
         b.copy_from_slice(&self.partial);
-        let at = self.pos_of_partial();
+        // Where the piece holding the header's end began.
+        let at = self.pos;
         let h = FrameHeader::decode(&b)
             .map_err(|e| Error::Corrupt(format!("frame header at byte {at}: {e:?}")))?;
         if h.seq != self.next_seq {
@@ -138,11 +134,6 @@ impl FrameWalk {
             )));
         }
         Ok(h)
-    }
-
-    /// Only for error messages: roughly where the current header began.
-    fn pos_of_partial(&self) -> u64 {
-        self.pos
     }
 
     fn end_frame_if_done(&mut self) -> Result<(), Error> {
