@@ -16,7 +16,8 @@ use tokio::sync::watch;
 
 use super::bucket::Bucket;
 use super::codec::Codec;
-use super::names::{lineage, SegmentName};
+use super::erase::{erase_in_archive, EraseQueue, EraseReach};
+use super::names::{lineage, EraseMark, SegmentName};
 use super::object::TimeMark;
 use super::upload::{upload_segment, Pace, SegmentJob};
 use super::Error;
@@ -60,6 +61,10 @@ pub struct ArchiveStatus {
     pub last_upload: Option<String>,
     pub last_upload_unix_ms: u64,
     pub last_error: Option<String>,
+    /// Erases applied here that the archive has yet to see.
+    pub erases_pending: u64,
+    /// Archived segments rewritten by erases since start.
+    pub erase_rewrites: u64,
 }
 
 /// The segments the bucket holds: first, last and lineage.
@@ -94,6 +99,22 @@ fn is_covered(runs: &[(u64, u64)], first: u64, last: u64) -> bool {
     runs.iter().any(|&(a, b)| a <= first && last <= b)
 }
 
+/// A drill's negative control only (feature `drill-sabotage`, and
+/// `TWINLOG_DRILL_SABOTAGE=archive-floor-off` in the environment):
+/// retention ignores the archive, so segments leave the box before the
+/// bucket holds them, and a restore from the archive finds a hole.
+#[cfg(feature = "drill-sabotage")]
+fn floor_ignored() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "archive-floor-off");
+        if on {
+            tracing::error!("drill sabotage: retention ignores the archive's floor");
+        }
+        on
+    })
+}
+
 /// Where the epochs that wrote the log come from.
 pub type EpochsOf = Arc<dyn Fn() -> Vec<EpochStart> + Send + Sync>;
 
@@ -108,6 +129,8 @@ pub struct Archiver {
     marks: Mutex<VecDeque<TimeMark>>,
     /// The listing and footers the box's tiered reads share.
     tiered: Arc<super::tiered::TieredCache>,
+    /// The erases this box applied that the archive has yet to see.
+    erases: std::sync::OnceLock<Arc<EraseQueue>>,
 }
 
 fn now_ms() -> u64 {
@@ -148,7 +171,14 @@ impl Archiver {
             }),
             marks: Mutex::new(VecDeque::new()),
             tiered: Arc::default(),
+            erases: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Carry the erases recorded in `queue` to the archive (the uploader),
+    /// or forget those the archive says it has (the watcher).
+    pub fn carry_erases(&self, queue: Arc<EraseQueue>) {
+        let _ = self.erases.set(queue);
     }
 
     /// What a reader of frames below the local floor needs.
@@ -166,6 +196,10 @@ impl Archiver {
     /// frame below it is archived. 0 until the first pass has listed the
     /// bucket: nothing may go.
     pub fn keep_from(&self) -> u64 {
+        #[cfg(feature = "drill-sabotage")]
+        if floor_ignored() {
+            return u64::MAX;
+        }
         self.floor.load(Ordering::SeqCst)
     }
 
@@ -223,11 +257,14 @@ impl Archiver {
                         let history = self.log.history().0;
                         self.update_floor(&known, &history, &(self.epochs)());
                         archived = Some(known);
-                        Ok(())
+                        self.erases(None).await
                     }
                     Err(e) => Err(e),
                 },
-                Some(known) => self.pass(known, &mut pace).await,
+                Some(known) => match self.pass(known, &mut pace).await {
+                    Ok(()) => self.erases(Some(&mut pace)).await,
+                    Err(e) => Err(e),
+                },
             };
             match res {
                 Ok(()) => {
@@ -353,6 +390,59 @@ impl Archiver {
         }
         self.update_floor(known, &history, &epochs);
         result
+    }
+
+    /// The erases still to carry to the archive, oldest first: done here
+    /// with `pace` (the uploader), or only forgotten once the bucket says
+    /// it has them (the watcher).
+    async fn erases(&self, pace: Option<&mut Pace>) -> Result<(), Error> {
+        let Some(queue) = self.erases.get() else {
+            return Ok(());
+        };
+        let io = |e: std::io::Error| Error::Io(e.to_string());
+        let pending = queue.pending().map_err(io)?;
+        self.set_status(|s| s.erases_pending = pending.len() as u64);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let history = self.log.history().0;
+        let epochs = (self.epochs)();
+        let bucket = &self.settings.bucket;
+        let marks = bucket.erase_marks().await?;
+        let scratch = queue.scratch();
+        let mut pace = pace;
+        for e in pending {
+            let mark = EraseMark {
+                lineage: lineage(&history, &epochs, e.seq),
+                seq: e.seq,
+            };
+            if !marks.contains(&mark) {
+                let Some(pace) = pace.as_deref_mut() else {
+                    continue;
+                };
+                let reach = EraseReach {
+                    bucket,
+                    codec: &self.settings.codec,
+                    history,
+                    scratch: &scratch,
+                };
+                let done = erase_in_archive(&reach, &e, pace).await?;
+                bucket.put_erase_mark(&mark).await?;
+                tracing::info!(
+                    erase = e.seq,
+                    before = e.before,
+                    rewritten = done.rewritten,
+                    frames = done.frames,
+                    deleted = done.deleted,
+                    "an erase reached the archive"
+                );
+                self.tiered.forget();
+                self.set_status(|s| s.erase_rewrites += done.rewritten);
+            }
+            queue.done(e.seq).map_err(io)?;
+            self.set_status(|s| s.erases_pending = s.erases_pending.saturating_sub(1));
+        }
+        Ok(())
     }
 
     fn update_floor(&self, known: &Known, history: &[u8; 16], epochs: &[EpochStart]) {

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::names::{with_slash, SegmentName, SEGMENTS_DIR};
+use super::names::{with_slash, EraseMark, SegmentName, ERASES_DIR, SEGMENTS_DIR};
 use super::Error;
 
 /// Stored bytes per part of a multipart upload; an object smaller than
@@ -145,6 +145,23 @@ impl Bucket {
             .collect();
         v.sort();
         Ok(v)
+    }
+
+    /// The erases the bucket says reached it.
+    pub async fn erase_marks(&self) -> Result<std::collections::HashSet<EraseMark>, Error> {
+        Ok(self
+            .list_under(ERASES_DIR)
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| EraseMark::parse(&k))
+            .collect())
+    }
+
+    /// Say the erase `mark` reached the bucket.
+    pub async fn put_erase_mark(&self, mark: &EraseMark) -> Result<(), Error> {
+        let key = ObjPath::from(mark.key(&self.prefix));
+        self.store.put(&key, PutPayload::new()).await?;
+        Ok(())
     }
 
     pub fn segment_key(&self, name: &SegmentName) -> String {

@@ -9,12 +9,14 @@
 //! - [`upload`]: one sealed segment checked, cut, sealed and sent;
 //! - [`archiver`]: the thread that archives every sealed segment and
 //!   holds retention's floor;
+//! - [`erase`]: erases carried to the archived copies of their frames;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
 pub mod archiver;
 pub mod bucket;
 pub mod codec;
+pub mod erase;
 pub mod fetch;
 pub mod names;
 pub mod object;
@@ -58,6 +60,10 @@ pub enum Error {
     /// rewrote it): the next pass archives its new bytes.
     #[error("the segment changed while it was archived")]
     Changed,
+    /// A segment holds a frame an erase has begun and not finished: it
+    /// is archived once the erase is done.
+    #[error("an erase of the segment is under way")]
+    EraseUnderway,
     /// The log refused a restored frame.
     #[error("log: {0}")]
     Log(#[from] crate::log::Error),

@@ -16,6 +16,8 @@ use crate::repl::epochs::EpochStart;
 
 pub const SEGMENTS_DIR: &str = "segments";
 pub const SNAPSHOTS_DIR: &str = "snapshots";
+pub const ERASES_DIR: &str = "erases";
+const ERASE_EXT: &str = ".done";
 const SEGMENT_EXT: &str = ".twseg";
 const SNAPSHOT_EXT: &str = ".twsnap";
 
@@ -143,6 +145,34 @@ impl SnapshotName {
     }
 }
 
+/// An empty object saying the Erase frame `seq` of a lineage reached the
+/// archive: `<prefix>/erases/<lineage:016x>-<seq:020>.done`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EraseMark {
+    pub lineage: u64,
+    pub seq: u64,
+}
+
+impl EraseMark {
+    pub fn key(&self, prefix: &str) -> String {
+        format!(
+            "{}{ERASES_DIR}/{:016x}-{:020}{ERASE_EXT}",
+            with_slash(prefix),
+            self.lineage,
+            self.seq
+        )
+    }
+
+    pub fn parse(key: &str) -> Option<EraseMark> {
+        let base = key.rsplit('/').next()?.strip_suffix(ERASE_EXT)?;
+        let (lineage, seq) = base.split_once('-')?;
+        Some(EraseMark {
+            lineage: parse_hex(lineage, 16)?,
+            seq: parse_dec(seq, 20)?,
+        })
+    }
+}
+
 /// `prefix/`, or nothing for the bucket's root.
 pub fn with_slash(prefix: &str) -> String {
     let p = prefix.trim_matches('/');
@@ -190,6 +220,12 @@ mod tests {
         assert_eq!(SnapshotName::parse(&s.key("x/")), Some(s));
         assert_eq!(SegmentName::parse(&s.key("x")), None);
         assert_eq!(SegmentName::parse("p/segments/1-2-3-4-5.twseg"), None);
+        let m = EraseMark {
+            lineage: 0xfeed,
+            seq: 31,
+        };
+        assert_eq!(EraseMark::parse(&m.key("p")), Some(m));
+        assert_eq!(EraseMark::parse(&a.key("p")), None);
     }
 
     #[test]

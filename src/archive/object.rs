@@ -75,6 +75,10 @@ pub struct SegmentInfo {
     /// that rewrote it otherwise.
     pub generation: u64,
     pub marks: Vec<TimeMark>,
+    /// The repositories whose data its frames carry (erased frames carry
+    /// none): an erase of the archive rewrites only the objects that
+    /// name one of its repositories.
+    pub repos: Vec<String>,
 }
 
 /// A snapshot of the store at `at`: its files back to back.
@@ -462,6 +466,7 @@ mod tests {
             epochs: vec![],
             generation: 0,
             marks: vec![],
+            repos: vec![],
         });
         let (tail, footer) = w.finish(content).unwrap();
         out.extend(tail);

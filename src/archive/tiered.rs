@@ -75,6 +75,16 @@ impl TieredCache {
         o.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
     }
 
+    /// Drop the listing and the footers: objects were replaced.
+    pub fn forget(&self) {
+        if let Ok(mut l) = self.listing.lock() {
+            *l = None;
+        }
+        if let Ok(mut o) = self.objects.lock() {
+            o.clear();
+        }
+    }
+
     fn keep(&self, key: &str, opened: Arc<Opened>) {
         if let Ok(mut o) = self.objects.lock() {
             o.retain(|(k, _)| k != key);
@@ -133,8 +143,16 @@ impl ArchivedFrames {
     /// this box's lineage with it.
     pub async fn at(src: TieredSource, seq: u64) -> Result<ArchivedFrames, Error> {
         match Self::at_listed(src.clone(), seq, false).await {
-            // A cached listing may predate the frame's segment.
-            Err(Error::Missing(_)) if src.cache.is_some() => Self::at_listed(src, seq, true).await,
+            // A cached listing may predate the frame's segment, or name a
+            // version an erase has since replaced and deleted.
+            Err(Error::Missing(_) | Error::Store(object_store::Error::NotFound { .. }))
+                if src.cache.is_some() =>
+            {
+                if let Some(c) = &src.cache {
+                    c.forget();
+                }
+                Self::at_listed(src, seq, true).await
+            }
             other => other,
         }
     }

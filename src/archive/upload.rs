@@ -194,6 +194,12 @@ async fn send_pieces(
     if last != checked.last || walk.pos() != checked.len || crc.finalize() != checked.crc {
         return Err(Error::Changed);
     }
+    if walk.unfinished_erase() {
+        // Bytes an erase has not yet scrubbed never leave the box; the
+        // erase finishes (the store repeats it after a crash) and the
+        // next pass archives what it left.
+        return Err(Error::EraseUnderway);
+    }
     let stored = w.stored_len();
     let content = Content::Segment(SegmentInfo {
         history: job.history,
@@ -202,6 +208,7 @@ async fn send_pieces(
         epochs: epochs_through(job.epochs, last),
         generation: job.generation,
         marks: job.marks.clone(),
+        repos: walk.repos(),
     });
     let (tail, _) = w.finish(content)?;
     let total = stored + tail.len() as u64;

@@ -7,7 +7,7 @@
 use super::object::FrameStart;
 use super::Error;
 use crate::log::format::{self, FrameHeader, SegmentHeader, FRAME_HEADER_LEN, SEGMENT_HEADER_LEN};
-use crate::log::Kind;
+use crate::log::{Kind, Meta};
 
 enum State {
     SegmentHeader,
@@ -16,6 +16,9 @@ enum State {
         header: FrameHeader,
         left: u64,
         crc: crc32fast::Hasher,
+        /// The meta read so far, of a frame that carries a repository's
+        /// data: it names the repository.
+        meta: Option<Vec<u8>>,
     },
 }
 
@@ -29,6 +32,11 @@ pub struct FrameWalk {
     state: State,
     /// A header split across pieces.
     partial: Vec<u8>,
+    /// The repositories whose data the frames walked carry.
+    repos: std::collections::BTreeSet<String>,
+    /// A frame walked was erased but not yet scrubbed (its header still
+    /// has the lengths and crc of what was erased).
+    unfinished_erase: bool,
 }
 
 impl FrameWalk {
@@ -42,7 +50,20 @@ impl FrameWalk {
             pos: 0,
             state: State::SegmentHeader,
             partial: Vec::with_capacity(SEGMENT_HEADER_LEN),
+            repos: std::collections::BTreeSet::new(),
+            unfinished_erase: false,
         }
+    }
+
+    /// The repositories whose data the frames walked so far carry: what
+    /// an erase of the archive looks for.
+    pub fn repos(&self) -> Vec<String> {
+        self.repos.iter().cloned().collect()
+    }
+
+    /// Whether a frame walked was caught in the middle of an erase.
+    pub fn unfinished_erase(&self) -> bool {
+        self.unfinished_erase
     }
 
     /// Bytes walked.
@@ -85,16 +106,32 @@ impl FrameWalk {
                     if self.partial.len() == FRAME_HEADER_LEN {
                         let header = self.check_frame_header()?;
                         self.partial.clear();
+                        let redacted = header.kind == Kind::Redacted.as_u16();
+                        if redacted && header.meta_len > 0 {
+                            self.unfinished_erase = true;
+                        }
+                        let carries = !redacted
+                            && Kind::from_u16(header.kind).is_ok_and(Kind::carries_repo_data);
                         self.state = State::Payload {
                             header,
                             left: u64::from(header.meta_len) + header.blob_len,
                             crc: crc32fast::Hasher::new(),
+                            meta: carries.then(|| Vec::with_capacity(header.meta_len as usize)),
                         };
                         self.end_frame_if_done()?;
                     }
                 }
-                State::Payload { left, crc, .. } => {
+                State::Payload {
+                    header,
+                    left,
+                    crc,
+                    meta,
+                } => {
                     let take = (*left).min((piece.len() - i) as u64) as usize;
+                    if let Some(m) = meta {
+                        let want = (header.meta_len as usize).saturating_sub(m.len()).min(take);
+                        m.extend_from_slice(&piece[i..i + want]);
+                    }
                     crc.update(&piece[i..i + take]);
                     *left -= take as u64;
                     i += take;
@@ -137,7 +174,13 @@ impl FrameWalk {
     }
 
     fn end_frame_if_done(&mut self) -> Result<(), Error> {
-        let State::Payload { header, left, crc } = &self.state else {
+        let State::Payload {
+            header,
+            left,
+            crc,
+            meta,
+        } = &self.state
+        else {
             return Ok(());
         };
         if *left > 0 {
@@ -152,6 +195,11 @@ impl FrameWalk {
                 "frame {}: its payload does not match its crc",
                 header.seq
             )));
+        }
+        if let Some(repo) = meta.as_deref().and_then(|m| Meta::repo_of(m).ok()) {
+            if !self.repos.contains(repo) {
+                self.repos.insert(repo.to_owned());
+            }
         }
         self.next_seq += 1;
         self.state = State::FrameHeader;
@@ -177,7 +225,7 @@ impl FrameWalk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::{Log, Meta};
+    use crate::log::Log;
 
     fn segment_bytes() -> (Vec<u8>, [u8; 16], u64) {
         let dir = tempfile::tempdir().unwrap();

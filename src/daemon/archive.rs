@@ -35,6 +35,7 @@ pub(super) fn start_archive(
     } else {
         Archiver::watcher(log.clone(), settings, epochs_of(epochs))
     };
+    archiver.carry_erases(Arc::new(crate::archive::erase::EraseQueue::at(data_dir)));
     archiver.spawn(shutdown.clone())?;
     tracing::info!(url = %section.url, uploading, "archive on");
     Ok(Some(archiver))

@@ -26,6 +26,12 @@ pub fn render_archive(a: &ArchiveStatus) -> String {
             a.uploaded_bytes as f64 / 1048576.0
         ));
     }
+    if a.erases_pending > 0 {
+        out.push_str(&format!(
+            "archive: {} erases not yet carried to the archive\n",
+            a.erases_pending
+        ));
+    }
     if let Some(e) = &a.last_error {
         out.push_str(&format!("archive: FAILING, retrying: {e}\n"));
     }
@@ -75,6 +81,18 @@ pub(super) fn archive_metrics(out: &mut String, a: &ArchiveStatus) {
         "twinlog_archive_uploaded_bytes_total",
         "Bytes uploaded (as stored) since start.",
         a.uploaded_bytes,
+    );
+    gauge(
+        out,
+        "twinlog_archive_erases_pending",
+        "Erases applied on this box not yet carried to the archive.",
+        a.erases_pending,
+    );
+    counter(
+        out,
+        "twinlog_archive_erase_rewrites_total",
+        "Archived segments rewritten by erases since start.",
+        a.erase_rewrites,
     );
     gauge(
         out,

@@ -62,11 +62,22 @@ pub(super) fn snapshot_source(
 }
 
 /// Every copy an erase must reach beside the log and the store: a
-/// rejoin's saved tails (and stores it set aside), and a snapshot staged
-/// before the erase.
-fn erase_copies(data_dir: &Path) -> crate::store::EraseAlso {
+/// rejoin's saved tails (and stores it set aside), a snapshot staged
+/// before the erase, and, with `archive`, the archived segments (the
+/// erase is queued for the archiver, durably, before the store counts it
+/// applied).
+fn erase_copies(data_dir: &Path, archive: bool) -> crate::store::EraseAlso {
     let data_dir = data_dir.to_owned();
     Arc::new(move |seq, before, repos| {
+        if archive {
+            crate::archive::erase::EraseQueue::at(&data_dir).push(
+                crate::archive::erase::PendingErase {
+                    seq,
+                    before,
+                    repos: repos.to_vec(),
+                },
+            )?;
+        }
         let paths = crate::store::install::InstallPaths {
             data: data_dir.clone(),
         };
@@ -119,10 +130,11 @@ pub(super) async fn wind_down(
 pub(super) async fn open_store(
     log: &Arc<Log>,
     data_dir: &Path,
+    archive: bool,
 ) -> Result<Arc<crate::node::store_host::StoreHost>, DaemonError> {
     let log = log.clone();
     let dir = data_dir.join(STORE_DIR);
-    let also = erase_copies(data_dir);
+    let also = erase_copies(data_dir, archive);
     Ok(tokio::task::spawn_blocking(move || {
         crate::node::store_host::StoreHost::open_with(
             log,

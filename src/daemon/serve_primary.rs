@@ -17,7 +17,7 @@ pub async fn serve_primary(
     let (pins, roles) = pins_and_roles(&cfg);
     let listen = resolve("listen", &cfg.listen)?;
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
-    let store = open_store(&log, &cfg.data_dir).await?;
+    let store = open_store(&log, &cfg.data_dir, cfg.archive.is_some()).await?;
     let endpoint = net::server(listen, &identity, pins.clone()).map_err(|e| match e {
         NetError::Io(io) => listen_failed("listen", &cfg.listen, &io),
         other => other.into(),

@@ -22,7 +22,7 @@ pub async fn serve_twin(
     let log = open_log(&cfg.data_dir, cfg.segment_bytes)?;
     let paths = crate::store::install::InstallPaths::new(&cfg.data_dir);
     crate::store::install::finish(&paths, &log)?;
-    let store = open_store(&log, &cfg.data_dir).await?;
+    let store = open_store(&log, &cfg.data_dir, cfg.archive.is_some()).await?;
     let endpoint = net::client(&identity, pins)?;
     let epochs = Arc::new(
         Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
