@@ -355,6 +355,7 @@ fn while_archiving(root: &Path, g: &Garage, sizes: &Sizes) {
         zstd_level: 3,
         key_file: None,
         max_mib_per_s: twinlog::daemon::config::default_max_mib_per_s(),
+        snapshot_every_mib: 1024,
     };
     let mut plain = Pair::init_with(&root.join("plain"), |p, t| pair_config(p, t, None));
     let mut archiving = Pair::init_with(&root.join("archiving"), |p, t| {

@@ -21,7 +21,8 @@
 //! - `PREDECESSOR` on a promoted box: the primary it replaced, which it
 //!   calls until it is heard;
 //! - `ARCHIVE_ERASES` with an archive: the erases the archive has yet to
-//!   see, and `archive-erase.scratch` while one rewrites a segment;
+//!   see, `archive-erase.scratch` while one rewrites a segment, and
+//!   `archive-snapshot.scratch/` while a store snapshot is archived;
 //! - `RESTORING`, `RESTORE_PARTIAL`, `restore.partial` and
 //!   `restore.partial.json` while a restore fills the directory.
 

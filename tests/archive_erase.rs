@@ -14,13 +14,15 @@ use std::time::Duration;
 
 use testkit::{free_tcp, free_udp};
 use twinlog::archive::bucket::{Bucket, Spec};
-use twinlog::archive::restore::{restore_from_archive, ArchiveRestoreOptions, Until};
+use twinlog::archive::restore::{
+    restore_from_archive, ArchiveRestoreOptions, ArchiveRestoreReport, Until,
+};
 use twinlog::daemon::config::{ArchiveSection, Uploader};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::log::{Kind, Log};
 use twinlog::node::{Client, Durability};
 use twinlog::objects::ObjType;
-use twinlog::store::PackBuilder;
+use twinlog::store::{PackBuilder, Store, StoreOptions};
 
 #[path = "support/children.rs"]
 mod children;
@@ -31,12 +33,40 @@ const WAIT: Duration = Duration::from_secs(90);
 /// A pack of `repo` whose every 64 bytes name it and its number: any
 /// piece of it left anywhere is found. Packs of one repository repeat
 /// across pushes (the same bytes at many sequences).
-fn pack(repo: &str, n: u64) -> Vec<u8> {
+fn pack(repo: &str, n: u64) -> (Vec<u8>, [u8; 20]) {
     let line = format!("SECRET-{repo}-{:05}-", n % 7);
     let mut p = PackBuilder::new();
-    p.add(ObjType::Blob, &line.as_bytes().repeat(4000 / line.len()))
+    let oid = p
+        .add(ObjType::Blob, &line.as_bytes().repeat(4000 / line.len()))
         .unwrap();
-    p.into_bytes()
+    (p.into_bytes(), oid)
+}
+
+/// A box restored from the archive to `until`: its report, log and store.
+async fn restored(bucket: &Bucket, dir: &Path, until: Until) -> (ArchiveRestoreReport, Log, Store) {
+    let report = restore_from_archive(
+        ArchiveRestoreOptions {
+            data_dir: dir.to_owned(),
+            segment_bytes: 1 << 20,
+            bucket: bucket.clone(),
+            key: None,
+            until,
+        },
+        Arc::new(|_| {}),
+    )
+    .await
+    .unwrap();
+    let log = Log::open_with(dir.join(daemon::LOG_DIR), 1 << 20).unwrap();
+    assert_eq!(log.head_seq(), report.head);
+    assert_eq!(log.first_seq(), report.snapshot_at + 1, "{report:?}");
+    let store = Store::open(
+        dir.join(daemon::STORE_DIR),
+        log.history(),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(store.applied(), report.head);
+    (report, log, store)
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {
@@ -86,6 +116,8 @@ async fn an_erase_reaches_every_archived_copy_and_leaves_one_version() {
         zstd_level: 0,
         key_file: None,
         max_mib_per_s: 0,
+        // A store snapshot about every segment.
+        snapshot_every_mib: 1,
     };
     let mut a = PrimaryConfig::load(&a_cfg).unwrap();
     a.archive = Some(sec.clone());
@@ -109,16 +141,16 @@ async fn an_erase_reaches_every_archived_copy_and_leaves_one_version() {
     for repo in ["gone", "kept"] {
         c.create_repo(repo, Durability::Twin).await.unwrap();
     }
-    // (seq, repo, pack) of every pack pushed.
+    // (seq, repo, pack, oid) of every pack pushed.
     let mut pushed = Vec::new();
     for n in 0..1500u64 {
         let repo = if n % 2 == 0 { "gone" } else { "kept" };
-        let p = pack(repo, n);
+        let (p, oid) = pack(repo, n);
         let done = c
             .push(repo, &p, Vec::new(), Durability::Twin)
             .await
             .unwrap();
-        pushed.push((done.pack_seq.expect("a pack frame"), repo, p));
+        pushed.push((done.pack_seq.expect("a pack frame"), repo, p, oid));
     }
     let t = testkit::until("the twin archives and drops", WAIT, || {
         tstatus(b_metrics).filter(|s| {
@@ -134,6 +166,38 @@ async fn an_erase_reaches_every_archived_copy_and_leaves_one_version() {
     })
     .await;
     assert!(!holding(&bucket_dir, b"SECRET-gone-").is_empty());
+    let bucket = Bucket::open(&Spec {
+        url: sec.url.clone(),
+        ..Spec::default()
+    })
+    .unwrap();
+
+    // Store snapshots were archived beside the segments: a restore to a
+    // frame past one starts there.
+    let snaps: Vec<u64> = bucket
+        .snapshots()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.at)
+        .collect();
+    assert!(snaps.len() >= 2, "{snaps:?}");
+    // The oldest: segments were archived past it before the next came.
+    let until = snaps[0] + 3;
+    let (report, log, store) = restored(&bucket, &root.path().join("mid"), Until::Seq(until)).await;
+    assert_eq!(report.snapshot_at, snaps[0]);
+    for (seq, repo, data, oid) in &pushed {
+        if *seq <= until {
+            assert!(
+                store.read_object(repo, oid).unwrap().is_some(),
+                "{repo} {seq}"
+            );
+        }
+        if report.snapshot_at < *seq && *seq <= until {
+            assert_eq!(&log.read(*seq).unwrap().blob, data, "frame {seq}");
+        }
+    }
+    drop((log, store));
 
     let erased = c
         .erase(t.head + 1, &["gone".to_owned()], Durability::Twin)
@@ -165,24 +229,39 @@ async fn an_erase_reaches_every_archived_copy_and_leaves_one_version() {
         let left = holding(dir, b"SECRET-gone-");
         assert!(left.is_empty(), "erased bytes left on a box: {left:?}");
     }
-    let bucket = Bucket::open(&Spec {
-        url: sec.url.clone(),
-        ..Spec::default()
-    })
-    .unwrap();
     let listed = bucket.segments().await.unwrap();
     let mut spans: Vec<(u64, u64)> = listed.iter().map(|(n, _)| (n.first, n.last)).collect();
     spans.dedup();
     assert_eq!(spans.len(), listed.len(), "older versions kept: {listed:?}");
     assert!(listed.iter().any(|(n, _)| n.generation == erased.seq));
     assert_eq!(bucket.erase_marks().await.unwrap().len(), 1);
+    // Every snapshot taken before the erase went, and one after it came.
+    let t = testkit::until("a snapshot after the erase", WAIT, || {
+        tstatus(b_metrics).filter(|s| {
+            s.archive
+                .as_ref()
+                .is_some_and(|a| a.last_snapshot_at >= erased.seq)
+        })
+    })
+    .await;
+    let snaps = bucket.snapshots().await.unwrap();
+    assert!(
+        snaps.iter().all(|(n, _)| n.at >= erased.seq),
+        "{snaps:?} {:?}",
+        t.archive
+    );
+    let left = holding(&bucket_dir, b"SECRET-gone-");
+    assert!(
+        left.is_empty(),
+        "erased bytes left in the archive: {left:?}"
+    );
 
     // Below the primary's floor, an erased frame reads as erased from the
     // archive, and a kept one whole.
     let p = pstatus(a_metrics).unwrap();
-    let below: Vec<_> = pushed.iter().filter(|(s, _, _)| *s < p.first).collect();
+    let below: Vec<_> = pushed.iter().filter(|(s, ..)| *s < p.first).collect();
     assert!(below.len() > 4, "{p:?}");
-    for (seq, repo, data) in below.iter().take(4) {
+    for (seq, repo, data, _) in below.iter().take(4) {
         let e = c.read(*seq).await.unwrap();
         if *repo == "gone" {
             assert_eq!(
@@ -198,24 +277,30 @@ async fn an_erase_reaches_every_archived_copy_and_leaves_one_version() {
     pa.kill();
     pb.kill();
 
-    // A box built from the archive alone holds the erase.
+    // A box built from the archive alone holds the erase: from the
+    // snapshot taken after it, and, to a frame before it (every older
+    // snapshot gone), from frame 1, every erased frame erased.
     let archived_to = listed.iter().map(|(n, _)| n.last).max().unwrap();
-    let fresh = root.path().join("fresh");
-    let report = restore_from_archive(
-        ArchiveRestoreOptions {
-            data_dir: fresh.clone(),
-            segment_bytes: 1 << 20,
-            bucket: bucket.clone(),
-            key: None,
-            until: Until::End,
-        },
-        Arc::new(|_| {}),
+    let (report, log, store) = restored(&bucket, &root.path().join("end"), Until::End).await;
+    assert_eq!(report.head, archived_to.max(report.snapshot_at));
+    assert!(report.snapshot_at >= erased.seq, "{report:?}");
+    for (seq, repo, data, oid) in &pushed {
+        let object = store.read_object(repo, oid).unwrap();
+        assert_eq!(object.is_some(), *repo == "kept", "{repo} {seq}");
+        if *seq > report.snapshot_at && *seq <= archived_to {
+            assert_eq!(&log.read(*seq).unwrap().blob, data, "frame {seq}");
+        }
+    }
+    drop((log, store));
+    let before_erase = archived_to.min(erased.seq - 1);
+    let (report, log, _) = restored(
+        &bucket,
+        &root.path().join("early"),
+        Until::Seq(before_erase),
     )
-    .await
-    .unwrap();
-    assert_eq!(report.head, archived_to);
-    let log = Log::open_with(fresh.join(daemon::LOG_DIR), 1 << 20).unwrap();
-    for (seq, repo, data) in pushed.iter().filter(|(s, _, _)| *s <= archived_to) {
+    .await;
+    assert_eq!(report.snapshot_at, 0);
+    for (seq, repo, data, _) in pushed.iter().filter(|(s, ..)| *s <= before_erase) {
         let e = log.read(*seq).unwrap();
         if *repo == "gone" {
             assert_eq!(e.kind, Kind::Redacted.as_u16(), "frame {seq}");

@@ -59,6 +59,7 @@ fn section(dir: &Path, g: &Garage, key: &ArchiveKey) -> ArchiveSection {
         zstd_level: 1,
         key_file: Some(key_file),
         max_mib_per_s: 0,
+        snapshot_every_mib: 1024,
     }
 }
 

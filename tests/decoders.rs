@@ -1018,6 +1018,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
             zstd_level: 3,
             key_file: Some("archive.key".into()),
             max_mib_per_s: 64,
+            snapshot_every_mib: 1024,
         }),
     };
     let twin = TwinConfig {

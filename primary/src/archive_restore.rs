@@ -162,8 +162,15 @@ pub async fn run(
         if report.resumed {
             println!("resumed: the frames this box held stayed");
         }
+        if report.snapshot_at > 0 {
+            println!(
+                "started from the store snapshot archived at frame {}",
+                report.snapshot_at
+            );
+        }
         println!(
-            "restored frames 1 to {} from {url} (lineage {}): {} frames and {:.1} MiB this run, from {} segments",
+            "restored frames {} to {} from {url} (lineage {}): {} frames and {:.1} MiB this run, from {} segments",
+            report.snapshot_at + 1,
             report.head,
             report.lineage,
             report.frames,

@@ -45,6 +45,7 @@ fn with_archive(cfg: &Path, url: &str, key_file: &Path) {
         zstd_level: 3,
         key_file: Some(key_file.to_owned()),
         max_mib_per_s: 0,
+        snapshot_every_mib: 1024,
     });
     std::fs::write(cfg, c.render()).expect("write");
 }

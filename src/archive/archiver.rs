@@ -65,6 +65,21 @@ pub struct ArchiveStatus {
     pub erases_pending: u64,
     /// Archived segments rewritten by erases since start.
     pub erase_rewrites: u64,
+    /// Store snapshots archived since start, and the frame of the last.
+    pub snapshots_uploaded: u64,
+    pub last_snapshot_at: u64,
+}
+
+/// What the uploader needs to archive store snapshots.
+pub struct StoreSnapshots {
+    pub host: Arc<crate::node::store_host::StoreHost>,
+    /// Bytes of segments archived between two snapshots (0: none).
+    pub every_bytes: u64,
+    /// The box's `SNAPSHOT_BASE`: the crc of the frame its log restarted
+    /// after, when it did.
+    pub base_file: std::path::PathBuf,
+    /// Where a snapshot is taken before it is uploaded.
+    pub scratch: std::path::PathBuf,
 }
 
 /// The segments the bucket holds: first, last and lineage.
@@ -131,6 +146,11 @@ pub struct Archiver {
     tiered: Arc<super::tiered::TieredCache>,
     /// The erases this box applied that the archive has yet to see.
     erases: std::sync::OnceLock<Arc<EraseQueue>>,
+    snapshots: std::sync::OnceLock<StoreSnapshots>,
+    /// Bytes of segments archived since the newest archived snapshot, and
+    /// that snapshot's frame (`u64::MAX`: not yet listed).
+    since_snapshot: AtomicU64,
+    last_snapshot_at: AtomicU64,
 }
 
 fn now_ms() -> u64 {
@@ -172,7 +192,16 @@ impl Archiver {
             marks: Mutex::new(VecDeque::new()),
             tiered: Arc::default(),
             erases: std::sync::OnceLock::new(),
+            snapshots: std::sync::OnceLock::new(),
+            since_snapshot: AtomicU64::new(0),
+            last_snapshot_at: AtomicU64::new(u64::MAX),
         })
+    }
+
+    /// Archive a snapshot of `s.host`'s store each time `s.every_bytes`
+    /// of segments were archived (the uploader).
+    pub fn archive_snapshots(&self, s: StoreSnapshots) {
+        let _ = self.snapshots.set(s);
     }
 
     /// Carry the erases recorded in `queue` to the archive (the uploader),
@@ -262,7 +291,10 @@ impl Archiver {
                     Err(e) => Err(e),
                 },
                 Some(known) => match self.pass(known, &mut pace).await {
-                    Ok(()) => self.erases(Some(&mut pace)).await,
+                    Ok(()) => match self.erases(Some(&mut pace)).await {
+                        Ok(()) => self.snapshot_if_due(&mut pace).await,
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 },
             };
@@ -363,6 +395,8 @@ impl Archiver {
                     let key = self.settings.bucket.segment_key(&sent.name);
                     tracing::info!(first, last = sent.name.last, bytes = sent.stored_bytes, %key, "archived a segment");
                     known.insert(known_key(&sent.name));
+                    self.since_snapshot
+                        .fetch_add(sent.plain_bytes, Ordering::SeqCst);
                     self.forget_marks_through(sent.name.last);
                     self.set_status(|s| {
                         s.uploaded_segments += 1;
@@ -437,12 +471,111 @@ impl Archiver {
                     "an erase reached the archive"
                 );
                 self.tiered.forget();
+                if done.snapshots_deleted > 0 {
+                    // A snapshot after the erase replaces them at once.
+                    self.last_snapshot_at.store(0, Ordering::SeqCst);
+                    self.since_snapshot.store(u64::MAX / 2, Ordering::SeqCst);
+                }
                 self.set_status(|s| s.erase_rewrites += done.rewritten);
             }
             queue.done(e.seq).map_err(io)?;
             self.set_status(|s| s.erases_pending = s.erases_pending.saturating_sub(1));
         }
         Ok(())
+    }
+
+    /// Where the newest archived snapshot of this lineage is, and how
+    /// many bytes of segments were archived after it: listed once.
+    async fn count_since_snapshot(&self) -> Result<(), Error> {
+        if self.last_snapshot_at.load(Ordering::SeqCst) != u64::MAX {
+            return Ok(());
+        }
+        let history = self.log.history().0;
+        let epochs = (self.epochs)();
+        let bucket = &self.settings.bucket;
+        let newest = bucket
+            .snapshots()
+            .await?
+            .into_iter()
+            .filter(|(n, _)| n.lineage == lineage(&history, &epochs, n.at))
+            .map(|(n, _)| n.at)
+            .max()
+            .unwrap_or(0);
+        let since: u64 = bucket
+            .segments()
+            .await?
+            .iter()
+            .filter(|(n, _)| n.first > newest && n.lineage == lineage(&history, &epochs, n.last))
+            .map(|(_, size)| size)
+            .sum();
+        self.since_snapshot.store(since, Ordering::SeqCst);
+        self.last_snapshot_at.store(newest, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Archive a store snapshot once enough segments were archived since
+    /// the last.
+    async fn snapshot_if_due(&self, pace: &mut Pace) -> Result<(), Error> {
+        let Some(s) = self.snapshots.get() else {
+            return Ok(());
+        };
+        if s.every_bytes == 0 {
+            return Ok(());
+        }
+        self.count_since_snapshot().await?;
+        if self.since_snapshot.load(Ordering::SeqCst) < s.every_bytes {
+            return Ok(());
+        }
+        let (host, scratch, base_file) = (s.host.clone(), s.scratch.clone(), s.base_file.clone());
+        let log = self.log.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(&scratch);
+            let manifest = host.snapshot_to(&scratch)?;
+            let base = crate::store::install::read_base(&base_file)?;
+            let crc_at = crate::store::install::crc_of_frame(&log, base.as_ref(), manifest.at)?;
+            Ok::<_, crate::store::StoreError>((manifest, crc_at))
+        })
+        .await
+        .map_err(|e| Error::Io(format!("the snapshot's task failed: {e}")))?
+        .map_err(|e| Error::Io(format!("store snapshot: {e}")));
+        let result = match taken {
+            Ok((manifest, _)) if manifest.at <= self.last_snapshot_at.load(Ordering::SeqCst) => {
+                // The store has not moved past the last one.
+                Ok(())
+            }
+            Ok((manifest, crc_at)) => {
+                let job = super::snapshot::SnapshotJob {
+                    dir: &s.scratch,
+                    manifest: &manifest,
+                    crc_at,
+                    history: self.log.history().0,
+                    epochs: &(self.epochs)(),
+                };
+                super::snapshot::upload_snapshot(
+                    &self.settings.bucket,
+                    &self.settings.codec,
+                    job,
+                    pace,
+                )
+                .await
+                .map(|sent| {
+                    tracing::info!(
+                        at = sent.name.at, bytes = sent.stored_bytes,
+                        key = %self.settings.bucket.snapshot_key(&sent.name),
+                        "archived a store snapshot"
+                    );
+                    self.since_snapshot.store(0, Ordering::SeqCst);
+                    self.last_snapshot_at.store(sent.name.at, Ordering::SeqCst);
+                    self.set_status(|st| {
+                        st.snapshots_uploaded += 1;
+                        st.last_snapshot_at = sent.name.at;
+                    });
+                })
+            }
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_dir_all(&s.scratch);
+        result
     }
 
     fn update_floor(&self, known: &Known, history: &[u8; 16], epochs: &[EpochStart]) {

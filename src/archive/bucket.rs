@@ -11,7 +11,9 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
-use super::names::{with_slash, EraseMark, SegmentName, ERASES_DIR, SEGMENTS_DIR};
+use super::names::{
+    with_slash, EraseMark, SegmentName, SnapshotName, ERASES_DIR, SEGMENTS_DIR, SNAPSHOTS_DIR,
+};
 use super::Error;
 
 /// Stored bytes per part of a multipart upload; an object smaller than
@@ -145,6 +147,23 @@ impl Bucket {
             .collect();
         v.sort();
         Ok(v)
+    }
+
+    /// Every archived store snapshot, by name, with its size: oldest
+    /// first.
+    pub async fn snapshots(&self) -> Result<Vec<(SnapshotName, u64)>, Error> {
+        let mut v: Vec<_> = self
+            .list_under(SNAPSHOTS_DIR)
+            .await?
+            .into_iter()
+            .filter_map(|(k, n)| SnapshotName::parse(&k).map(|s| (s, n)))
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    pub fn snapshot_key(&self, name: &SnapshotName) -> String {
+        name.key(&self.prefix)
     }
 
     /// The erases the bucket says reached it.

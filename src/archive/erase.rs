@@ -214,6 +214,8 @@ pub struct ArchiveErased {
     pub frames: u64,
     /// Older versions deleted.
     pub deleted: u64,
+    /// Store snapshots taken before the erase, deleted.
+    pub snapshots_deleted: u64,
 }
 
 /// What an erase of the archive works with.
@@ -289,6 +291,19 @@ pub async fn erase_in_archive(
         for (n, _) in v.iter().filter(|(n, _)| *n != keep) {
             reach.bucket.delete(&reach.bucket.segment_key(n)).await?;
             done.deleted += 1;
+        }
+    }
+    // A store snapshot taken before the erase holds what it erased.
+    for (name, size) in reach.bucket.snapshots().await? {
+        if name.at >= erase.seq {
+            continue;
+        }
+        let key = reach.bucket.snapshot_key(&name);
+        let opened = open_object(reach.bucket, &key, size, reach.codec.key.as_ref()).await?;
+        if matches!(&opened.reader.footer().content, Content::Snapshot(i) if i.history == reach.history)
+        {
+            reach.bucket.delete(&key).await?;
+            done.snapshots_deleted += 1;
         }
     }
     let _ = std::fs::remove_file(reach.scratch);

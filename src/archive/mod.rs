@@ -10,6 +10,7 @@
 //! - [`archiver`]: the thread that archives every sealed segment and
 //!   holds retention's floor;
 //! - [`erase`]: erases carried to the archived copies of their frames;
+//! - [`snapshot`]: store snapshots archived, and fetched back;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
@@ -22,6 +23,7 @@ pub mod names;
 pub mod object;
 pub mod replay;
 pub mod restore;
+pub mod snapshot;
 pub mod tiered;
 pub mod upload;
 pub mod walk;

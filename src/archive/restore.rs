@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
 use super::fetch::{open_object, Pieces};
-use super::names::{epochs_through, lineage, of_lineage, SegmentName};
+use super::names::{epochs_through, lineage, of_lineage, SegmentName, SnapshotName};
 use super::object::{Content, SegmentInfo};
 use super::replay::Replay;
 use super::walk::FrameWalk;
@@ -68,6 +68,8 @@ pub struct ArchiveRestoreReport {
     pub segments: u64,
     pub bytes: u64,
     pub lineage: String,
+    /// The archived store snapshot the restore started from (0: frame 1).
+    pub snapshot_at: u64,
 }
 
 /// One lineage's segments, oldest first, contiguous from frame 1.
@@ -75,6 +77,18 @@ struct Chain {
     history: [u8; 16],
     epochs: Vec<EpochStart>,
     segments: Vec<(SegmentName, u64)>,
+    /// The lineage's store snapshots, newest first.
+    snapshots: Vec<(SnapshotName, u64)>,
+}
+
+impl Chain {
+    /// The furthest frame a restore can reach: the last archived, or a
+    /// snapshot taken past it.
+    fn head(&self) -> u64 {
+        let segments = self.segments.last().map_or(0, |s| s.0.last);
+        let snapshot = self.snapshots.first().map_or(0, |s| s.0.at);
+        segments.max(snapshot)
+    }
 }
 
 async fn segment_info(
@@ -105,22 +119,96 @@ async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error
         .ok_or_else(|| Error::Missing(format!("{}: no archived segment", bucket.url())))?;
     let info = segment_info(bucket, &newest.0, newest.1, key).await?;
     let segments = of_lineage(&all, &info.history, &info.epochs);
-    let mut expect = 1;
-    for (n, _) in &segments {
-        if n.first != expect {
-            return Err(Error::Missing(format!(
-                "the archive's segments of this lineage skip from frame {expect} to {}: frames {expect}..{} are not archived",
-                n.first,
-                n.first - 1
-            )));
-        }
-        expect = n.last + 1;
-    }
+    let mut snapshots: Vec<_> = bucket
+        .snapshots()
+        .await?
+        .into_iter()
+        .filter(|(n, _)| n.lineage == lineage(&info.history, &info.epochs, n.at))
+        .collect();
+    snapshots.sort_by_key(|(n, _)| std::cmp::Reverse(n.at));
     Ok(Chain {
         history: info.history,
         epochs: info.epochs,
         segments,
+        snapshots,
     })
+}
+
+/// Whether the chain's segments hold every frame `from..=to`; the first
+/// frame missing otherwise.
+fn gap_in(chain: &Chain, from: u64, to: u64) -> Option<(u64, u64)> {
+    let mut expect = from;
+    for (n, _) in chain.segments.iter().filter(|(n, _)| n.last >= from) {
+        if expect > to {
+            break;
+        }
+        if n.first > expect {
+            return Some((expect, n.first));
+        }
+        expect = expect.max(n.last + 1);
+    }
+    (expect <= to).then_some((expect, u64::MAX))
+}
+
+/// Where a restore to `target` starts: the newest archived snapshot of
+/// the lineage at or before it whose following frames are archived, else
+/// frame 1.
+fn start_of(chain: &Chain, target: u64) -> Result<Option<(SnapshotName, u64)>, Error> {
+    if let Some(s) = chain
+        .snapshots
+        .iter()
+        .find(|(n, _)| n.at <= target && gap_in(chain, n.at + 1, target).is_none())
+    {
+        return Ok(Some(*s));
+    }
+    match gap_in(chain, 1, target) {
+        None => Ok(None),
+        Some((expect, u64::MAX)) => Err(Error::Missing(format!(
+            "the archive's segments of this lineage end before frame {expect}"
+        ))),
+        Some((expect, next)) => Err(Error::Missing(format!(
+            "the archive's segments of this lineage skip from frame {expect} to {next}: frames {expect}..{} are not archived, and no archived snapshot starts past them",
+            next - 1
+        ))),
+    }
+}
+
+/// Fill the fresh box's store from the archived snapshot and restart its
+/// log after the snapshot's frame, as a twin installs one; the install's
+/// steps finish after a crash as the twin's do.
+async fn install_snapshot(
+    opts: &ArchiveRestoreOptions,
+    log: &Arc<Log>,
+    name: &SnapshotName,
+    size: u64,
+) -> Result<(), Error> {
+    let paths = InstallPaths::new(&opts.data_dir);
+    let _ = std::fs::remove_dir_all(paths.staging());
+    let key = opts.bucket.snapshot_key(name);
+    // The base is staged once the files are whole: before, the staging
+    // directory names nothing an install would take.
+    let files = paths.files();
+    std::fs::create_dir_all(&files).map_err(|e| Error::Io(format!("{}: {e}", files.display())))?;
+    let info =
+        super::snapshot::download_snapshot(&opts.bucket, &key, size, opts.key.as_ref(), &files)
+            .await?;
+    if info.at != name.at {
+        return Err(Error::Corrupt(format!("{key}: a snapshot at {}", info.at)));
+    }
+    let base = crate::store::install::SnapshotBase {
+        at: info.at,
+        crc_at: info.crc_at,
+        history: info.history,
+    };
+    let l = log.clone();
+    tokio::task::spawn_blocking(move || {
+        crate::store::install::stage_base(&paths, &base)?;
+        crate::store::install::install(&paths, &l, None)
+    })
+    .await
+    .map_err(|e| Error::Io(format!("the install's task failed: {e}")))?
+    .map_err(|e| Error::Io(format!("installing the snapshot: {e}")))?;
+    Ok(())
 }
 
 /// The last frame archived as durable by `unix_ms`, from the segments'
@@ -269,7 +357,7 @@ pub async fn restore_from_archive(
 ) -> Result<ArchiveRestoreReport, Error> {
     let key = opts.key.as_ref();
     let chain = chain(&opts.bucket, key).await?;
-    let archived_head = chain.segments.last().map_or(0, |s| s.0.last);
+    let archived_head = chain.head();
     let target = match opts.until {
         Until::End => archived_head,
         Until::Seq(s) if s > archived_head => {
@@ -301,8 +389,25 @@ pub async fn restore_from_archive(
             log.head_seq()
         )));
     }
+    let paths = InstallPaths::new(&opts.data_dir);
+    // An install a crash cut after its intent is finished first.
+    crate::store::install::finish(&paths, &log)
+        .map_err(|e| Error::Io(format!("finishing the snapshot's install: {e}")))?;
+    let log = Arc::new(log);
+    let mut snapshot_at = 0;
+    if log.head_seq() == 0 {
+        if let Some((name, size)) = start_of(&chain, target)? {
+            install_snapshot(&opts, &log, &name, size).await?;
+            snapshot_at = name.at;
+        }
+    } else if let Some((expect, _)) = gap_in(&chain, log.head_seq() + 1, target) {
+        return Err(Error::Missing(format!(
+            "the archive's segments of this lineage skip frame {expect}"
+        )));
+    }
     let mut report = ArchiveRestoreReport {
         resumed,
+        snapshot_at,
         target,
         lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
         ..ArchiveRestoreReport::default()
@@ -319,7 +424,6 @@ pub async fn restore_from_archive(
         ..ArchiveProgress::default()
     };
     progress(&prog);
-    let log = Arc::new(log);
     let mut unsynced = 0u64;
     for (name, size) in wanted {
         let k = opts.bucket.segment_key(name);

@@ -20,6 +20,7 @@ pub(super) fn start_archive(
     data_dir: &Path,
     log: &Arc<Log>,
     epochs: &Arc<Epochs>,
+    store: &Arc<crate::node::store_host::StoreHost>,
     serving_as: Uploader,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<Option<Arc<Archiver>>, DaemonError> {
@@ -36,6 +37,14 @@ pub(super) fn start_archive(
         Archiver::watcher(log.clone(), settings, epochs_of(epochs))
     };
     archiver.carry_erases(Arc::new(crate::archive::erase::EraseQueue::at(data_dir)));
+    if uploading {
+        archiver.archive_snapshots(crate::archive::archiver::StoreSnapshots {
+            host: store.clone(),
+            every_bytes: section.snapshot_every_mib.saturating_mul(1 << 20),
+            base_file: data_dir.join(crate::layout::BASE_FILE),
+            scratch: data_dir.join(crate::archive::snapshot::SCRATCH_DIR),
+        });
+    }
     archiver.spawn(shutdown.clone())?;
     tracing::info!(url = %section.url, uploading, "archive on");
     Ok(Some(archiver))

@@ -89,6 +89,7 @@ pub async fn serve_primary(
         &cfg.data_dir,
         &log,
         &epochs_for_call,
+        &store,
         config::Uploader::Primary,
         &shutdown,
     )? {

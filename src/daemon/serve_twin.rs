@@ -83,6 +83,7 @@ pub async fn serve_twin(
         &cfg.data_dir,
         &log,
         &epochs,
+        &store,
         config::Uploader::Twin,
         &shutdown,
     )?;

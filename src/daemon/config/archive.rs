@@ -53,6 +53,10 @@ pub struct ArchiveSection {
     /// The uploads' pace in MiB a second; 0 unpaced.
     #[serde(default = "default_max_mib_per_s")]
     pub max_mib_per_s: u64,
+    /// A store snapshot is archived each time this many MiB of segments
+    /// were archived since the last; 0: never.
+    #[serde(default = "default_snapshot_every_mib")]
+    pub snapshot_every_mib: u64,
 }
 
 fn default_region() -> String {
@@ -65,6 +69,10 @@ fn default_zstd_level() -> i64 {
 
 pub fn default_max_mib_per_s() -> u64 {
     64
+}
+
+pub fn default_snapshot_every_mib() -> u64 {
+    1024
 }
 
 fn de_url<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -196,6 +204,10 @@ zstd_level = {zstd}
 # plaintext byte. Keep a copy off both boxes: without it nothing restores.
 {key}# The uploads' pace, MiB a second (0: unpaced).
 max_mib_per_s = {pace}
+# A store snapshot is archived each time this many MiB of segments were
+# archived since the last (0: never): a restore starts from the newest
+# snapshot before its target instead of frame 1.
+snapshot_every_mib = {snapshots}
 "#,
             url = self.url,
             endpoint = opt("endpoint", &self.endpoint),
@@ -208,6 +220,7 @@ max_mib_per_s = {pace}
             zstd = self.zstd_level,
             key = opt("key_file", &path(&self.key_file)),
             pace = self.max_mib_per_s,
+            snapshots = self.snapshot_every_mib,
         )
     }
 }

@@ -39,6 +39,7 @@ fn sample() -> PrimaryConfig {
             zstd_level: 0,
             key_file: Some("/etc/twinlog/archive.key".into()),
             max_mib_per_s: 10,
+            snapshot_every_mib: 1024,
         }),
     }
 }
@@ -94,6 +95,7 @@ fn rendered_files_load_back() {
             zstd_level: 3,
             key_file: None,
             max_mib_per_s: 64,
+            snapshot_every_mib: 1024,
         }),
     };
     assert_eq!(toml::from_str::<TwinConfig>(&t.render()).expect("parse"), t);
