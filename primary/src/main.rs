@@ -265,6 +265,21 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Archive this stopped box's sealed segments now, with a progress bar.
+    ///
+    /// What the archiver of a serving box does in the background
+    /// (`[archive]` in primary.toml names the bucket): every sealed
+    /// segment the bucket lacks is uploaded, checked frame by frame,
+    /// compressed and encrypted as configured. For a box about to be
+    /// retired, or an archive turned on for a log that holds history.
+    /// Refused while the daemon serves (it holds the log).
+    ArchivePush {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The report as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
     /// Mint an archive key file (64 hex digits, mode 0600) for
     /// `key_file` in `[archive]`: every archived byte is then encrypted.
     /// Keep a copy off both boxes: without it nothing restores.
@@ -705,6 +720,10 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             }
         }
         Cmd::ArchiveKey { out } => archive_restore::mint_key(&out)?,
+        Cmd::ArchivePush { config, json } => {
+            let cfg = config.load()?;
+            daemon::archive_push(&cfg.data_dir, cfg.archive.as_ref(), json).await?;
+        }
         Cmd::Rejoin {
             config,
             primary,

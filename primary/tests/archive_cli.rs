@@ -161,3 +161,64 @@ fn a_fresh_box_restores_from_an_encrypted_archive_to_a_frame() {
     ]);
     exits(&both, 2, "a twin and the archive at once");
 }
+
+#[test]
+fn archive_push_archives_a_stopped_box_once_and_is_refused_while_it_serves() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let key_file = tmp.path().join("archive.key");
+    exits(
+        &primary(&["archive-key", "--out", key_file.to_str().expect("utf-8")]),
+        0,
+        "archive-key",
+    );
+    let data = tmp.path().join("box");
+    let cfg = init(&data);
+    let url = format!("file://{}", tmp.path().join("bucket").display());
+    with_archive(&cfg, &url, &key_file);
+    let c = cfg.to_str().expect("utf-8");
+    let log = Log::open_with(data.join("log"), 64 << 10).expect("log");
+    for i in 1..=300u64 {
+        log.append(Kind::App(0x8001), &Meta::repo("r"), &vec![i as u8; 1000])
+            .expect("append");
+    }
+    log.sync().expect("sync");
+    let sealed = log.layout().len() as u64 - 1;
+    assert!(sealed >= 3);
+    let open_first = log.layout().last().expect("a segment").0;
+
+    // The log is held, as a serving daemon holds it.
+    let held = primary(&["archive-push", "--config", c]);
+    assert_ne!(held.status.code(), Some(0), "a push beside a serving box");
+    assert!(stderr(&held).contains("lock"), "{}", stderr(&held));
+    drop(log);
+
+    let out = primary(&["archive-push", "--config", c, "--json"]);
+    exits(&out, 0, "archive-push");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout(&out).trim()).expect("one JSON line");
+    assert_eq!(report["uploaded"], sealed, "{report}");
+    assert_eq!(report["floor"], open_first, "{report}");
+    assert!(
+        stderr(&out).contains("archive-push: segment"),
+        "progress off a terminal: {}",
+        stderr(&out)
+    );
+    let again = primary(&["archive-push", "--config", c, "--json"]);
+    exits(&again, 0, "archive-push again");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout(&again).trim()).expect("one JSON line");
+    assert_eq!(
+        (report["uploaded"].as_u64(), report["already"].as_u64()),
+        (Some(0), Some(sealed))
+    );
+
+    // What it pushed restores.
+    let fresh = init(&tmp.path().join("fresh"));
+    with_archive(&fresh, &url, &key_file);
+    let f = fresh.to_str().expect("utf-8");
+    let out = primary(&["restore", "--config", f, "--from-archive", &url, "--json"]);
+    exits(&out, 0, "restore --from-archive");
+    let restored = Log::open(tmp.path().join("fresh").join("log")).expect("the restored log");
+    assert_eq!(restored.head_seq(), open_first - 1);
+    assert_eq!(restored.read(5).expect("read").blob, vec![5u8; 1000]);
+}

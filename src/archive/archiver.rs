@@ -83,7 +83,7 @@ pub struct StoreSnapshots {
 }
 
 /// The segments the bucket holds: first, last and lineage.
-type Known = HashSet<(u64, u64, u64)>;
+pub(crate) type Known = HashSet<(u64, u64, u64)>;
 
 fn known_key(n: &SegmentName) -> (u64, u64, u64) {
     (n.first, n.last, n.lineage)
@@ -93,7 +93,7 @@ fn known_key(n: &SegmentName) -> (u64, u64, u64) {
 /// oldest first. The other box cuts its segments where it rolls, which
 /// need not be where this one does: a segment here is archived when a run
 /// covers it, whichever objects make the run.
-fn covered(known: &Known, history: &[u8; 16], epochs: &[EpochStart]) -> Vec<(u64, u64)> {
+pub(crate) fn covered(known: &Known, history: &[u8; 16], epochs: &[EpochStart]) -> Vec<(u64, u64)> {
     let mut objects: Vec<(u64, u64)> = known
         .iter()
         .filter(|(_, last, lin)| *lin == lineage(history, epochs, *last))
@@ -110,7 +110,7 @@ fn covered(known: &Known, history: &[u8; 16], epochs: &[EpochStart]) -> Vec<(u64
     runs
 }
 
-fn is_covered(runs: &[(u64, u64)], first: u64, last: u64) -> bool {
+pub(crate) fn is_covered(runs: &[(u64, u64)], first: u64, last: u64) -> bool {
     runs.iter().any(|&(a, b)| a <= first && last <= b)
 }
 

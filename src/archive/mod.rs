@@ -11,6 +11,7 @@
 //!   holds retention's floor;
 //! - [`erase`]: erases carried to the archived copies of their frames;
 //! - [`snapshot`]: store snapshots archived, and fetched back;
+//! - [`push`]: a stopped box's sealed segments archived from the CLI;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
@@ -21,6 +22,7 @@ pub mod erase;
 pub mod fetch;
 pub mod names;
 pub mod object;
+pub mod push;
 pub mod replay;
 pub mod restore;
 pub mod snapshot;

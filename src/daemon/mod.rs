@@ -44,6 +44,7 @@ pub use crate::layout::{
 
 mod arbiter_text;
 mod archive;
+mod archive_push;
 mod archive_text;
 mod check;
 mod error;
@@ -57,6 +58,7 @@ mod status_text;
 
 use arbiter_text::{primary_arbiter_metrics, twin_arbiter_metrics};
 pub use arbiter_text::{render_primary_arbiter, render_twin_arbiter};
+pub use archive_push::archive_push;
 use archive_text::archive_metrics;
 pub use archive_text::render_archive;
 pub use check::*;

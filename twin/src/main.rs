@@ -153,6 +153,21 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Archive this stopped box's sealed segments now, with a progress bar.
+    ///
+    /// What the archiver of a serving box does in the background
+    /// (`[archive]` in twin.toml names the bucket): every sealed segment
+    /// the bucket lacks is uploaded, checked frame by frame, compressed
+    /// and encrypted as configured. For a box about to be retired, or an
+    /// archive turned on for a log that holds history. Refused while the
+    /// daemon serves (it holds the log).
+    ArchivePush {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The report as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the crc of every durable frame of this box's log.
     ///
     /// Reads without writing anything: safe while the daemon runs.
@@ -269,6 +284,10 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             let shutdown = daemon::shutdown_on_signals()?;
             let served = daemon::serve_twin(cfg, shutdown).await?;
             daemon::failover::continue_as(&served, log_json)?;
+        }
+        Cmd::ArchivePush { config, json } => {
+            let cfg = config.load()?;
+            daemon::archive_push(&cfg.data_dir, cfg.archive.as_ref(), json).await?;
         }
         Cmd::CheckLog { config } => {
             let cfg = config.load()?;
