@@ -1,6 +1,8 @@
 //! Drills: named runs that break real processes, disks and links on purpose
 //! and check, with numbers, that nothing acknowledged is lost.
 //!
+//! - [`archive`]: the archive drill's record of acknowledged frames and
+//!   its checks of a log restored from the archive;
 //! - [`auto_failover`]: the automatic-failover drill's acknowledgements
 //!   and its checks;
 //! - [`content`]: the frames a drill writes, checkable from their names;
@@ -14,6 +16,7 @@
 //! - [`pair`], [`pair_check`]: the pair power-cut drill's frames, and the
 //!   check of one state with the real daemons.
 
+pub mod archive;
 pub mod auto_failover;
 pub mod content;
 pub mod daemons;

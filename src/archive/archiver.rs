@@ -403,7 +403,12 @@ impl Archiver {
                         s.uploaded_bytes += sent.stored_bytes;
                         s.last_upload = Some(key);
                         s.last_upload_unix_ms = now_ms();
+                        s.last_error = None;
                     });
+                    // After each upload, not each pass: a pass through a
+                    // backlog takes minutes, and retention on both boxes
+                    // waits on this floor.
+                    self.update_floor(known, &history, &epochs);
                 }
                 Err(e) => {
                     let still_there = self

@@ -59,7 +59,7 @@ pub struct ArchiveProgress {
     pub target: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ArchiveRestoreReport {
     pub resumed: bool,
     pub head: u64,
@@ -70,6 +70,11 @@ pub struct ArchiveRestoreReport {
     pub lineage: String,
     /// The archived store snapshot the restore started from (0: frame 1).
     pub snapshot_at: u64,
+    /// Seconds fetching and writing the frames, syncing the last of them,
+    /// and rebuilding the store.
+    pub write_secs: f64,
+    pub sync_secs: f64,
+    pub store_secs: f64,
 }
 
 /// One lineage's segments, oldest first, contiguous from frame 1.
@@ -273,8 +278,12 @@ fn open_fresh_log(
     Ok((log, resumed))
 }
 
-/// Bytes restored between two syncs of the log.
-const SYNC_EVERY: u64 = 1 << 30;
+/// Bytes written between two syncs asked of the background syncer: the
+/// device writes them back while the next ones are fetched, and the last
+/// sync has little left to do.
+const SYNC_EVERY: u64 = 64 << 20;
+/// Pieces in flight between the fetches and the writer (4 MiB each).
+const PIECES_QUEUED: usize = 6;
 
 async fn sync(log: &Arc<Log>) -> Result<(), Error> {
     let l = log.clone();
@@ -284,70 +293,120 @@ async fn sync(log: &Arc<Log>) -> Result<(), Error> {
     Ok(())
 }
 
-struct SegmentDone {
-    frames: u64,
-    bytes: u64,
+/// What the fetches hand the writer, in order.
+enum Feed {
+    /// The next segment's pieces follow.
+    Segment(SegmentName, String),
+    Piece(Vec<u8>),
+    /// The segment's pieces are all sent.
+    End,
 }
 
-/// Write one archived segment's frames up to `target` into the log,
-/// unsynced: the pieces are fetched here and written on a blocking thread
-/// (the log's writer is held across a frame's pieces), two pieces in hand
-/// at most.
-async fn replay_segment(
-    bucket: &Bucket,
-    opened: &super::fetch::Opened,
-    log: &Arc<Log>,
-    name: &SegmentName,
+/// What the writer did.
+#[derive(Default)]
+struct Written {
+    frames: u64,
+    bytes: u64,
+    segments: u64,
+}
+
+/// The one writer of a restore, on a blocking thread: each segment's
+/// frames checked (`FrameWalk`) and written at their sequences up to
+/// `target`, unsynced; a sync asked of `syncer` every `SYNC_EVERY` bytes,
+/// which runs beside the writes. Stops at `target` (dropping `rx` stops
+/// the fetches).
+fn write_all(
+    log: Arc<Log>,
     history: [u8; 16],
     target: u64,
-) -> Result<SegmentDone, Error> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
-    let (l2, key, name) = (log.clone(), opened.key.clone(), *name);
-    let writer = tokio::task::spawn_blocking(move || -> Result<SegmentDone, Error> {
-        let mut walk = FrameWalk::new(name.first, history);
-        let mut replay = Replay::new(&l2, target);
-        let mut bytes = 0u64;
-        while let Some(plain) = rx.blocking_recv() {
-            walk.feed(&plain).map_err(|e| e.in_object(&key))?;
-            replay.feed(&plain).map_err(|e| e.in_object(&key))?;
-            bytes += plain.len() as u64;
-            if replay.reached_until() {
-                break;
+    mut rx: tokio::sync::mpsc::Receiver<Feed>,
+    syncer: std::sync::mpsc::SyncSender<()>,
+    progress: &dyn Fn(&Written),
+) -> Result<Written, Error> {
+    let mut done = Written::default();
+    let mut since_sync = 0u64;
+    let mut current: Option<(SegmentName, String, FrameWalk, Replay<'_>)> = None;
+    while let Some(feed) = rx.blocking_recv() {
+        match feed {
+            Feed::Segment(name, key) => {
+                current = Some((
+                    name,
+                    key,
+                    FrameWalk::new(name.first, history),
+                    Replay::new(&log, target),
+                ));
             }
-        }
-        if !replay.reached_until() {
-            replay.finish().map_err(|e| e.in_object(&key))?;
-            let last = walk.finish().map_err(|e| e.in_object(&key))?;
-            if last != name.last {
-                return Err(Error::Corrupt(format!(
-                    "{key}: ends at frame {last}, not {}",
-                    name.last
-                )));
-            }
-        }
-        let frames = replay.written();
-        Ok(SegmentDone { frames, bytes })
-    });
-    let mut pieces = Pieces::new(bucket, opened, 0);
-    let fetched = loop {
-        match pieces.next().await {
-            Ok(Some((_, plain))) => {
-                if tx.send(plain).await.is_err() {
-                    // The writer stopped: at `target`, or on an error it
-                    // reports below.
-                    break Ok(());
+            Feed::Piece(plain) => {
+                let Some((_, key, walk, replay)) = current.as_mut() else {
+                    return Err(Error::Io("a piece before its segment".into()));
+                };
+                walk.feed(&plain).map_err(|e| e.in_object(key))?;
+                replay.feed(&plain).map_err(|e| e.in_object(key))?;
+                done.bytes += plain.len() as u64;
+                since_sync += plain.len() as u64;
+                if since_sync >= SYNC_EVERY {
+                    since_sync = 0;
+                    // Full: a sync is pending already, which covers these.
+                    let _ = syncer.try_send(());
+                }
+                if replay.reached_until() {
+                    done.frames += replay.written();
+                    done.segments += 1;
+                    progress(&done);
+                    return Ok(done);
                 }
             }
-            Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
+            Feed::End => {
+                let Some((name, key, walk, replay)) = current.take() else {
+                    return Err(Error::Io("a segment's end before its start".into()));
+                };
+                replay.finish().map_err(|e| e.in_object(&key))?;
+                let last = walk.finish().map_err(|e| e.in_object(&key))?;
+                if last != name.last {
+                    return Err(Error::Corrupt(format!(
+                        "{key}: ends at frame {last}, not {}",
+                        name.last
+                    )));
+                }
+                done.frames += replay.written();
+                done.segments += 1;
+                progress(&done);
+                if log.head_seq().max(name.last) >= target {
+                    return Ok(done);
+                }
+            }
         }
-    };
-    drop(tx);
-    let written = writer
-        .await
-        .map_err(|e| Error::Io(format!("the restore's writer failed: {e}")))?;
-    fetched?;
-    written
+    }
+    Ok(done)
+}
+
+/// Fetch the segments in order into `tx`, the next one's first pieces on
+/// their way while the writer takes the last of this one's.
+async fn fetch_all(
+    bucket: &Bucket,
+    key: Option<&ArchiveKey>,
+    wanted: &[(SegmentName, u64)],
+    tx: tokio::sync::mpsc::Sender<Feed>,
+) -> Result<(), Error> {
+    for (name, size) in wanted {
+        let k = bucket.segment_key(name);
+        let opened = open_object(bucket, &k, *size, key).await?;
+        if tx.send(Feed::Segment(*name, k.clone())).await.is_err() {
+            return Ok(());
+        }
+        let mut pieces = Pieces::new(bucket, &opened, 0);
+        while let Some((_, plain)) = pieces.next().await? {
+            if tx.send(Feed::Piece(plain)).await.is_err() {
+                // The writer stopped: at the target, or on an error it
+                // reports.
+                return Ok(());
+            }
+        }
+        if tx.send(Feed::End).await.is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// Restore the box in `opts.data_dir` from the archive.
@@ -417,46 +476,66 @@ pub async fn restore_from_archive(
         .iter()
         .filter(|(n, _)| n.first <= target && n.last > log.head_seq())
         .collect();
-    let mut prog = ArchiveProgress {
+    let prog = ArchiveProgress {
         segments: wanted.len() as u64,
         head: log.head_seq(),
         target,
         ..ArchiveProgress::default()
     };
     progress(&prog);
-    let mut unsynced = 0u64;
-    for (name, size) in wanted {
-        let k = opts.bucket.segment_key(name);
-        let opened = open_object(&opts.bucket, &k, *size, key).await?;
-        let done = replay_segment(&opts.bucket, &opened, &log, name, chain.history, target).await?;
-        // A sync per segment stalled the fetches behind it: the frames
-        // are synced every SYNC_EVERY bytes and at the end (a resumed
-        // restore goes on from what survived).
-        unsynced += done.bytes;
-        if unsynced >= SYNC_EVERY {
-            sync(&log).await?;
-            unsynced = 0;
-        }
-        report.frames += done.frames;
-        report.segments += 1;
-        report.bytes += done.bytes;
-        prog.segments_done += 1;
-        prog.frames = report.frames;
-        prog.bytes = report.bytes;
-        prog.head = log.head_seq();
-        progress(&prog);
-        if log.head_seq() >= target {
-            break;
-        }
-    }
+    let wanted: Vec<(SegmentName, u64)> = wanted.into_iter().copied().collect();
+    let started = std::time::Instant::now();
+    let (tx, rx) = tokio::sync::mpsc::channel(PIECES_QUEUED);
+    let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let l = log.clone();
+    let syncer = std::thread::Builder::new()
+        .name("twinlog-restore-sync".into())
+        .spawn(move || -> Result<(), Error> {
+            while sync_rx.recv().is_ok() {
+                l.sync()?;
+            }
+            Ok(())
+        })
+        .map_err(|e| Error::Io(format!("the restore's syncer: {e}")))?;
+    let (l, history, shown) = (log.clone(), chain.history, progress.clone());
+    let base = prog;
+    let writer = tokio::task::spawn_blocking(move || {
+        let l2 = l.clone();
+        write_all(l, history, target, rx, sync_tx, &|w: &Written| {
+            let mut p = base;
+            p.segments_done = w.segments;
+            p.frames = w.frames;
+            p.bytes = w.bytes;
+            p.head = l2.head_seq();
+            shown(&p);
+        })
+    });
+    let fetched = fetch_all(&opts.bucket, key, &wanted, tx).await;
+    let written = writer
+        .await
+        .map_err(|e| Error::Io(format!("the restore's writer failed: {e}")))?;
+    let synced = syncer
+        .join()
+        .map_err(|_| Error::Io("the restore's syncer panicked".into()))?;
+    let written = written?;
+    fetched?;
+    synced?;
+    report.frames = written.frames;
+    report.segments = written.segments;
+    report.bytes = written.bytes;
+    report.write_secs = started.elapsed().as_secs_f64();
+    let t = std::time::Instant::now();
     sync(&log).await?;
+    report.sync_secs = t.elapsed().as_secs_f64();
     if log.head_seq() != target {
         return Err(Error::Missing(format!(
             "the archive's segments ended at frame {}, before {target}",
             log.head_seq()
         )));
     }
+    let t = std::time::Instant::now();
     finish(&opts.data_dir, &fs, log, &chain.epochs, target).await?;
+    report.store_secs = t.elapsed().as_secs_f64();
     report.head = target;
     Ok(report)
 }

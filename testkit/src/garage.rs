@@ -115,6 +115,20 @@ impl Garage {
         format!("http://{}", self.nodes[i].s3)
     }
 
+    /// Start node `i` again on its data and connect every running node to
+    /// it at once: left alone, Garage dials a lost peer again only about
+    /// every 30 s, and the cluster misses a quorum meanwhile.
+    pub fn restart_node(&mut self, i: usize) -> io::Result<()> {
+        self.nodes[i].restart()?;
+        let me = format!("{}@{}", self.nodes[i].node_id()?, self.nodes[i].rpc);
+        for (j, n) in self.nodes.iter().enumerate() {
+            if j != i && n.process.running() {
+                n.cli(&["node", "connect", &me])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Run the CLI against node 0 (or the first node that runs).
     pub fn cli(&self, args: &[&str]) -> io::Result<String> {
         let node = self
