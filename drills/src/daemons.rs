@@ -277,6 +277,25 @@ pub fn twin_status(metrics: SocketAddr) -> Result<TwinStatus> {
         .ctx(|| format!("the twin's status at {metrics}"))
 }
 
+/// The primary's status, off the async threads; None while it does not
+/// answer.
+pub async fn primary_status_now(metrics: SocketAddr) -> Option<Status> {
+    tokio::task::spawn_blocking(move || primary_status(metrics).ok())
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The twin's status, off the async threads; None while it does not
+/// answer, or while the box answering is no twin (a promoted one).
+pub async fn twin_status_now(metrics: SocketAddr) -> Option<TwinStatus> {
+    tokio::task::spawn_blocking(move || twin_status(metrics).ok())
+        .await
+        .ok()
+        .flatten()
+        .filter(|s| s.role == "twin")
+}
+
 /// One frame as a checker keeps it: the whole frame for small ones, its
 /// length and crc for large ones (memory stays bounded).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -65,10 +65,12 @@ use twinlog::archive::archiver::ArchiveStatus;
 use twinlog::daemon::config::ArchiveSection;
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::Identity;
-use twinlog::node::{Client, Durability, Status, TwinStatus};
+use twinlog::node::{Client, Durability, TwinStatus};
 
 use drills::archive::{acked_in, check_restored, holes, payload, runs, Acked, Sent};
-use drills::daemons::{connect, dir_bytes, tenths, Bins, Pair, PairOpts, Proc};
+use drills::daemons::{
+    connect, dir_bytes, primary_status_now, tenths, twin_status_now, Bins, Pair, PairOpts, Proc,
+};
 use drills::{Args, Context, DrillError, Result, Rng};
 
 const KIND: u16 = 0x8000;
@@ -245,23 +247,6 @@ async fn writer(
     }
 }
 
-async fn pstatus(metrics: SocketAddr) -> Option<Status> {
-    tokio::task::spawn_blocking(move || daemon::fetch_status::<Status>(metrics).ok())
-        .await
-        .ok()
-        .flatten()
-        .map(|(_, s)| s)
-}
-
-async fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
-    tokio::task::spawn_blocking(move || daemon::fetch_status::<TwinStatus>(metrics).ok())
-        .await
-        .ok()
-        .flatten()
-        .map(|(_, s)| s)
-        .filter(|s| s.role == "twin")
-}
-
 /// Until `f` answers Ok, polled; its last Err (what it saw) after `limit`.
 async fn wait_on<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T>
 where
@@ -286,7 +271,7 @@ where
 async fn twin_archive(
     metrics: SocketAddr,
 ) -> std::result::Result<(TwinStatus, ArchiveStatus), String> {
-    let t = tstatus(metrics)
+    let t = twin_status_now(metrics)
         .await
         .ok_or_else(|| "the twin does not answer /status".to_owned())?;
     let a = t
@@ -411,7 +396,7 @@ async fn sample(
             .primary
             .fetch_max(dir_bytes(&pair.0), Ordering::SeqCst);
         peaks.twin.fetch_max(dir_bytes(&pair.1), Ordering::SeqCst);
-        if let Some(t) = tstatus(pair.2).await {
+        if let Some(t) = twin_status_now(pair.2).await {
             peaks.observe(&t);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -534,7 +519,7 @@ async fn run() -> Result<bool> {
                 )));
             }
         }
-        let p = pstatus(pm).await;
+        let p = primary_status_now(pm).await;
         let a = twin_archive(tm).await;
         if p.as_ref().is_some_and(|p| p.twin_connected)
             && a.as_ref().is_ok_and(|(_, a)| a.uploading)
@@ -655,7 +640,7 @@ async fn run() -> Result<bool> {
     // twin tried left its log meanwhile: a skipped upload is no error).
     let seen_error = wait_on("a daemon showing the outage", WAIT, || async {
         let (_, a) = twin_archive(tm).await?;
-        let p = pstatus(pm).await.and_then(|p| p.archive);
+        let p = primary_status_now(pm).await.and_then(|p| p.archive);
         match (&a.last_error, p.and_then(|p| p.last_error)) {
             (Some(e), _) => Ok(format!("the twin: {e}")),
             (None, Some(e)) => Ok(format!("the primary: {e}")),
@@ -675,7 +660,7 @@ async fn run() -> Result<bool> {
     })
     .await?;
     let (t_out, during) = twin_archive(tm).await.map_err(DrillError)?;
-    let p_out = pstatus(pm)
+    let p_out = primary_status_now(pm)
         .await
         .ok_or_else(|| DrillError("the primary does not answer".into()))?;
     restart_node(&mut g, ENDPOINT_NODE)?;
@@ -761,7 +746,9 @@ async fn run() -> Result<bool> {
         WAIT,
         || async {
             let (t, _) = twin_archive(tm).await?;
-            let p = pstatus(pm).await.ok_or("the primary does not answer")?;
+            let p = primary_status_now(pm)
+                .await
+                .ok_or("the primary does not answer")?;
             let a = p
                 .archive
                 .clone()
@@ -786,7 +773,7 @@ async fn run() -> Result<bool> {
                 "BROKEN: retention kept frames the archive holds: {e}"
             ));
             let t = twin_archive(tm).await.map_err(DrillError)?.0;
-            let p = pstatus(pm)
+            let p = primary_status_now(pm)
                 .await
                 .ok_or_else(|| DrillError("the primary does not answer".into()))?;
             (t, p)

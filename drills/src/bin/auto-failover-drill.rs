@@ -42,13 +42,15 @@ use testkit::proxy::{self, Proxy};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::{Fingerprint, Identity};
 use twinlog::node::arbiter::{Arbiter, ArbiterOptions};
-use twinlog::node::{Client, ClientError, ClientOptions, Durability, Status, TwinStatus};
+use twinlog::node::{Client, ClientError, ClientOptions, Durability};
 use twinlog::repl::epochs::EpochName;
 
 use drills::auto_failover::{
     blob, epoch_order, least_gap, meta, missing_in, wall_ns, Ack, Fault, FAULTS, KIND,
 };
-use drills::daemons::{admin_identity, fast_timers, tenths, Proc};
+use drills::daemons::{
+    admin_identity, fast_timers, primary_status_now, tenths, twin_status_now, Proc,
+};
 use drills::{Args, Context, DrillError, Result, Rng};
 
 const CLUSTER: &str = "drill";
@@ -174,7 +176,7 @@ async fn dial(
     // is put under a later epoch than its own. (`Client::status` cannot
     // be used: its answer does not decode under an arbiter, whose lease
     // fields are left out when empty, which postcard cannot read.)
-    let s = pstatus(dir[on].2)
+    let s = primary_status_now(dir[on].2)
         .await
         .ok_or_else(|| "no /status".to_owned())?;
     if s.role != "primary" || s.fenced.is_some() {
@@ -284,23 +286,6 @@ async fn loaded(shared: &Shared, from: usize) -> bool {
     }
 }
 
-async fn pstatus(metrics: SocketAddr) -> Option<Status> {
-    tokio::task::spawn_blocking(move || daemon::fetch_status::<Status>(metrics).ok())
-        .await
-        .ok()
-        .flatten()
-        .map(|(_, s)| s)
-}
-
-async fn tstatus(metrics: SocketAddr) -> Option<TwinStatus> {
-    tokio::task::spawn_blocking(move || daemon::fetch_status::<TwinStatus>(metrics).ok())
-        .await
-        .ok()
-        .flatten()
-        .map(|(_, s)| s)
-        .filter(|s| s.role == "twin")
-}
-
 struct Drill {
     hosts: [Host; 2],
     to_etcd: [Proxy; 2],
@@ -322,12 +307,12 @@ impl Drill {
                 tokio::time::timeout(Duration::from_secs(2), self.arbiter.leader()).await
             {
                 if let Some(i) = self.hosts.iter().position(|h| h.fp == fp) {
-                    let p = pstatus(self.hosts[i].metrics).await;
+                    let p = primary_status_now(self.hosts[i].metrics).await;
                     let held = p
                         .as_ref()
                         .and_then(|s| s.arbiter.as_ref())
                         .is_some_and(|a| a.lease.held && a.twin_in_sync);
-                    let follows = tstatus(self.hosts[1 - i].metrics)
+                    let follows = twin_status_now(self.hosts[1 - i].metrics)
                         .await
                         .is_some_and(|t| t.connected);
                     if held && follows && p.is_some_and(|s| s.epoch == epoch) {
@@ -613,7 +598,7 @@ async fn run() -> Result<bool> {
         let caught_up = {
             let by = Instant::now() + HEAL;
             loop {
-                let got = pstatus(d.hosts[p].metrics)
+                let got = primary_status_now(d.hosts[p].metrics)
                     .await
                     .map_or(0, |s| s.twin_acked);
                 if got >= top {
