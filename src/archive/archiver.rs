@@ -531,6 +531,11 @@ impl Archiver {
         if self.since_snapshot.load(Ordering::SeqCst) < s.every_bytes {
             return Ok(());
         }
+        if s.host.health().applied <= self.last_snapshot_at.load(Ordering::SeqCst) {
+            // A store that has not moved (stalled, or caught up to the
+            // last snapshot) would be copied only to be thrown away.
+            return Ok(());
+        }
         let (host, scratch, base_file) = (s.host.clone(), s.scratch.clone(), s.base_file.clone());
         let log = self.log.clone();
         let taken = tokio::task::spawn_blocking(move || {

@@ -371,7 +371,7 @@ fn write_all(
                 done.frames += replay.written();
                 done.segments += 1;
                 progress(&done);
-                if log.head_seq().max(name.last) >= target {
+                if name.last >= target {
                     return Ok(done);
                 }
             }
