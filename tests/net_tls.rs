@@ -220,7 +220,9 @@ async fn a_restarted_endpoint_resets_its_predecessor_s_connections() {
     let (second, at) = doomed_server(&again, server_pins, addr);
     assert_eq!(at, addr);
     // The next packet the client sends finds the new process, which
-    // answers with the reset.
+    // answers with the reset. That may be a path MTU probe the client
+    // sent on its own before this write: then the write finds the
+    // connection reset already.
     let started = std::time::Instant::now();
     match send.write_all(b"anyone?").await {
         Ok(()) => {}
@@ -245,4 +247,47 @@ async fn a_restarted_endpoint_resets_its_predecessor_s_connections() {
     tokio::task::spawn_blocking(move || second.shutdown_timeout(Duration::from_secs(5)))
         .await
         .expect("shutdown");
+}
+
+/// A bulk transfer on loopback grows its packets past Ethernet's 1,452
+/// bytes by path MTU discovery, and the larger packets arrive: a bound
+/// past what one segmented send can carry would lose every batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_transfer_grows_its_packets_and_loses_none() {
+    let b = boxes();
+    let primary_pins = Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin));
+    let server = net::server(loopback(), &b.primary, primary_pins).expect("server");
+    let addr = server.local_addr().expect("addr");
+    let twin_pins = Arc::new(Pins::new().pin(b.primary.fingerprint(), Role::Primary));
+    let client = net::client(&b.twin, twin_pins).expect("client");
+    let received = tokio::spawn(async move {
+        let conn = server
+            .accept()
+            .await
+            .expect("incoming")
+            .await
+            .expect("handshake");
+        let mut recv = conn.accept_uni().await.expect("stream");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0usize;
+        while let Some(k) = recv.read(&mut buf).await.expect("read") {
+            n += k;
+        }
+        (n, conn)
+    });
+    let conn = net::connect(&client, addr).await.expect("connect");
+    let mut send = conn.open_uni().await.expect("open");
+    let piece = vec![0x5au8; 1 << 20];
+    for _ in 0..64 {
+        send.write_all(&piece).await.expect("write");
+    }
+    send.finish().expect("finish");
+    let (n, _server_conn) = received.await.expect("join");
+    assert_eq!(n, 64 << 20);
+    let path = conn.stats().path;
+    assert!(
+        path.current_mtu > 1452 && path.current_mtu <= net::MAX_UDP_PAYLOAD,
+        "{path:?}"
+    );
+    assert!(path.lost_packets * 100 <= path.sent_packets, "{path:?}");
 }

@@ -74,6 +74,9 @@ impl ResetKeys {
         cfg.cid_generator(move || {
             Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid))
         });
+        // The peer may send packets as large as this side grows its own
+        // (within quinn's bounds, 1,200..=65,527, by construction).
+        let _ = cfg.max_udp_payload_size(super::MAX_UDP_PAYLOAD);
         cfg
     }
 }
