@@ -326,6 +326,8 @@ impl PgPair {
             "INSERT INTO big SELECT repeat(md5(g::text), 32768) FROM generate_series(1, {mib}) g; CHECKPOINT;"
         ));
         let dst = self.root.join("backup");
+        // Warm, as before twinlog's restore it measures against.
+        super::common::warm_page_cache(&self.root, mib << 20);
         sync_all();
         let t = Instant::now();
         run(
