@@ -1,7 +1,8 @@
 //! QUIC with mutual TLS between pinned peers: a pinned peer connects and is
 //! known by its role, an unknown certificate is refused in the handshake,
-//! an oversized message is refused before it is read, and a box restarted
-//! on its address resets the connections its predecessor left.
+//! an oversized message is refused before it is read, a box restarted on
+//! its address resets the connections its predecessor left, and a bulk
+//! transfer on loopback grows its packets past Ethernet's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,22 +27,54 @@ fn loopback() -> std::net::SocketAddr {
     ([127, 0, 0, 1], 0).into()
 }
 
-#[tokio::test]
-async fn a_pinned_twin_connects_and_is_known_by_its_role() {
-    let b = boxes();
+/// The primary's endpoint pinning the twin, and the twin's pinning the
+/// primary.
+struct Pinned {
+    server: quinn::Endpoint,
+    addr: std::net::SocketAddr,
+    primary_pins: Arc<Pins>,
+    twin_pins: Arc<Pins>,
+    client: quinn::Endpoint,
+}
+
+fn pinned(b: &Boxes) -> Pinned {
     let primary_pins = Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin));
     let server = net::server(loopback(), &b.primary, primary_pins.clone()).expect("server");
     let addr = server.local_addr().expect("addr");
     let twin_pins = Arc::new(Pins::new().pin(b.primary.fingerprint(), Role::Primary));
     let client = net::client(&b.twin, twin_pins.clone()).expect("client");
+    Pinned {
+        server,
+        addr,
+        primary_pins,
+        twin_pins,
+        client,
+    }
+}
+
+/// The next connection `server` accepts, handshake done.
+async fn accepted(server: &quinn::Endpoint) -> quinn::Connection {
+    server
+        .accept()
+        .await
+        .expect("incoming")
+        .await
+        .expect("handshake")
+}
+
+#[tokio::test]
+async fn a_pinned_twin_connects_and_is_known_by_its_role() {
+    let b = boxes();
+    let Pinned {
+        server,
+        addr,
+        primary_pins,
+        twin_pins,
+        client,
+    } = pinned(&b);
 
     let accept = tokio::spawn(async move {
-        let conn = server
-            .accept()
-            .await
-            .expect("incoming")
-            .await
-            .expect("handshake");
+        let conn = accepted(&server).await;
         let (_, role) = net::peer(&conn, &primary_pins).expect("peer");
         let (_send, mut recv) = conn.accept_bi().await.expect("stream");
         let msg: Option<TwinMsg> = net::read_msg(&mut recv).await.expect("read");
@@ -255,18 +288,14 @@ async fn a_restarted_endpoint_resets_its_predecessor_s_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_transfer_grows_its_packets_and_loses_none() {
     let b = boxes();
-    let primary_pins = Arc::new(Pins::new().pin(b.twin.fingerprint(), Role::Twin));
-    let server = net::server(loopback(), &b.primary, primary_pins).expect("server");
-    let addr = server.local_addr().expect("addr");
-    let twin_pins = Arc::new(Pins::new().pin(b.primary.fingerprint(), Role::Primary));
-    let client = net::client(&b.twin, twin_pins).expect("client");
+    let Pinned {
+        server,
+        addr,
+        client,
+        ..
+    } = pinned(&b);
     let received = tokio::spawn(async move {
-        let conn = server
-            .accept()
-            .await
-            .expect("incoming")
-            .await
-            .expect("handshake");
+        let conn = accepted(&server).await;
         let mut recv = conn.accept_uni().await.expect("stream");
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0usize;

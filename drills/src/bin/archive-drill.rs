@@ -597,8 +597,7 @@ async fn run() -> Result<bool> {
     // from the log before they are read) would stall the staging below,
     // which waits on uploads, so it could end "could not run" rather than
     // by its invariant.
-    let mut faults = Faults::default();
-    if broken.is_none() {
+    let faults = if broken.is_none() {
         // 1. A replica's node killed with uploads under way: they go on.
         wait_on(
             "a third of the load in, uploads under way",
@@ -716,15 +715,16 @@ async fn run() -> Result<bool> {
             p_out.first
         );
 
-        faults = Faults {
+        Faults {
             replica_down_ms,
             replica_uploads,
             endpoint_down_ms,
             resume_ms,
-        };
+        }
     } else {
         load.limit.store(frames, Ordering::SeqCst);
-    }
+        Faults::default()
+    };
     let Faults {
         replica_down_ms,
         replica_uploads,
