@@ -41,6 +41,19 @@ impl std::error::Error for DrillError {}
 /// A drill's result.
 pub type Result<T, E = DrillError> = std::result::Result<T, E>;
 
+/// A drill's exit code from its outcome: 0 when its invariant held, 1 when
+/// it broke, 2 when the drill could not run (said on stderr, after `name`).
+pub fn verdict(name: &str, outcome: Result<bool>) -> std::process::ExitCode {
+    match outcome {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::from(1),
+        Err(e) => {
+            eprintln!("{name}: the drill could not run: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 /// Attach what was being done to any displayable error.
 pub trait Context<T> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T>;

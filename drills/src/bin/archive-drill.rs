@@ -428,14 +428,7 @@ struct Point {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("archive: the drill could not run: {e}");
-            ExitCode::from(2)
-        }
-    }
+    drills::verdict("archive", run().await)
 }
 
 async fn run() -> Result<bool> {

@@ -463,14 +463,7 @@ async fn setup(work: &Path, etcd: &Etcd, bins: (PathBuf, PathBuf)) -> Result<Dri
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("auto-failover: the drill could not run: {e}");
-            ExitCode::from(2)
-        }
-    }
+    drills::verdict("auto-failover", run().await)
 }
 
 async fn run() -> Result<bool> {
