@@ -9,6 +9,7 @@
 //! - [`read_msg`]/[`write_msg`]: length-prefixed control messages, every
 //!   length checked before anything is allocated.
 
+pub mod pumped;
 pub mod reset;
 pub mod tls;
 

@@ -75,6 +75,15 @@ pub trait StorageFile: Send + Sync + Debug {
         Ok(())
     }
 
+    /// Let the kernel drop the cached pages of `offset..offset + len`
+    /// (posix_fadvise DONTNEED; `len` 0 is to the end): a writer of bytes
+    /// nobody will read soon gives back the memory it filled, so the next
+    /// bytes reuse warm pages instead of taking cold ones and evicting
+    /// others'. A hint: dirty pages stay, and nothing changes on disk.
+    fn drop_cached(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+
     /// Read exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -243,6 +252,19 @@ impl StorageFile for StdFile {
         cvt(unsafe {
             libc::sync_file_range(self.0.as_raw_fd(), off, l, libc::SYNC_FILE_RANGE_WRITE)
         })
+    }
+
+    fn drop_cached(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (off, l) = off_len(offset, len)?;
+        // SAFETY: integers only, on a descriptor we own.
+        let ret =
+            unsafe { libc::posix_fadvise(self.0.as_raw_fd(), off, l, libc::POSIX_FADV_DONTNEED) };
+        // posix_fadvise answers the error number itself, not -1 and errno.
+        if ret == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(ret))
+        }
     }
 
     fn punch(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -235,7 +235,9 @@ async fn answer(
 /// What the blocking reader hands the stream.
 enum Out {
     Head(RestoreFrame),
-    Bytes(Vec<u8>),
+    /// Handed to the stream as it is: a chunk written whole is not copied
+    /// again.
+    Bytes(bytes::Bytes),
     Failed(String),
 }
 
@@ -282,7 +284,8 @@ async fn frames(
                             return Err(LogError::Io(std::io::Error::other("the receiver left")));
                         }
                     }
-                    if !piece.is_empty() && !send(Out::Bytes(piece.to_vec())) {
+                    if !piece.is_empty() && !send(Out::Bytes(bytes::Bytes::copy_from_slice(piece)))
+                    {
                         return Err(LogError::Io(std::io::Error::other("the receiver left")));
                     }
                     Ok(())
@@ -296,7 +299,7 @@ async fn frames(
     while let Some(out) = rx.recv().await {
         match out {
             Out::Head(h) => net::write_msg(&mut send, &h).await?,
-            Out::Bytes(b) => send.write_all(&b).await.map_err(NetError::from)?,
+            Out::Bytes(b) => send.write_chunk(b).await.map_err(NetError::from)?,
             Out::Failed(why) => {
                 tracing::error!(%why, "a restore stream failed");
                 // A frame cut short is never taken for a whole one.
