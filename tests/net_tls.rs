@@ -1,8 +1,9 @@
 //! QUIC with mutual TLS between pinned peers: a pinned peer connects and is
 //! known by its role, an unknown certificate is refused in the handshake,
 //! an oversized message is refused before it is read, a box restarted on
-//! its address resets the connections its predecessor left, and a bulk
-//! transfer on loopback grows its packets past Ethernet's.
+//! its address resets the connections its predecessor left, a bulk
+//! transfer on loopback grows its packets past Ethernet's, and a stream
+//! read on a blocking thread in batches reads as the stream was written.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -319,4 +320,110 @@ async fn a_bulk_transfer_grows_its_packets_and_loses_none() {
         "{path:?}"
     );
     assert!(path.lost_packets * 100 <= path.sent_packets, "{path:?}");
+}
+
+/// A stream read on a blocking thread through `PumpedStream` gives every
+/// message and byte in order, however the reads cut the batches; a stream
+/// that ends inside a read is `FinishedEarly` with what it had, one that
+/// ends between messages is `None`, and a reset stream is an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pumped_stream_reads_in_order_and_names_how_it_ended() {
+    use twinlog::net::pumped::PumpedStream;
+
+    struct Read {
+        first: Option<TwinMsg>,
+        bytes: Vec<u8>,
+        second: Option<TwinMsg>,
+        after: Option<TwinMsg>,
+    }
+
+    let b = boxes();
+    let Pinned {
+        server,
+        addr,
+        client,
+        ..
+    } = pinned(&b);
+    let (conn, server_conn) = tokio::join!(net::connect(&client, addr), accepted(&server));
+    let conn = conn.expect("connect");
+    let rt = tokio::runtime::Handle::current();
+    // Bytes of a known pattern, past several batches, between messages.
+    let blob: Vec<u8> = (0..(3 << 20) + 12_345u32)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    for ending in ["finished", "cut short", "reset"] {
+        let mut send = conn.open_uni().await.expect("open");
+        net::write_msg(&mut send, &TwinMsg::Ack { durable: 7 })
+            .await
+            .expect("message");
+        let body = match ending {
+            "cut short" => &blob[..1000],
+            _ => &blob[..],
+        };
+        send.write_all(body).await.expect("bytes");
+        net::write_msg(&mut send, &TwinMsg::Ack { durable: 8 })
+            .await
+            .expect("message");
+        match ending {
+            "reset" => send.reset(9u32.into()).expect("reset"),
+            _ => send.finish().expect("finish"),
+        }
+        let recv = server_conn.accept_uni().await.expect("accept");
+        let (rt, len) = (rt.clone(), blob.len());
+        let read = tokio::task::spawn_blocking(move || -> Result<Read, NetError> {
+            let mut pumped = PumpedStream::start(&rt, recv);
+            let first = pumped.read_msg()?;
+            let mut bytes = vec![0u8; len];
+            // Reads of an odd size, so that they cut the batches anywhere.
+            for piece in bytes.chunks_mut(77_777) {
+                pumped.read_exact(piece)?;
+            }
+            let second = pumped.read_msg()?;
+            let after = pumped.read_msg()?;
+            Ok(Read {
+                first,
+                bytes,
+                second,
+                after,
+            })
+        })
+        .await
+        .expect("join");
+        match ending {
+            "finished" => {
+                let r = read.expect("read whole");
+                assert!(matches!(r.first, Some(TwinMsg::Ack { durable: 7 })));
+                assert!(r.bytes == blob, "the bytes differ");
+                assert!(matches!(r.second, Some(TwinMsg::Ack { durable: 8 })));
+                assert!(r.after.is_none(), "nothing after the end");
+            }
+            "cut short" => {
+                // The 1,000 bytes and the second message, then the end,
+                // all inside the first read of the bytes.
+                let e = read.err().expect("cut short");
+                assert!(
+                    matches!(
+                        e,
+                        NetError::Read {
+                            source: quinn::ReadExactError::FinishedEarly(n)
+                        } if n > 1000 && n < 77_777
+                    ),
+                    "{e}"
+                );
+            }
+            _ => {
+                // Wherever the reset overtook the reads.
+                let e = read.err().expect("reset");
+                assert!(
+                    matches!(
+                        e,
+                        NetError::Read {
+                            source: quinn::ReadExactError::ReadError(quinn::ReadError::Reset(_))
+                        }
+                    ),
+                    "{e}"
+                );
+            }
+        }
+    }
 }
