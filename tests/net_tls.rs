@@ -53,6 +53,13 @@ fn pinned(b: &Boxes) -> Pinned {
     }
 }
 
+/// A connection from the twin's endpoint to the primary's: the twin's
+/// end, then the primary's.
+async fn connected(p: &Pinned) -> (quinn::Connection, quinn::Connection) {
+    let (conn, accepted) = tokio::join!(net::connect(&p.client, p.addr), accepted(&p.server));
+    (conn.expect("connect"), accepted)
+}
+
 /// The next connection `server` accepts, handshake done.
 async fn accepted(server: &quinn::Endpoint) -> quinn::Connection {
     server
@@ -289,23 +296,17 @@ async fn a_restarted_endpoint_resets_its_predecessor_s_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_transfer_grows_its_packets_and_loses_none() {
     let b = boxes();
-    let Pinned {
-        server,
-        addr,
-        client,
-        ..
-    } = pinned(&b);
+    let p = pinned(&b);
+    let (conn, server_conn) = connected(&p).await;
     let received = tokio::spawn(async move {
-        let conn = accepted(&server).await;
-        let mut recv = conn.accept_uni().await.expect("stream");
+        let mut recv = server_conn.accept_uni().await.expect("stream");
         let mut buf = vec![0u8; 1 << 20];
         let mut n = 0usize;
         while let Some(k) = recv.read(&mut buf).await.expect("read") {
             n += k;
         }
-        (n, conn)
+        (n, server_conn)
     });
-    let conn = net::connect(&client, addr).await.expect("connect");
     let mut send = conn.open_uni().await.expect("open");
     let piece = vec![0x5au8; 1 << 20];
     for _ in 0..64 {
@@ -338,14 +339,8 @@ async fn a_pumped_stream_reads_in_order_and_names_how_it_ended() {
     }
 
     let b = boxes();
-    let Pinned {
-        server,
-        addr,
-        client,
-        ..
-    } = pinned(&b);
-    let (conn, server_conn) = tokio::join!(net::connect(&client, addr), accepted(&server));
-    let conn = conn.expect("connect");
+    let p = pinned(&b);
+    let (conn, server_conn) = connected(&p).await;
     let rt = tokio::runtime::Handle::current();
     // Bytes of a known pattern, past several batches, between messages.
     let blob: Vec<u8> = (0..(3 << 20) + 12_345u32)
