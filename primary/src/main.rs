@@ -258,7 +258,8 @@ enum Cmd {
         )]
         until: Option<u64>,
         /// Stop after the last frame archived as durable by this time
-        /// (RFC 3339 UTC, 2026-12-01T10:00:00Z; with --from-archive)
+        /// (RFC 3339 UTC, 2026-12-01T10:00:00Z or 10:00:00.250Z; to 100 ms;
+        /// with --from-archive)
         #[arg(long, value_name = "TIME", requires = "from_archive")]
         until_time: Option<String>,
         /// Print what was restored as one JSON line

@@ -30,7 +30,12 @@ pub const PASS_EVERY: Duration = Duration::from_secs(1);
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// Time marks kept for segments not yet archived: one a pass, a day's.
+/// How often the uploading box marks its head with the time: what
+/// `--until-time` is precise to.
+const MARK_EVERY: Duration = Duration::from_millis(100);
+/// Time marks kept for segments not yet archived (16 bytes each): 2.4
+/// hours at one a `MARK_EVERY`; past it, every other one is dropped, so a
+/// long outage of the bucket costs precision, never the marks of a span.
 const MARKS_KEPT: usize = 86_400;
 
 /// What the archiver is told.
@@ -264,7 +269,7 @@ impl Archiver {
                 rt.block_on(async move {
                     tokio::select! {
                         _ = me.run() => {}
-                        _ = me.mark_every_second() => {}
+                        _ = me.mark_periodically() => {}
                         _ = stop.wait_for(|s| *s) => {}
                     }
                 });
@@ -319,13 +324,14 @@ impl Archiver {
         }
     }
 
-    /// A time mark a second while uploading, uploads in flight or not:
-    /// what `--until-time` restores by.
-    async fn mark_every_second(&self) {
+    /// A time mark every `MARK_EVERY` while uploading, uploads in flight
+    /// or not: what `--until-time` restores by.
+    async fn mark_periodically(&self) {
         if !self.uploading {
             return std::future::pending().await;
         }
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(MARK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             self.mark();
@@ -341,8 +347,8 @@ impl Archiver {
             if marks.back().is_none_or(|b| b.seq != m.seq) {
                 marks.push_back(m);
             }
-            while marks.len() > MARKS_KEPT {
-                marks.pop_front();
+            if marks.len() > MARKS_KEPT {
+                thin(&mut marks);
             }
         }
     }
@@ -624,9 +630,39 @@ impl Archiver {
     }
 }
 
+/// Every other mark dropped, the newest kept: each span of frames keeps
+/// a mark at half the precision.
+fn thin(marks: &mut VecDeque<TimeMark>) {
+    let mut from_newest = marks.len();
+    marks.retain(|_| {
+        from_newest -= 1;
+        from_newest % 2 == 0
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thinning_halves_the_marks_keeps_the_newest_and_spans_the_same_frames() {
+        for len in [2, 3, 10, 11] {
+            let mut marks: VecDeque<TimeMark> = (1..=len)
+                .map(|seq| TimeMark {
+                    seq,
+                    unix_ms: seq * 100,
+                })
+                .collect();
+            thin(&mut marks);
+            assert_eq!(marks.len() as u64, len.div_ceil(2), "{len}");
+            assert_eq!(marks.back().map(|m| m.seq), Some(len), "{len}");
+            assert!(marks.front().is_some_and(|m| m.seq <= 2), "{len}");
+            assert!(marks
+                .iter()
+                .zip(marks.iter().skip(1))
+                .all(|(a, b)| b.seq == a.seq + 2));
+        }
+    }
 
     #[test]
     fn a_segment_is_archived_when_objects_of_its_lineage_cover_it() {

@@ -45,8 +45,9 @@ pub fn utc(unix_ms: u64) -> String {
 }
 
 /// An RFC 3339 UTC time (`2026-11-01`, `2026-11-01T00:00Z`,
-/// `2026-11-01T00:00:00Z`, or with `+00:00`) as ms since the Unix epoch;
-/// None for anything else.
+/// `2026-11-01T00:00:00Z`, `2026-11-01T00:00:00.250Z`, or with `+00:00`)
+/// as ms since the Unix epoch (a fraction past the ms is cut); None for
+/// anything else.
 pub fn parse_utc(s: &str) -> Option<u64> {
     let s = s
         .strip_suffix('Z')
@@ -66,9 +67,18 @@ pub fn parse_utc(s: &str) -> Option<u64> {
     }
     let mut t = time.split(':');
     let (h, m) = (num(t.next()?)?, num(t.next()?)?);
-    let sec = match t.next() {
-        Some(x) => num(x)?,
-        None => 0,
+    // Seconds may carry a fraction; its first three digits count.
+    let (sec, ms) = match t.next().map(|x| x.split_once('.').unwrap_or((x, "0"))) {
+        Some((x, frac)) => {
+            num(frac)?;
+            let ms: i64 = frac
+                .bytes()
+                .chain(*b"00")
+                .take(3)
+                .fold(0, |ms, d| ms * 10 + i64::from(d - b'0'));
+            (num(x)?, ms)
+        }
+        None => (0, 0),
     };
     if t.next().is_some() || h > 23 || m > 59 || sec > 60 {
         return None;
@@ -82,7 +92,7 @@ pub fn parse_utc(s: &str) -> Option<u64> {
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     let days = era * 146_097 + doe - 719_468;
     let secs = days * 86_400 + h * 3600 + m * 60 + sec;
-    u64::try_from(secs).ok().map(|s| s * 1000)
+    u64::try_from(secs * 1000 + ms).ok()
 }
 
 /// A poisoned log as `status` prints it: the cause and what to do.
@@ -408,9 +418,17 @@ mod time_tests {
             parse_utc("2026-11-01T00:00:00+00:00"),
             parse_utc("2026-11-01")
         );
+        let day = parse_utc("2026-11-01").unwrap();
+        for (frac, ms) in [(".250", 250), (".2", 200), (".05", 50), (".999999", 999)] {
+            let t = format!("2026-11-01T00:00:07{frac}Z");
+            assert_eq!(parse_utc(&t), Some(day + 7_000 + ms), "{t}");
+        }
         for bad in [
             "",
             "2026-13-01",
+            "2026-11-01T00:00:07.Z",
+            "2026-11-01T00:00:07.2.5Z",
+            "2026-11-01T00:00:07.-1Z",
             "2026-11-01T24:00Z",
             "yesterday",
             "2026-11",
