@@ -62,7 +62,12 @@ pub fn parse_utc(s: &str) -> Option<u64> {
     };
     let mut d = date.split('-');
     let (year, month, day) = (num(d.next()?)?, num(d.next()?)?, num(d.next()?)?);
-    if d.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    // RFC 3339's four-digit years; a longer one would overflow the sums below.
+    if d.next().is_some()
+        || !(0..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+    {
         return None;
     }
     let mut t = time.split(':');
@@ -429,6 +434,8 @@ mod time_tests {
             "2026-11-01T00:00:07.Z",
             "2026-11-01T00:00:07.2.5Z",
             "2026-11-01T00:00:07.-1Z",
+            "99999999999999-01-01",
+            "9223372036854775807-01-01T00:00:00.999Z",
             "2026-11-01T24:00Z",
             "yesterday",
             "2026-11",
