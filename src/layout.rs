@@ -23,6 +23,9 @@
 //! - `ARCHIVE_ERASES` with an archive: the erases the archive has yet to
 //!   see, `archive-erase.scratch` while one rewrites a segment, and
 //!   `archive-snapshot.scratch/` while a store snapshot is archived;
+//! - `ARBITER` under `[failover]`: what the box remembers of etcd;
+//! - `RELEASE`: an operator's release of a held primary, until it is
+//!   taken; `CLEAN_STOP`: the primary stopped cleanly;
 //! - `RESTORING`, `RESTORE_PARTIAL`, `restore.partial` and
 //!   `restore.partial.json` while a restore fills the directory.
 
@@ -58,6 +61,14 @@ pub const DIVERGENT_DIR: &str = "divergent";
 pub const HEARD_PRIMARY_FILE: &str = "HEARD_PRIMARY";
 /// The primary a promoted box replaced and whether it heard of it (JSON).
 pub const PREDECESSOR_FILE: &str = "PREDECESSOR";
+/// What this box remembers of the arbiter (JSON): the cluster
+/// generation, the newest epoch and revision it read there.
+pub const ARBITER_FILE: &str = "ARBITER";
+/// An operator's word to a held primary (`primary release`, JSON).
+pub const RELEASE_FILE: &str = "RELEASE";
+/// Written when a primary stopped cleanly (its epoch): its next start
+/// serves at once, where one after a crash starts held.
+pub const CLEAN_STOP_FILE: &str = "CLEAN_STOP";
 /// Marks a data directory a restore is filling.
 pub const RESTORING_FILE: &str = "RESTORING";
 /// Where the entry being written is, and how much of it, updated as it

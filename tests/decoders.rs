@@ -1008,6 +1008,7 @@ fn config_seeds() -> Vec<Vec<u8>> {
             lease_ttl_s: 5,
             auto_rejoin: true,
             advertise: None,
+            peer: None,
         }),
         archive: Some(twinlog::daemon::config::ArchiveSection {
             url: "s3://logs/pair-1".into(),

@@ -322,8 +322,10 @@ async fn a_promoted_box_fences_its_restarted_predecessor() {
     let mut b = Daemon::start("primary", &promoted.config, &p.logs.join("b.log"));
     testkit::until("B serves", WAIT, || pstatus(b_pmetrics)).await;
     let mut a = Daemon::start("primary", &p.a_cfg, &p.logs.join("a.log"));
+    // A did not stop cleanly: it starts held for its twin's hello, then
+    // B's call fences it by B's epoch.
     let s = testkit::until("B's call fenced A", WAIT, || {
-        pstatus(p.a_metrics).filter(|s| s.fenced.is_some())
+        pstatus(p.a_metrics).filter(|s| s.fenced.as_ref().is_some_and(|f| !f.held))
     })
     .await;
     let f = s.fenced.expect("fenced");

@@ -32,6 +32,15 @@ fn index_of(bytes: &[u8]) -> u8 {
     bytes[4]
 }
 
+fn word() -> twinlog::repl::amnesia::PeerWord {
+    twinlog::repl::amnesia::PeerWord {
+        epochs: Default::default(),
+        head: 1,
+        newest: 0,
+        primary: true,
+    }
+}
+
 #[test]
 fn documented_indices_are_the_encoder_s() {
     let twin = [
@@ -66,6 +75,7 @@ fn documented_indices_are_the_encoder_s() {
                 error: None,
             },
         ),
+        ("AskEpochs", TwinMsg::AskEpochs(word())),
     ];
     for (name, m) in twin {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");
@@ -107,6 +117,7 @@ fn documented_indices_are_the_encoder_s() {
                 mib_per_s: 64,
             },
         ),
+        ("Epochs", PrimaryMsg::Epochs(word())),
     ];
     for (name, m) in primary {
         assert_eq!(index_of(&encode(&m)), documented(name), "{name}");

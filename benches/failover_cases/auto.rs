@@ -49,6 +49,7 @@ async fn auto_pair(dir: &Path, etcd: &Etcd) -> AutoPair {
         lease_ttl_s: TTL_S,
         auto_rejoin: true,
         advertise: Some(to_box[i].addr.into()),
+        peer: Some(to_box[1 - i].addr.into()),
     };
     let mut p = PrimaryConfig::load(&boxes[0].primary_cfg()).expect("primary.toml");
     p.failover = Some(section(0));

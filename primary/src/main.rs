@@ -394,6 +394,34 @@ enum Cmd {
         #[arg(long)]
         i_accept_split_brain: bool,
     },
+    /// Let a waiting primary serve without what it waits for.
+    ///
+    /// Without an arbiter, a primary that did not stop cleanly starts
+    /// held until its twin says hello at its epoch: the proof that the
+    /// twin was not promoted while it was down. `release` lifts that hold.
+    /// RISK: if the twin was promoted, two boxes then take writes.
+    ///
+    /// Under [failover], after etcd lost its data or was rolled back, a
+    /// primary leads only with the other box's epoch history in hand.
+    /// With --arbiter-lost --epoch-above N it leads above epoch N without
+    /// it. RISK: name an N at or above every epoch the other box served
+    /// (its `status` says, or its EPOCHS file); if it held a newer one,
+    /// its frames past the fork are cut when it rejoins (saved under
+    /// divergent/). Only when the other box is gone for good.
+    ///
+    /// Works on a running daemon (it takes the word within a second) or a
+    /// stopped one (its next start takes it).
+    Release {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// etcd forgot and the other box is gone for good: lead above
+        /// --epoch-above
+        #[arg(long, requires = "epoch_above")]
+        arbiter_lost: bool,
+        /// The epoch to lead above (TERM.LIFE), with --arbiter-lost
+        #[arg(long, requires = "arbiter_lost")]
+        epoch_above: Option<twinlog::repl::epochs::EpochName>,
+    },
     /// The frames a rejoin cut from this box's log, saved beforehand.
     ///
     /// Lists each saved tail and its frames (every crc checked); with
@@ -829,6 +857,19 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
                 None => println!("not fenced: the primary did not record the hold"),
             }
         }
+        Cmd::Release {
+            config,
+            arbiter_lost: _,
+            epoch_above,
+        } => match daemon::held_start::release(config.path()?, epoch_above.map(|e| e.0))? {
+            daemon::held_start::Released::HeldStart => println!(
+                "released: the primary acknowledges without its twin's hello (if the twin was promoted meanwhile, two boxes now take writes)"
+            ),
+            daemon::held_start::Released::ArbiterLost { above } => println!(
+                "released: the primary leads above epoch {} without the other box's history (if that box held a newer epoch, its frames past the fork are cut when it rejoins, saved under divergent/)",
+                twinlog::repl::epochs::EpochName(above)
+            ),
+        },
         Cmd::Unfence {
             config,
             i_accept_split_brain,

@@ -45,6 +45,9 @@ pub fn render_twin_arbiter(a: &TakeOverShown) -> String {
         }
         (None, None) => "arbiter: not read yet\n".to_owned(),
     };
+    if let Some(why) = &a.amnesia {
+        out.push_str(&format!("ARBITER AMNESIA: {why}\n"));
+    }
     if !a.etcd_reachable {
         if let Some(e) = &a.etcd_error {
             out.push_str(&format!("etcd: UNREACHABLE: {e}\n"));
@@ -100,5 +103,11 @@ pub(super) fn twin_arbiter_metrics(out: &mut String, a: &TakeOverShown) {
         "twinlog_take_over_eligible",
         "0 when the arbiter names no leader and this twin may not take over.",
         u8::from(a.not_eligible.is_none()),
+    );
+    gauge(
+        out,
+        "twinlog_arbiter_amnesia",
+        "1 while etcd forgot what this box knows: nothing is led on its word alone.",
+        u8::from(a.amnesia.is_some()),
     );
 }

@@ -12,12 +12,15 @@ use tokio::sync::watch;
 
 use super::config::FailoverSection;
 use super::{DaemonError, IoAt, PrimaryConfig, Served, TwinConfig};
-use crate::node::arbiter::life::{self, Begun, NoLife};
+use crate::node::arbiter::life::{self, Begun, Knowing, NoLife};
+use crate::node::arbiter::memory::MemoryFile;
+use crate::node::arbiter::peer::{Asker, Heard};
 use crate::node::arbiter::sync::SyncRecorder;
 use crate::node::arbiter::take_over::{self, TakeOverShown, TookOver};
 use crate::node::arbiter::{self, Arbiter};
 use crate::node::epoch::Epochs;
 use crate::node::Primary;
+use crate::repl::amnesia::{Peer, PeerWord};
 use crate::repl::arbiter::LeaderRecord;
 use crate::repl::epochs::EpochName;
 use crate::repl::HandedClient;
@@ -60,22 +63,76 @@ fn clients_of(cfg: &PrimaryConfig) -> Vec<HandedClient> {
     out
 }
 
+/// What a primary knows beside the arbiter ([`Knowing`]): its memory of
+/// etcd, its own word, and how to hear the other box's (its twin's hello
+/// on the endpoint, or a question to the address it has for it).
+pub(super) fn knowing_as_primary(
+    cfg: &PrimaryConfig,
+    failover: &FailoverSection,
+    identity: &crate::net::Identity,
+    log: &Arc<crate::log::Log>,
+    epochs: &Arc<Epochs>,
+    amnesia: &watch::Sender<Option<String>>,
+) -> Result<Knowing, DaemonError> {
+    let memory = Arc::new(MemoryFile::load(&cfg.data_dir).at("reading ARBITER in", &cfg.data_dir)?);
+    let own = {
+        let (log, epochs, memory) = (log.clone(), epochs.clone(), memory.clone());
+        Arc::new(move || PeerWord {
+            epochs: epochs.history(),
+            head: log.head_seq(),
+            newest: epochs.newest_taken().max(memory.get().epoch),
+            primary: true,
+        }) as Arc<dyn Fn() -> PeerWord + Send + Sync>
+    };
+    let asker = match cfg.twin_fingerprint {
+        Some(fp) => Some(Asker::new(identity, fp)?),
+        None => None,
+    };
+    // The other box as configured, else as this box learned it: the
+    // primary it replaced, or the leader etcd named.
+    let predecessor = crate::node::predecessor::PredecessorFile::load(&cfg.data_dir)
+        .ok()
+        .flatten()
+        .map(|p| p.addr);
+    let peer_addr = failover
+        .peer
+        .as_ref()
+        .map(|a| a.to_string())
+        .or(predecessor);
+    let dir = cfg.data_dir.clone();
+    Ok(Knowing {
+        memory,
+        own,
+        heard: Heard::default(),
+        asker,
+        peer_addr,
+        released_above: Arc::new(move || {
+            super::held_start::pending(&dir).and_then(|r| r.arbiter_lost_above)
+        }),
+        amnesia: amnesia.clone(),
+    })
+}
+
 /// A primary's start: wait for the arbiter, then take this life's epoch
 /// and the leader key (recorded in `epochs` before anything is served),
-/// or learn that a newer term leads.
+/// or learn that a newer term leads. A life the box cannot record gives
+/// its lease back and is waited for again: the pair is never left
+/// headless by a committed take it then refuses.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn start_primary(
     cfg: &PrimaryConfig,
     failover: &FailoverSection,
     fingerprint: &str,
     head: u64,
     epochs: &Epochs,
+    knowing: &Knowing,
+    waiting: &watch::Sender<Option<String>>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Start, DaemonError> {
     let options = failover.options(&cfg.listen);
     let arbiter = Arbiter::connect(options.clone()).await?;
     let me = arbiter::me(fingerprint, &options);
     let clients = clients_of(cfg);
-    let waiting = watch::channel(None).0;
     loop {
         let st = epochs.state();
         let begun = life::begin(
@@ -84,7 +141,8 @@ pub(super) async fn start_primary(
             st.unserved,
             &me,
             &clients,
-            &waiting,
+            knowing,
+            waiting,
             shutdown.clone(),
         )
         .await;
@@ -95,10 +153,35 @@ pub(super) async fn start_primary(
                 epoch,
                 gate,
                 revision,
+                lease,
             }) => {
-                let epoch = epochs
-                    .update(|s| s.restart_at(head, epoch))
-                    .at("recording this life's epoch in", &cfg.data_dir)?;
+                let recorded = epochs.update(|s| s.restart_at(head, epoch));
+                let epoch = match recorded {
+                    Ok(e) => e,
+                    Err(e) => {
+                        // Refusing is always safe; holding a key this box
+                        // will not serve under is not.
+                        let _ = arbiter.revoke(lease).await;
+                        let why = format!(
+                            "epoch {} from etcd could not be recorded here ({e}): its lease was given back",
+                            EpochName(epoch)
+                        );
+                        tracing::error!(why = %why, "this primary does not serve this life");
+                        waiting.send_replace(Some(why));
+                        let mut stop = shutdown.clone();
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                            _ = stop.wait_for(|&s| s) => return Ok(Start::Stopped),
+                        }
+                    }
+                };
+                if super::held_start::pending(&cfg.data_dir)
+                    .is_some_and(|r| r.arbiter_lost_above.is_some())
+                {
+                    if let Err(e) = super::held_start::taken(&cfg.data_dir) {
+                        tracing::warn!(error = %e, "removing RELEASE");
+                    }
+                }
                 tracing::info!(epoch = %EpochName(epoch), from = head + 1, "serving a new life under the arbiter's lease");
                 let twin = cfg
                     .twin_fingerprint
@@ -124,7 +207,18 @@ pub(super) async fn start_primary(
                 }
                 tracing::warn!(newer = %EpochName(newer), "a newer term leads: this primary is fenced");
                 match leader {
-                    Some(leader) => return Ok(Start::Replaced { leader }),
+                    Some(leader) => {
+                        let learned = knowing.memory.update(|m| {
+                            m.peer = Some(Peer {
+                                addr: leader.addr.clone(),
+                                fingerprint: leader.fingerprint.clone(),
+                            })
+                        });
+                        if let Err(e) = learned {
+                            tracing::warn!(error = %e, "recording where the new primary serves in ARBITER");
+                        }
+                        return Ok(Start::Replaced { leader });
+                    }
                     // The new primary is between lives: wait for it.
                     None => {
                         let mut stop = shutdown.clone();
@@ -215,7 +309,8 @@ pub async fn after_primary_serve(
 pub(super) async fn watch_as_twin(
     cfg: &TwinConfig,
     failover: &FailoverSection,
-    fingerprint: &str,
+    identity: &crate::net::Identity,
+    epochs: &Arc<Epochs>,
     durable: watch::Receiver<u64>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<
@@ -227,14 +322,56 @@ pub(super) async fn watch_as_twin(
 > {
     let options = failover.options(&cfg.listen_as_primary);
     let arbiter = Arbiter::connect(options.clone()).await?;
-    let me = arbiter::me(fingerprint, &options);
+    let me = arbiter::me(&identity.fingerprint().to_string(), &options);
+    let memory = Arc::new(MemoryFile::load(&cfg.data_dir).at("reading ARBITER in", &cfg.data_dir)?);
+    let own = {
+        let (durable, epochs, memory) = (durable.clone(), epochs.clone(), memory.clone());
+        Arc::new(move || PeerWord {
+            epochs: epochs.history(),
+            head: *durable.borrow(),
+            newest: epochs.newest_taken().max(memory.get().epoch),
+            primary: false,
+        }) as Arc<dyn Fn() -> PeerWord + Send + Sync>
+    };
+    let asker = match cfg.primary_fingerprint {
+        Some(fp) => Some(Asker::new(identity, fp)?),
+        None => None,
+    };
+    // The primary this twin follows is the other box.
+    let peer_addr = Some(failover.peer.as_ref().unwrap_or(&cfg.primary).to_string());
+    let knowing = Knowing {
+        memory,
+        own,
+        heard: Heard::default(),
+        asker,
+        peer_addr,
+        released_above: Arc::new(|| None),
+        amnesia: watch::channel(None).0,
+    };
     let (shown_tx, shown) = watch::channel(TakeOverShown::default());
     let (took_tx, took) = watch::channel(None);
     tokio::spawn(async move {
         let head = move || *durable.borrow();
-        if let Some(t) = take_over::watch(arbiter, me, head, shown_tx, shutdown).await {
+        if let Some(t) = take_over::watch(arbiter, me, head, knowing, shown_tx, shutdown).await {
             took_tx.send_replace(Some(Arc::new(t)));
         }
     });
     Ok((shown, took))
+}
+
+/// A take-over the twin could not record: the lease is given back, so
+/// the leader key is free again at once, and the twin serves on.
+pub(super) async fn give_back(cfg: &TwinConfig, failover: &FailoverSection, lease: i64) {
+    let options = failover.options(&cfg.listen_as_primary);
+    match Arbiter::connect(options).await {
+        Ok(a) => match a.revoke(lease).await {
+            Ok(()) => tracing::warn!("the take-over's lease was given back"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the take-over's lease was not given back: it runs out")
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "the take-over's lease was not given back: it runs out")
+        }
+    }
 }

@@ -122,6 +122,10 @@ pub enum DaemonError {
     SplitBrain { seen: u64, by: String },
     #[error("no saved frame {seq} here")]
     NoSavedFrame { seq: u64 },
+    /// `primary release --arbiter-lost --epoch-above N` below what the box
+    /// holds: the epoch it would lead at could already be taken.
+    #[error("--epoch-above {} is below epoch {}, which this box holds: name an epoch at or above every one either box served", crate::repl::epochs::EpochName(*.asked), crate::repl::epochs::EpochName(*.newest))]
+    ReleaseBelowHistory { asked: u64, newest: u64 },
     /// A switchover's new primary, as the twin named it, does not parse.
     #[error("the new primary's fingerprint {0:?} does not parse")]
     NewPrimaryFingerprint(String),
@@ -216,7 +220,9 @@ impl DaemonError {
             | DaemonError::PrimaryNotPinned
             | DaemonError::BadRestoreExpiry { .. } => exit::CONFIG,
             DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
-            DaemonError::Usage(_) | DaemonError::NoRestoreListen { .. } => exit::USAGE,
+            DaemonError::Usage(_)
+            | DaemonError::NoRestoreListen { .. }
+            | DaemonError::ReleaseBelowHistory { .. } => exit::USAGE,
             DaemonError::Log(_)
             | DaemonError::Store(_)
             | DaemonError::Net(_)

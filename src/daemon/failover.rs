@@ -228,7 +228,7 @@ pub async fn rejoin(
         become_twin(&cfg, primary_config, primary, primary_fingerprint, metrics)?;
     tracing::warn!(
         fork = rejoined.fork,
-        epoch = rejoined.epoch,
+        epoch = %EpochName(rejoined.epoch),
         "rejoined as the new primary's twin"
     );
     Ok(RejoinReport {
@@ -479,7 +479,7 @@ pub fn promote_in_place(
     if twin_path.exists() {
         crate::publish::move_aside(&twin_path, &aside).at("moving aside", &twin_path)?;
     }
-    tracing::warn!(epoch, head, listen = %cfg.listen_as_primary, "promoted in place");
+    tracing::warn!(epoch = %EpochName(epoch), head, listen = %cfg.listen_as_primary, "promoted in place");
     Ok((epoch, cfg.listen_as_primary.to_string()))
 }
 
@@ -535,7 +535,11 @@ pub fn continue_as(served: &super::Served, log_json: bool) -> Result<(), DaemonE
     if log_json {
         cmd.arg("--log-json");
     }
-    tracing::warn!(binary = %sibling.display(), config = %config.display(), "the switchover changed this box's role: serving the new one");
+    let why = match served {
+        super::Served::Deposed { .. } => "this box follows the new primary",
+        _ => "this box is the primary now",
+    };
+    tracing::warn!(binary = %sibling.display(), config = %config.display(), "{why}: serving the new role");
     let error = cmd.exec();
     Err(DaemonError::NewRoleNotStarted {
         sibling,

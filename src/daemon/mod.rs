@@ -15,6 +15,7 @@ pub mod allocator;
 pub mod auto_failover;
 pub mod config;
 pub mod failover;
+pub mod held_start;
 pub mod http;
 pub mod load;
 pub mod notify;

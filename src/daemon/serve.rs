@@ -162,12 +162,16 @@ pub enum NotReady {
     Fenced { epoch: u64, by: String },
     #[error("the store is stopped at frame {seq}: {error}")]
     StoreStopped { seq: u64, error: String },
+    #[error("not serving yet: {0}")]
+    Waiting(String),
     #[error("not following the primary: {}", .why.as_deref().unwrap_or("not connected yet"))]
     NotFollowing { why: Option<String> },
 }
 
 /// Serve `/status` (`status()` as JSON) and `/metrics` (the log's metrics,
 /// then what `more` adds from the same status) on `addr` until `shutdown`.
+/// Nothing it holds may keep the log alive: `status` too holds it weakly
+/// where it can outlive the serve.
 ///
 /// `/healthz` answers 200 while the daemon serves; `/readyz` answers 200
 /// when `ready` says the box does its job, 503 with the reason otherwise,
@@ -175,7 +179,7 @@ pub enum NotReady {
 pub(super) async fn serve_status<S: serde::Serialize + 'static>(
     addr: &Address,
     shutdown: watch::Receiver<bool>,
-    log: Arc<Log>,
+    log: std::sync::Weak<Log>,
     role: &'static str,
     status: impl Fn() -> S + Send + Sync + 'static,
     ready: impl Fn(&S) -> Result<(), NotReady> + Send + Sync + 'static,
@@ -203,7 +207,9 @@ pub(super) async fn serve_status<S: serde::Serialize + 'static>(
                 serde_json::to_string(&s).unwrap_or_default(),
             )),
             "/metrics" => {
-                let mut out = log_metrics(&log);
+                // Held weakly: a request in flight never keeps the log
+                // (and its lock) past the serve, which a rejoin needs.
+                let mut out = log.upgrade().map(|l| log_metrics(&l)).unwrap_or_default();
                 out.push_str(&format!(
                     "# HELP twinlog_build_info The build and the role this daemon serves.\n\
                      # TYPE twinlog_build_info gauge\n\

@@ -25,34 +25,116 @@ pub async fn serve_primary(
     let epochs = Arc::new(
         Epochs::load(&cfg.data_dir, log.head_seq()).at("reading the epochs in", &cfg.data_dir)?,
     );
+    // `/status` answers from the start, the waits included: what this
+    // primary waits for, before its node serves.
+    let slot: Arc<std::sync::OnceLock<Arc<Primary>>> = Arc::default();
+    let waiting = watch::channel(None::<String>).0;
+    let amnesia = watch::channel(None::<String>).0;
+    let (status_stop_tx, status_stop) = watch::channel(false);
+    let status_server = {
+        let (slot, metrics_slot) = (slot.clone(), slot.clone());
+        let (log, epochs) = (Arc::downgrade(&log), epochs.clone());
+        let (waiting, amnesia) = (waiting.subscribe(), amnesia.subscribe());
+        let twin_configured = cfg.twin_fingerprint.is_some();
+        serve_status(
+            &cfg.metrics,
+            status_stop,
+            log.clone(),
+            "primary",
+            move || {
+                let mut s = match (slot.get(), log.upgrade()) {
+                    (Some(n), _) => n.status(),
+                    (None, Some(log)) => waiting_status(&log, &epochs, twin_configured),
+                    (None, None) => crate::node::Status::default(),
+                };
+                s.last_failover = super::last_failover::last();
+                if let Some(why) = waiting.borrow().clone() {
+                    s.waiting = Some(why);
+                }
+                s.arbiter_amnesia = amnesia.borrow().clone();
+                s
+            },
+            primary_ready,
+            move |s: &crate::node::Status, out: &mut String| {
+                gauge(
+                    out,
+                    "twinlog_arbiter_amnesia",
+                    "1 while etcd forgot what this box knows: nothing is led on its word alone.",
+                    u8::from(s.arbiter_amnesia.is_some()),
+                );
+                if let Some(n) = metrics_slot.get() {
+                    primary_metrics(n, s, out)
+                }
+            },
+        )
+        .await?
+    };
+    let held_clients = crate::node::arbiter::peer::HeldClients::default();
     let life = match &cfg.failover {
         None => {
+            let held =
+                super::held_start::start(&cfg.data_dir, &epochs, cfg.twin_fingerprint.is_some())
+                    .at("deciding how this primary starts in", &cfg.data_dir)?;
             begin_life(&cfg, &log, &epochs)?;
+            if held {
+                tokio::spawn(super::held_start::watch_release(
+                    cfg.data_dir.clone(),
+                    epochs.clone(),
+                ));
+            }
             None
         }
         Some(f) => {
             use auto_failover::Start;
             let fp = identity.fingerprint().to_string();
-            match auto_failover::start_primary(
+            let knowing =
+                auto_failover::knowing_as_primary(&cfg, f, &identity, &log, &epochs, &amnesia)?;
+            // The endpoint answers while this box waits: the twin's hello
+            // and the other box's question carry their histories; a
+            // client's connection is held for the node, its requests
+            // waiting until this box serves.
+            let (wait_stop_tx, wait_stop) = watch::channel(false);
+            let responder = tokio::spawn(crate::node::arbiter::peer::answer_while_waiting(
+                endpoint.clone(),
+                pins.clone(),
+                knowing.own.clone(),
+                knowing.heard.clone(),
+                held_clients.clone(),
+                wait_stop,
+            ));
+            let started = auto_failover::start_primary(
                 &cfg,
                 f,
                 &fp,
                 log.head_seq(),
                 &epochs,
+                &knowing,
+                &waiting,
                 shutdown.clone(),
             )
-            .await?
-            {
-                Start::Life(life) => Some(life),
-                Start::Stopped => return Ok(Served::Stopped),
-                Start::Replaced { leader } if f.auto_rejoin => {
-                    return Ok(Served::Replaced { leader })
-                }
+            .await;
+            let _ = wait_stop_tx.send(true);
+            let _ = responder.await;
+            let early = match started? {
+                Start::Life(life) => Ok(Some(life)),
+                Start::Stopped => Err(Served::Stopped),
+                Start::Replaced { leader } if f.auto_rejoin => Err(Served::Replaced { leader }),
                 // Fenced by the newer term, it serves its log to whoever
                 // asks and acknowledges nothing.
                 Start::Replaced { .. } => {
                     begin_life(&cfg, &log, &epochs)?;
-                    None
+                    Ok(None)
+                }
+            };
+            match early {
+                Ok(life) => life,
+                Err(served) => {
+                    // Everything that holds the log lets go of it before
+                    // the caller runs a rejoin on this data directory.
+                    drop(knowing);
+                    let _ = status_stop_tx.send(true);
+                    let _ = status_server.await;
+                    return Ok(served);
                 }
             }
         }
@@ -71,6 +153,7 @@ pub async fn serve_primary(
         slot: Some(cfg.data_dir.join(TWIN_SLOT)),
     });
     node.set_snapshots(snapshot_source(&store, &cfg.data_dir));
+    let outer_shutdown = shutdown.clone();
     let shutdown = stop_on(
         shutdown,
         node.watch_deposed(),
@@ -101,22 +184,19 @@ pub async fn serve_primary(
     // write path, a catch-up at most every `PRIMARY_APPLY_PAUSE`.
     let applier = crate::node::store_host::Applier::start(store.clone())?;
     let follow = follow_durable(&applier, node.watch_durable(), PRIMARY_APPLY_PAUSE);
-    let status_node = node.clone();
-    let metrics_node = node.clone();
-    let status_server = serve_status(
-        &cfg.metrics,
-        shutdown.clone(),
-        node.log().clone(),
-        "primary",
-        move || {
-            let mut s = status_node.status();
-            s.last_failover = super::last_failover::last();
-            s
-        },
-        primary_ready,
-        move |s: &crate::node::Status, out: &mut String| primary_metrics(&metrics_node, s, out),
-    )
-    .await?;
+    let _ = slot.set(node.clone());
+    for conn in std::mem::take(&mut *held_clients.lock().unwrap_or_else(|e| e.into_inner())) {
+        node.clone().adopt(conn);
+    }
+    {
+        // The status server ends with this serve, whatever ends it.
+        let mut s = shutdown.clone();
+        let tx = status_stop_tx.clone();
+        tokio::spawn(async move {
+            let _ = s.wait_for(|&v| v).await;
+            let _ = tx.send(true);
+        });
+    }
     tracing::info!(
         listen = %cfg.listen, metrics = %cfg.metrics, fingerprint = %identity.fingerprint(),
         head = log.head_seq(), "primary serving"
@@ -142,6 +222,15 @@ pub async fn serve_primary(
     }
     wind_down(&log, follow, applier, status_server, "primary").await?;
     let new_primary = deposed.borrow().clone();
+    let lease_lost = held.as_ref().is_some_and(|h| *h.lost.borrow());
+    if cfg.failover.is_none() && new_primary.is_none() && *outer_shutdown.borrow() {
+        // Asked to stop, and the log is synced: the next start serves at
+        // once, where one after a crash would start held.
+        if let Err(e) = super::held_start::stopped_cleanly(&cfg.data_dir, epochs_for_call.current())
+        {
+            tracing::warn!(error = %e, "the clean stop was not recorded: the next start is held");
+        }
+    }
     if let (Some(h), Some(_)) = (&held, &new_primary) {
         h.hand_over().await;
     }
@@ -153,7 +242,7 @@ pub async fn serve_primary(
             let twin_config = failover::follow_after_switchover(&cfg, &np)?;
             Ok(Served::Deposed { twin_config })
         }
-        None if held.is_some_and(|h| *h.lost.borrow()) => Ok(Served::LeaseLost),
+        None if lease_lost => Ok(Served::LeaseLost),
         None => Ok(Served::Stopped),
     }
 }
@@ -268,9 +357,38 @@ fn primary_options(cfg: &PrimaryConfig, epochs: &Epochs) -> PrimaryOptions {
     }
 }
 
-/// Whether the primary is ready (its `/ready` answer): not when its log is
-/// poisoned, it is fenced or held, or its store is stopped.
+/// What `/status` says of a primary that does not serve yet.
+fn waiting_status(
+    log: &crate::log::Log,
+    epochs: &Epochs,
+    twin_configured: bool,
+) -> crate::node::Status {
+    let st = epochs.state();
+    crate::node::Status {
+        head: log.head_seq(),
+        first: log.first_seq(),
+        role: "primary".into(),
+        epoch: st.current(),
+        build: env!("CARGO_PKG_VERSION").into(),
+        twin_configured,
+        fenced: st.fenced().then(|| crate::node::api::Fence {
+            epoch: st.newest(),
+            by: st.fenced_by.clone().unwrap_or_default(),
+            held: st.held.is_some(),
+        }),
+        // Until the node serves, whatever the wait.
+        waiting: Some("starting".into()),
+        ..Default::default()
+    }
+}
+
+/// Whether the primary is ready (its `/ready` answer): not while it waits,
+/// nor when its log is poisoned, it is fenced or held, or its store is
+/// stopped.
 fn primary_ready(s: &crate::node::Status) -> Result<(), NotReady> {
+    if let Some(why) = &s.waiting {
+        return Err(NotReady::Waiting(why.clone()));
+    }
     if let Some(why) = &s.log_poisoned {
         return Err(NotReady::LogPoisoned(why.clone()));
     }

@@ -56,7 +56,8 @@ pub async fn serve_twin(
             auto_failover::watch_as_twin(
                 &cfg,
                 f,
-                &identity.fingerprint().to_string(),
+                &identity,
+                &epochs,
                 node.durable(),
                 shutdown.clone(),
             )
@@ -109,7 +110,7 @@ pub async fn serve_twin(
     let status_server = serve_status(
         &cfg.metrics,
         shutdown.clone(),
-        node.log().clone(),
+        Arc::downgrade(node.log()),
         "twin",
         move || {
             let mut s = status_node.status();
@@ -141,14 +142,26 @@ pub async fn serve_twin(
             crate::node::clock::instant().saturating_duration_since(t.leader_last_seen),
         );
         // The session ended: nothing more arrives from the old primary.
-        let (epoch, _) = failover::promote_in_place(
+        let promoted = failover::promote_in_place(
             &cfg,
             &epochs,
             log.head_seq(),
             t.clients.clone(),
             Some(t.epoch),
-        )?;
-        tracing::warn!(epoch = %crate::repl::epochs::EpochName(epoch), head = log.head_seq(), "promoted by the arbiter: serving as the primary");
+        );
+        let epoch = match promoted {
+            Ok((epoch, _)) => epoch,
+            Err(e) => {
+                // Never leave the pair headless on a take this box
+                // refuses: the key goes back, and the twin serves on.
+                tracing::error!(error = %e, epoch = %crate::repl::epochs::EpochName(t.epoch), "the take-over could not be recorded here");
+                if let Some(f) = &cfg.failover {
+                    auto_failover::give_back(&cfg, f, t.lease).await;
+                }
+                return Ok(Served::LeaseLost);
+            }
+        };
+        tracing::warn!(epoch = %crate::repl::epochs::EpochName(epoch), head = log.head_seq(), "took over from etcd: serving as the primary");
         return Ok(Served::Promoted {
             primary_config: failover::promoted_config(&cfg),
         });

@@ -136,7 +136,17 @@ pub fn render_primary_status(s: &crate::node::Status) -> String {
         s.head,
         s.first
     );
+    if let Some(why) = &s.waiting {
+        out.push_str(&format!("WAITING: {why}: this box serves nothing yet\n"));
+    }
+    if let Some(why) = &s.arbiter_amnesia {
+        out.push_str(&format!("ARBITER AMNESIA: {why}\n"));
+    }
     match &s.fenced {
+        Some(f) if f.held && f.by == crate::node::epoch::HELD_FOR_HELLO => out.push_str(&format!(
+            "held: {}: a start after a crash acknowledges nothing until the twin proves it was not promoted (primary release serves without it)\n",
+            f.by
+        )),
         Some(f) if f.held => out.push_str(&format!(
             "HELD ({}): this box acknowledges no write (reads go on). Rejoin it to the new primary (primary rejoin), or lift the hold (primary unfence)\n",
             f.by

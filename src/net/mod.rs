@@ -258,10 +258,7 @@ pub fn server(
     identity: &Identity,
     pins: Arc<Pins>,
 ) -> Result<quinn::Endpoint, NetError> {
-    let tls = QuicServerConfig::try_from(tls::server_tls(identity, pins.clone())?)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
-    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(tls));
-    cfg.transport_config(Arc::new(transport(Liveness::PEER)));
+    let cfg = server_config(identity, pins.clone())?;
     let mut endpoint = quinn::Endpoint::new(
         reset::ResetKeys::of(identity)?.endpoint_config(),
         Some(cfg),
@@ -270,6 +267,19 @@ pub fn server(
     )?;
     endpoint.set_default_client_config(client_config(identity, pins, Liveness::PEER)?);
     Ok(endpoint)
+}
+
+/// What an endpoint accepting `pins` as `identity` serves with: set anew
+/// on a running endpoint (`set_server_config`) to change whom it admits.
+pub fn server_config(
+    identity: &Identity,
+    pins: Arc<Pins>,
+) -> Result<quinn::ServerConfig, NetError> {
+    let tls = QuicServerConfig::try_from(tls::server_tls(identity, pins)?)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(tls));
+    cfg.transport_config(Arc::new(transport(Liveness::PEER)));
+    Ok(cfg)
 }
 
 /// An endpoint that only dials out.

@@ -5,7 +5,11 @@
 //! transaction, holding the lease) is the node's; what is decided here is
 //! decided on what was read.
 //!
-//! Four keys under `/twinlog/<cluster>/`:
+//! Five keys under `/twinlog/<cluster>/`:
+//! - `generation`: minted when the pair's keys are first written, and
+//!   again by a box that leads the pair out of an amnesia: with each
+//!   box's own memory of it, how a box tells an etcd that lost its data
+//!   or was rolled back ([`super::amnesia`]).
 //! - `epoch`: the newest epoch any box took. A new life takes its epoch by
 //!   compare-and-swap on it, so no two lives ever hold one epoch: the
 //!   epoch is the fencing token.
@@ -32,7 +36,10 @@ pub struct Keys {
     pub leader: String,
     pub sync: String,
     pub clients: String,
-    /// The prefix all four share, to read them in one revision.
+    /// The cluster generation, minted when the pair's keys are first
+    /// written ([`super::amnesia`]).
+    pub generation: String,
+    /// The prefix all five share, to read them in one revision.
     pub prefix: String,
 }
 
@@ -58,6 +65,7 @@ impl Keys {
             leader: key("leader"),
             sync: key("sync"),
             clients: key("clients"),
+            generation: key("generation"),
             prefix: key(""),
         })
     }
@@ -101,6 +109,9 @@ pub struct View {
     pub leader_lease: i64,
     pub sync: Option<Versioned<SyncRecord>>,
     pub clients: Vec<HandedClient>,
+    pub generation: Option<Versioned<String>>,
+    /// The revision the arbiter answered the read at.
+    pub revision: i64,
 }
 
 /// What a transaction checks before it writes anything.
@@ -220,6 +231,7 @@ pub fn take_over(
     keys: &Keys,
     view: &View,
     head: u64,
+    floor: u64,
     me: &LeaderRecord,
 ) -> Result<(u64, Txn), NotNow> {
     if let Some(l) = &view.leader {
@@ -245,7 +257,9 @@ pub fn take_over(
             acked: sync.acked,
         });
     }
-    let epoch = next_term(newest);
+    // Never an epoch this box would refuse to record: above every epoch
+    // it holds, whatever the arbiter says.
+    let epoch = next_term(newest.max(floor));
     let mut txn = take(keys, view, epoch, me);
     // The sync record the decision stood on must still be the one read.
     if let Some(v) = &view.sync {
@@ -253,6 +267,46 @@ pub fn take_over(
             .push(Compare::Unchanged(keys.sync.clone(), v.mod_revision));
     }
     Ok((epoch, txn))
+}
+
+/// `txn`, which also writes the cluster generation `generation`, only
+/// if the generation key is still as read: a pair's first keys, or the
+/// keys a box writes after the arbiter forgot ([`super::amnesia`]).
+pub fn with_generation(mut txn: Txn, keys: &Keys, view: &View, generation: &str) -> Txn {
+    txn.when.push(match &view.generation {
+        Some(v) => Compare::Unchanged(keys.generation.clone(), v.mod_revision),
+        None => Compare::Absent(keys.generation.clone()),
+    });
+    txn.then.push(Put {
+        key: keys.generation.clone(),
+        value: generation.as_bytes().to_vec(),
+        leased: false,
+    });
+    txn
+}
+
+/// After the arbiter forgot: `me` takes `epoch`, which the two boxes'
+/// histories gave ([`super::amnesia::after_amnesia`]), under a new
+/// generation, if the keys are still as read. A leader key still there
+/// is this box's own (another's is waited out).
+pub fn take_after_amnesia(
+    keys: &Keys,
+    view: &View,
+    epoch: u64,
+    me: &LeaderRecord,
+    generation: &str,
+) -> Result<Txn, NotNow> {
+    if let Some(l) = &view.leader {
+        if l.value.fingerprint != me.fingerprint {
+            return Err(NotNow::Led(l.value.clone()));
+        }
+    }
+    Ok(with_generation(
+        take(keys, view, epoch, me),
+        keys,
+        view,
+        generation,
+    ))
 }
 
 /// The clients a life serves, written beside its leader key (not under
@@ -364,6 +418,7 @@ mod tests {
                 },
                 mod_revision: 9,
             }),
+            ..View::default()
         }
     }
 
@@ -436,12 +491,13 @@ mod tests {
             &keys(),
             &view(t1 + 2, Some((t1 + 2, "b", true, 50))),
             50,
+            0,
             &me("b"),
         )
         .expect("eligible");
         assert_eq!(e, 2 << LIFE_BITS);
         assert!(txn.when.contains(&Compare::Unchanged(keys().sync, 9)));
-        let refuse = |v: View, head: u64| take_over(&keys(), &v, head, &me("b")).unwrap_err();
+        let refuse = |v: View, head: u64| take_over(&keys(), &v, head, 0, &me("b")).unwrap_err();
         assert!(matches!(
             refuse(view(t1 + 2, Some((t1 + 2, "b", false, 50))), 50),
             NotNow::NotInSync { .. }
@@ -459,6 +515,16 @@ mod tests {
             NotNow::Behind { .. }
         ));
         assert_eq!(refuse(view(t1 + 2, None), 50), NotNow::NoSyncRecord);
+        // Never an epoch the box holds already, whatever the arbiter says.
+        let (e, _) = take_over(
+            &keys(),
+            &view(t1 + 2, Some((t1 + 2, "b", true, 50))),
+            50,
+            2 << LIFE_BITS,
+            &me("b"),
+        )
+        .expect("eligible");
+        assert_eq!(e, 3 << LIFE_BITS);
     }
 
     #[test]

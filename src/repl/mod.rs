@@ -10,6 +10,8 @@
 //! fences, rejoins and switchovers.
 //!
 //! - [`ack`]: who may acknowledge what (fencing, no twin);
+//! - [`arbiter`]: automatic failover's rules; [`amnesia`]: an arbiter
+//!   that forgot, told from one that remembers;
 //! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
@@ -24,6 +26,7 @@
 //! - [`Backoff`]: capped reconnect delays.
 
 pub mod ack;
+pub mod amnesia;
 pub mod apply;
 pub mod arbiter;
 #[cfg(any(test, feature = "testing"))]

@@ -95,6 +95,10 @@ pub enum TwinMsg {
         digests: Vec<super::verify::Digest>,
         error: Option<String>,
     },
+    /// The first message of a connection that asks only for the
+    /// primary's epochs, after the arbiter forgot: what this box holds
+    /// ([`super::amnesia`]). Answered `Epochs`, then the connection ends.
+    AskEpochs(super::amnesia::PeerWord),
 }
 
 /// A client pinned on the primary, handed to the twin at a switchover so
@@ -146,6 +150,8 @@ pub enum PrimaryMsg {
         /// The pace to digest at, MiB/s (the twin bounds it).
         mib_per_s: u32,
     },
+    /// Answer to `AskEpochs`: what this box holds.
+    Epochs(super::amnesia::PeerWord),
 }
 
 /// A history id as logs print it everywhere: hex, as [`crate::log::HistoryId`]
@@ -192,6 +198,7 @@ impl std::fmt::Debug for TwinMsg {
                 .field("digests", &digests.len())
                 .field("error", error)
                 .finish(),
+            TwinMsg::AskEpochs(w) => f.debug_tuple("AskEpochs").field(w).finish(),
         }
     }
 }
@@ -245,6 +252,7 @@ impl std::fmt::Debug for PrimaryMsg {
                 .field("step", step)
                 .field("mib_per_s", mib_per_s)
                 .finish(),
+            PrimaryMsg::Epochs(w) => f.debug_tuple("Epochs").field(w).finish(),
         }
     }
 }

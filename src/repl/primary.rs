@@ -370,6 +370,9 @@ impl PrimaryCore {
         self.heard = now;
         match msg {
             TwinMsg::Hello { .. } => self.refuse(Refusal::Protocol("a second Hello".into())),
+            TwinMsg::AskEpochs(_) => {
+                self.refuse(Refusal::Protocol("AskEpochs after the Hello".into()))
+            }
             TwinMsg::Ack { durable } => self.handle_ack(durable, now),
             TwinMsg::Store(health) => match self.state {
                 PrimaryState::Streaming => self.actions.push_back(PrimaryAction::TwinStore(health)),

@@ -195,6 +195,11 @@ impl TwinCore {
             return;
         }
         match msg {
+            PrimaryMsg::Epochs(_) => {
+                self.refuse(Refusal::Protocol(
+                    "Epochs, which no twin asks of its primary".into(),
+                ));
+            }
             PrimaryMsg::Welcome {
                 version,
                 history,

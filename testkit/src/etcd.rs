@@ -192,6 +192,58 @@ impl Etcd {
         self.kill()?;
         self.spawn()
     }
+
+    /// Lose every key: killed, its data removed, started again empty on
+    /// the same ports, as after a lost disk.
+    pub fn wipe(&mut self) -> io::Result<()> {
+        self.kill()?;
+        remove_dir_if_exists(&self.dir.join("data"))?;
+        self.spawn()
+    }
+
+    /// Copy its data to `to` as it is now, frozen for the copy (a few
+    /// milliseconds), as an operator's backup would hold it.
+    pub fn snapshot_to(&self, to: &Path) -> io::Result<()> {
+        self.pause()?;
+        remove_dir_if_exists(to)?;
+        let copied = copy_dir(&self.dir.join("data"), to);
+        self.resume()?;
+        copied
+    }
+
+    /// Roll it back to the copy at `from` ([`Etcd::snapshot_to`]): killed,
+    /// its data replaced, started again on the same ports.
+    pub fn restore_from(&mut self, from: &Path) -> io::Result<()> {
+        self.kill()?;
+        let data = self.dir.join("data");
+        remove_dir_if_exists(&data)?;
+        copy_dir(from, &data)?;
+        self.spawn()
+    }
+}
+
+fn remove_dir_if_exists(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// `from`'s tree copied to `to`, modes kept (etcd refuses a data
+/// directory others may read).
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// Two distinct free ports on loopback, both held while chosen.

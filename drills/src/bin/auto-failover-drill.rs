@@ -410,6 +410,7 @@ async fn setup(work: &Path, etcd: &Etcd, bins: (PathBuf, PathBuf)) -> Result<Dri
         lease_ttl_s: TTL_S,
         auto_rejoin: true,
         advertise: Some(to_box[i].addr.into()),
+        peer: Some(to_box[1 - i].addr.into()),
     };
     // `wait`: a `twin` append is never answered `local`, so the twin
     // stays recorded in sync and may take over after any fault.

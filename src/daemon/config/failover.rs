@@ -36,6 +36,13 @@ pub struct FailoverSection {
     /// the arbiter; by default the address it listens on as one.
     #[serde(default)]
     pub advertise: Option<Address>,
+    /// Where the other box serves as a primary (its `advertise`): asked
+    /// for its epoch history when etcd forgot. A twin asks the primary
+    /// it follows; a box learns the other's address from etcd's leader
+    /// record and from a promotion, so this is needed only for a pair
+    /// that never failed over.
+    #[serde(default)]
+    pub peer: Option<Address>,
 }
 
 pub fn default_lease_ttl_s() -> u64 {
@@ -100,6 +107,12 @@ impl FailoverSection {
             Some(a) => format!("advertise = \"{a}\"\n"),
             None => String::new(),
         };
+        let peer = match &self.peer {
+            Some(a) => format!(
+                "# Where the other box serves as a primary: asked for its epoch\n# history when etcd forgot.\npeer = \"{a}\"\n"
+            ),
+            None => String::new(),
+        };
         format!(
             r#"
 # Automatic failover under an etcd arbiter.
@@ -114,7 +127,7 @@ cluster = "{cluster}"
 lease_ttl_s = {ttl}
 # A deposed primary rejoins the new one as its twin by itself.
 auto_rejoin = {rejoin}
-{advertise}"#,
+{advertise}{peer}"#,
             cluster = self.cluster,
             ttl = self.lease_ttl_s,
             rejoin = self.auto_rejoin,

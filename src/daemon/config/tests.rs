@@ -29,6 +29,7 @@ fn sample() -> PrimaryConfig {
             lease_ttl_s: 4,
             auto_rejoin: false,
             advertise: Some("db1.example:7400".parse().expect("addr")),
+            peer: None,
         }),
         archive: Some(ArchiveSection {
             url: "s3://logs/pair-1".into(),
@@ -85,6 +86,7 @@ fn rendered_files_load_back() {
             lease_ttl_s: 5,
             auto_rejoin: true,
             advertise: None,
+            peer: None,
         }),
         archive: Some(ArchiveSection {
             url: "file:///srv/archive".into(),

@@ -2,13 +2,19 @@
 //! compare-and-swap on the epoch key and the leader key under a new
 //! lease, in one transaction ([`crate::repl::arbiter::begin_life`]). Until
 //! it holds them it serves nothing: a restarted primary starts fenced.
+//! Every read of the arbiter is judged first against what the box
+//! remembers ([`crate::repl::amnesia`]): after etcd forgot, a life is
+//! taken only above both boxes' histories.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::memory::MemoryFile;
+use super::peer::{word_of, Asker, Heard};
 use super::{Arbiter, ArbiterError, LeaseGate};
+use crate::repl::amnesia::{after_amnesia, judge, life_above, Judged, Memory, PeerWord};
 use crate::repl::arbiter::{self, LeaderRecord, NotNow};
 use crate::repl::epochs::EpochName;
 use crate::repl::lease::LeaseRules;
@@ -23,6 +29,8 @@ pub enum Begun {
         epoch: u64,
         gate: Arc<LeaseGate>,
         revision: i64,
+        /// The lease, to give back if the box cannot record the epoch.
+        lease: i64,
     },
     /// A newer term was taken: another box is, or was made, the primary.
     Replaced {
@@ -45,16 +53,53 @@ fn poll(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(50), Duration::from_millis(500))
 }
 
+/// What a box knows beside the arbiter, to judge its word by: its memory
+/// of it, its own word, the other box's as heard or asked, and an
+/// operator's floor.
+pub struct Knowing {
+    pub memory: Arc<MemoryFile>,
+    /// This box's word now: its epochs, durable head and newest epoch.
+    pub own: Arc<dyn Fn() -> PeerWord + Send + Sync>,
+    pub heard: Heard,
+    pub asker: Option<Asker>,
+    /// Where the other box serves as a primary, when known.
+    pub peer_addr: Option<String>,
+    /// `primary release --arbiter-lost --epoch-above N`: the floor an
+    /// operator named, who knows the other box is gone for good.
+    pub released_above: Arc<dyn Fn() -> Option<u64> + Send + Sync>,
+    /// Why the arbiter is not believed now, shown in status and metrics.
+    pub amnesia: watch::Sender<Option<String>>,
+}
+
+impl Knowing {
+    /// The other box's address: as configured or learned.
+    pub(super) fn peer_addr(&self) -> Option<String> {
+        self.peer_addr
+            .clone()
+            .or_else(|| self.memory.get().peer.map(|p| p.addr))
+    }
+
+    /// Record `memory`; a failure is said and the arbiter not acted on.
+    fn keep(&self, memory: Memory) -> Result<(), Wait> {
+        self.memory
+            .observe(memory)
+            .map_err(|e| Wait::Said(format!("recording what etcd holds in ARBITER: {e}")))
+    }
+}
+
 /// Take a life: `mine` is the epoch the box holds (`unserved`: begun by a
 /// promotion no process served), `me` its record, `clients` the clients
-/// it serves. Waits while etcd is unreachable or another box's lease
-/// holds, saying why in the log and on `waiting`.
+/// it serves. Waits while etcd is unreachable, another box's lease
+/// holds, or etcd forgot and the other box's history is not in hand,
+/// saying why in the log and on `waiting`.
+#[allow(clippy::too_many_arguments)]
 pub async fn begin(
     arbiter: &Arbiter,
     mine: u64,
     unserved: bool,
     me: &LeaderRecord,
     clients: &[HandedClient],
+    knowing: &Knowing,
     waiting: &watch::Sender<Option<String>>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Begun, NoLife> {
@@ -62,7 +107,7 @@ pub async fn begin(
     let mut said = String::new();
     let mut say = |why: String| {
         if why != said {
-            tracing::warn!(why = %why, "this primary waits for its lease before it serves");
+            tracing::warn!(why = %why, "this primary waits before it serves");
             said = why.clone();
         }
         waiting.send_replace(Some(why));
@@ -71,7 +116,7 @@ pub async fn begin(
         if *stop.borrow() {
             return Err(NoLife::Stopped);
         }
-        match try_begin(arbiter, rules, mine, unserved, me, clients).await {
+        match try_begin(arbiter, rules, mine, unserved, me, clients, knowing).await {
             Ok(Some(begun)) => {
                 waiting.send_replace(None);
                 return Ok(begun);
@@ -85,6 +130,7 @@ pub async fn begin(
             )),
             Err(Wait::NotNow(why)) => say(why.to_string()),
             Err(Wait::Arbiter(e)) => say(e.to_string()),
+            Err(Wait::Said(why)) => say(why),
         }
         tokio::select! {
             _ = tokio::time::sleep(poll(rules.ttl)) => {}
@@ -97,6 +143,7 @@ enum Wait {
     Led(LeaderRecord),
     NotNow(NotNow),
     Arbiter(ArbiterError),
+    Said(String),
 }
 
 impl From<ArbiterError> for Wait {
@@ -113,21 +160,80 @@ async fn try_begin(
     unserved: bool,
     me: &LeaderRecord,
     clients: &[HandedClient],
+    knowing: &Knowing,
 ) -> Result<Option<Begun>, Wait> {
     let view = arbiter.view().await?;
-    let (epoch, mut txn) = match arbiter::begin_life(arbiter.keys(), &view, mine, unserved, me) {
-        Ok(t) => t,
-        Err(NotNow::Replaced { newer, .. }) => {
-            return Ok(Some(Begun::Replaced {
-                newer,
-                leader: view.leader.map(|l| l.value),
-            }))
+    let own = (knowing.own)();
+    let (epoch, mut txn, generation) = match judge_read(&view, &knowing.memory.get(), own.newest) {
+        Judged::Trusted { memory, bootstrap } => {
+            knowing.amnesia.send_replace(None);
+            knowing.keep(memory)?;
+            let (epoch, txn) = match arbiter::begin_life(arbiter.keys(), &view, mine, unserved, me)
+            {
+                Ok(t) => t,
+                Err(NotNow::Replaced { newer, .. }) => {
+                    return Ok(Some(Begun::Replaced {
+                        newer,
+                        leader: view.leader.map(|l| l.value),
+                    }))
+                }
+                Err(NotNow::Led(l)) => return Err(Wait::Led(l)),
+                // `begin_life` refuses only as above; a refusal it may learn
+                // later is waited out and said as it is.
+                Err(other) => return Err(Wait::NotNow(other)),
+            };
+            if bootstrap {
+                let g = mint_generation();
+                let txn = arbiter::with_generation(txn, arbiter.keys(), &view, &g);
+                (epoch, txn, Some(g))
+            } else {
+                (epoch, txn, None)
+            }
         }
-        Err(NotNow::Led(l)) => return Err(Wait::Led(l)),
-        // `begin_life` refuses only as above; a refusal it may learn
-        // later is waited out and said as it is.
-        Err(other) => return Err(Wait::NotNow(other)),
+        Judged::Forgot(amnesia) => {
+            knowing.amnesia.send_replace(Some(amnesia.to_string()));
+            let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
+            let floor = match (knowing.released_above)() {
+                Some(n) => n.max(own.newest).max(arbiter_epoch),
+                None => {
+                    let addr = knowing.peer_addr();
+                    let peer = word_of(
+                        &knowing.heard,
+                        knowing.asker.as_ref(),
+                        addr.as_deref(),
+                        own.clone(),
+                    )
+                    .await
+                    .map_err(|e| {
+                        Wait::Said(format!(
+                            "{amnesia}; this box leads only with the other box's history, and {e}: `primary release --arbiter-lost --epoch-above N` if it is gone for good"
+                        ))
+                    })?;
+                    after_amnesia(&own, &peer, arbiter_epoch)
+                        .map_err(|d| Wait::Said(format!("{amnesia}; {d}")))?
+                }
+            };
+            let epoch = life_above(mine, floor);
+            let g = mint_generation();
+            let txn =
+                arbiter::take_after_amnesia(arbiter.keys(), &view, epoch, me, &g).map_err(|e| {
+                    match e {
+                        NotNow::Led(l) => Wait::Led(l),
+                        other => Wait::NotNow(other),
+                    }
+                })?;
+            tracing::warn!(%amnesia, epoch = %EpochName(epoch), "etcd forgot: this box leads above both boxes' histories");
+            (epoch, txn, Some(g))
+        }
     };
+    // Never an epoch this box would refuse to record.
+    if epoch <= own.newest && !(unserved && epoch == mine) {
+        return Err(Wait::Said(format!(
+            "the arbiter would give epoch {}, not above this box's {}",
+            EpochName(epoch),
+            EpochName(own.newest)
+        )));
+    }
     txn.then
         .push(arbiter::record_clients(arbiter.keys(), clients));
     let gate = LeaseGate::new(rules);
@@ -139,6 +245,25 @@ async fn try_begin(
         let _ = arbiter.revoke(id).await;
         return Ok(None);
     };
+    if let Some(g) = generation {
+        let mut m = knowing.memory.get();
+        m.generation = Some(g);
+        m.epoch = m.epoch.max(epoch);
+        m.revision = revision;
+        if let Err(e) = knowing.memory.set(m) {
+            // Refusing is always safe: give the key back.
+            let _ = arbiter.revoke(id).await;
+            return Err(Wait::Said(format!(
+                "recording the new generation in ARBITER: {e}"
+            )));
+        }
+        knowing.amnesia.send_replace(None);
+    } else {
+        let _ = knowing.memory.update(|m| {
+            m.epoch = m.epoch.max(epoch);
+            m.revision = m.revision.max(revision);
+        });
+    }
     // The leader key was this box's own, from an earlier life: that
     // life's lease has nothing left to hold.
     if view.leader.is_some() && view.leader_lease != 0 && view.leader_lease != id {
@@ -156,5 +281,49 @@ async fn try_begin(
         epoch,
         gate,
         revision,
+        lease: id,
     }))
+}
+
+/// [`judge`] a read of the arbiter; in a drill's negative control only
+/// (feature `drill-sabotage`, `TWINLOG_DRILL_SABOTAGE=trust-etcd`), every
+/// read is believed, as a box that takes its epoch from etcd alone would.
+pub fn judge_read(view: &crate::repl::arbiter::View, memory: &Memory, newest: u64) -> Judged {
+    #[cfg(feature = "drill-sabotage")]
+    if trust_etcd() {
+        return Judged::Trusted {
+            memory: Memory {
+                generation: view.generation.as_ref().map(|g| g.value.clone()),
+                epoch: view.epoch.as_ref().map_or(0, |e| e.value),
+                revision: view.revision,
+                peer: memory.peer.clone(),
+            },
+            bootstrap: view.generation.is_none(),
+        };
+    }
+    judge(view, memory, newest)
+}
+
+#[cfg(feature = "drill-sabotage")]
+fn trust_etcd() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "trust-etcd");
+        if on {
+            tracing::error!("drill sabotage: this box believes etcd whatever it forgot");
+        }
+        on
+    })
+}
+
+/// A new cluster generation: 128 random bits, as hex.
+pub fn mint_generation() -> String {
+    let mut b = [0u8; 16];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).is_err() {
+        // No system randomness: the time and the process, still unique
+        // enough to tell one bootstrap from another.
+        let t = crate::node::clock::unix_ms() as u128;
+        b = (t << 32 | std::process::id() as u128).to_be_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

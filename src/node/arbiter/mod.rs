@@ -9,7 +9,9 @@
 //!   acknowledgement passes;
 //! - [`life`]: a primary taking its life's epoch and the leader key;
 //! - [`sync`]: the primary recording whether its twin is in sync;
-//! - [`take_over`]: a twin watching for the leader's lease to end.
+//! - [`take_over`]: a twin watching for the leader's lease to end;
+//! - [`memory`]: what the box remembers of etcd, to tell when it forgot;
+//! - [`peer`]: the other box's history, asked for when etcd forgot.
 //!
 //! Owns the etcd connection. May not touch: the log, the epochs file (its
 //! callers record what the arbiter gave), or the sessions.
@@ -28,6 +30,8 @@ use crate::repl::HandedClient;
 
 pub mod gate;
 pub mod life;
+pub mod memory;
+pub mod peer;
 pub mod sync;
 pub mod take_over;
 
@@ -165,7 +169,10 @@ impl Arbiter {
         )
         .await;
         let resp = self.counted(got).await?;
-        let mut view = View::default();
+        let mut view = View {
+            revision: resp.header().map_or(0, |h| h.revision()),
+            ..View::default()
+        };
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             let garbled = |why: String| ArbiterError::Garbled {
@@ -194,6 +201,14 @@ impl Arbiter {
                 let value: SyncRecord =
                     serde_json::from_slice(kv.value()).map_err(|e| garbled(e.to_string()))?;
                 view.sync = Some(Versioned {
+                    value,
+                    mod_revision: kv.mod_revision(),
+                });
+            } else if key == self.keys.generation {
+                let value = std::str::from_utf8(kv.value())
+                    .map_err(|e| garbled(e.to_string()))?
+                    .to_owned();
+                view.generation = Some(Versioned {
                     value,
                     mod_revision: kv.mod_revision(),
                 });

@@ -2,16 +2,22 @@
 //! key is gone), it takes the next term and the leader key under its own
 //! lease in one transaction, if the last primary recorded it in sync and
 //! it holds what was recorded ([`crate::repl::arbiter::take_over`]).
-//! Otherwise it says why it may not, and nothing is promoted.
+//! Otherwise it says why it may not, and nothing is promoted. A read of
+//! etcd that forgot what this box knows is not acted on: the twin then
+//! takes over only with the primary's history in hand
+//! ([`crate::repl::amnesia`]).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use super::life::{judge_read, mint_generation, Knowing};
+use super::peer::word_of;
 use super::{Arbiter, ArbiterError};
+use crate::repl::amnesia::{after_amnesia, Judged, Peer};
 use crate::repl::arbiter::{self, LeaderRecord};
-use crate::repl::epochs::EpochName;
+use crate::repl::epochs::{next_term, EpochName};
 
 /// What the watch sees, for `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +32,9 @@ pub struct TakeOverShown {
     /// With no leader: why this twin may not take over.
     #[serde(default)]
     pub not_eligible: Option<String>,
+    /// Why etcd is not believed now: it forgot what this box knows.
+    #[serde(default)]
+    pub amnesia: Option<String>,
 }
 
 /// The term this twin took, under `lease`, with the clients the last
@@ -52,6 +61,7 @@ pub async fn watch(
     arbiter: Arbiter,
     me: LeaderRecord,
     head: impl Fn() -> u64,
+    knowing: Knowing,
     shown: watch::Sender<TakeOverShown>,
     mut stop: watch::Receiver<bool>,
 ) -> Option<TookOver> {
@@ -59,7 +69,9 @@ pub async fn watch(
     let mut said = String::new();
     let mut leader_last_seen = crate::node::clock::instant();
     loop {
-        match attempt(&arbiter, &me, head()).await {
+        let step = attempt(&arbiter, &me, head(), &knowing).await;
+        let amnesia = knowing.amnesia.borrow().clone();
+        match step {
             Ok(Step::TookOver(t)) => {
                 return Some(TookOver {
                     leader_last_seen,
@@ -71,13 +83,18 @@ pub async fn watch(
                 shown.send_replace(TakeOverShown {
                     etcd_reachable: true,
                     leader: Some(l),
+                    amnesia,
                     ..Default::default()
                 });
             }
             Ok(Step::NotEligible { why, led }) => {
                 if why != said {
-                    // Before any primary led there is nothing to take over.
-                    if led {
+                    // Before any primary led there is nothing to take over;
+                    // after etcd forgot, the wait is the pair's rule, not a
+                    // fault of its own.
+                    if amnesia.is_some() {
+                        tracing::warn!(why = %why, "etcd forgot: this twin does not take over");
+                    } else if led {
                         tracing::error!(why = %why, "the primary's lease ended and this twin may not take over: nothing is promoted");
                     } else {
                         tracing::info!(why = %why, "no primary has led yet");
@@ -87,6 +104,7 @@ pub async fn watch(
                 shown.send_replace(TakeOverShown {
                     etcd_reachable: true,
                     not_eligible: Some(why),
+                    amnesia,
                     ..Default::default()
                 });
             }
@@ -112,25 +130,122 @@ enum Step {
     Raced,
 }
 
-async fn attempt(arbiter: &Arbiter, me: &LeaderRecord, head: u64) -> Result<Step, ArbiterError> {
+async fn attempt(
+    arbiter: &Arbiter,
+    me: &LeaderRecord,
+    head: u64,
+    knowing: &Knowing,
+) -> Result<Step, ArbiterError> {
     let view = arbiter.view().await?;
+    let own = (knowing.own)();
+    let judged = judge_read(&view, &knowing.memory.get(), own.newest);
     if let Some(l) = &view.leader {
+        if let Judged::Trusted { memory, .. } = judged {
+            knowing.amnesia.send_replace(None);
+            // Where the leader serves is where to ask it, should etcd
+            // forget later.
+            let mut memory = memory;
+            if l.value.fingerprint != me.fingerprint {
+                memory.peer = Some(Peer {
+                    addr: l.value.addr.clone(),
+                    fingerprint: l.value.fingerprint.clone(),
+                });
+            }
+            if let Err(e) = knowing.memory.observe(memory) {
+                tracing::warn!(error = %e, "recording what etcd holds in ARBITER");
+            }
+        }
         return Ok(Step::Led(l.value.clone()));
     }
-    let (epoch, txn) = match arbiter::take_over(arbiter.keys(), &view, head, me) {
-        Ok(t) => t,
-        Err(why) => {
-            return Ok(Step::NotEligible {
-                why: why.to_string(),
-                led: view.epoch.is_some(),
-            })
+    let (epoch, txn, generation) = match judged {
+        Judged::Trusted { memory, bootstrap } => {
+            knowing.amnesia.send_replace(None);
+            if let Err(e) = knowing.memory.observe(memory) {
+                return Ok(Step::NotEligible {
+                    why: format!("recording what etcd holds in ARBITER: {e}"),
+                    led: true,
+                });
+            }
+            match arbiter::take_over(arbiter.keys(), &view, head, own.newest, me) {
+                Ok((epoch, txn)) if bootstrap => {
+                    let g = mint_generation();
+                    let txn = arbiter::with_generation(txn, arbiter.keys(), &view, &g);
+                    (epoch, txn, Some(g))
+                }
+                Ok((epoch, txn)) => (epoch, txn, None),
+                Err(why) => {
+                    return Ok(Step::NotEligible {
+                        why: why.to_string(),
+                        led: view.epoch.is_some(),
+                    })
+                }
+            }
+        }
+        Judged::Forgot(amnesia) => {
+            knowing.amnesia.send_replace(Some(amnesia.to_string()));
+            let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
+            let peer = match word_of(
+                &knowing.heard,
+                knowing.asker.as_ref(),
+                knowing.peer_addr().as_deref(),
+                own.clone(),
+            )
+            .await
+            {
+                Ok(w) => w,
+                Err(e) => {
+                    return Ok(Step::NotEligible {
+                        why: format!(
+                        "{amnesia}; this twin takes over only with the primary's history, and {e}"
+                    ),
+                        led: true,
+                    })
+                }
+            };
+            let floor = match after_amnesia(&own, &peer, arbiter_epoch) {
+                Ok(f) => f,
+                Err(d) => {
+                    return Ok(Step::NotEligible {
+                        why: format!("{amnesia}; {d}"),
+                        led: true,
+                    })
+                }
+            };
+            let epoch = next_term(floor);
+            let g = mint_generation();
+            match arbiter::take_after_amnesia(arbiter.keys(), &view, epoch, me, &g) {
+                Ok(txn) => (epoch, txn, Some(g)),
+                Err(why) => {
+                    return Ok(Step::NotEligible {
+                        why: why.to_string(),
+                        led: true,
+                    })
+                }
+            }
         }
     };
     let (lease, _) = arbiter.grant().await?;
-    if arbiter.run(&txn, lease).await?.is_none() {
+    let Some(revision) = arbiter.run(&txn, lease).await? else {
         let _ = arbiter.revoke(lease).await;
         return Ok(Step::Raced);
+    };
+    let kept = knowing.memory.update(|m| {
+        if let Some(g) = &generation {
+            m.generation = Some(g.clone());
+            m.revision = revision;
+        }
+        m.epoch = m.epoch.max(epoch);
+        m.revision = m.revision.max(revision);
+    });
+    if let Err(e) = kept {
+        // Refusing is always safe: give the key back.
+        let _ = arbiter.revoke(lease).await;
+        return Ok(Step::NotEligible {
+            why: format!("recording the new epoch in ARBITER: {e}"),
+            led: true,
+        });
     }
+    knowing.amnesia.send_replace(None);
     tracing::warn!(
         epoch = %EpochName(epoch),
         head,

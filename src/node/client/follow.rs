@@ -246,7 +246,7 @@ impl Following {
         if drop_it {
             let mut slot = self.current.lock().await;
             if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, cur)) {
-                tracing::info!(primary = %cur.at.addr, epoch = cur.at.epoch, error = %e, "leaving this primary");
+                tracing::info!(primary = %cur.at.addr, epoch = %crate::repl::epochs::EpochName(cur.at.epoch), error = %e, "leaving this primary");
                 *slot = None;
             }
         }

@@ -101,6 +101,13 @@ pub struct Status {
     /// With `[archive]` on: its floor, its lag and its last upload.
     #[serde(default)]
     pub archive: Option<crate::archive::archiver::ArchiveStatus>,
+    /// Why this primary does not serve yet: waiting for its lease, for
+    /// the other box's history after etcd forgot.
+    #[serde(default)]
+    pub waiting: Option<String>,
+    /// Why etcd is not believed now: it forgot what this box knows.
+    #[serde(default)]
+    pub arbiter_amnesia: Option<String>,
 }
 
 #[cfg(test)]

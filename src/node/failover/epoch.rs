@@ -216,7 +216,42 @@ impl Epochs {
     pub fn release(&self) -> std::io::Result<bool> {
         self.update(|s| Ok(s.release()))
     }
+
+    /// The newest epoch this box knows to have been taken by a life: its
+    /// [`Epochs::newest`], less an epoch its own promotion began and no
+    /// process served yet (an arbiter learns of that one only when its
+    /// life begins there).
+    pub fn newest_taken(&self) -> u64 {
+        let st = self.lock();
+        if !st.unserved {
+            return st.newest();
+        }
+        let starts = st.history.starts();
+        starts.len().checked_sub(2).map_or(0, |i| starts[i].epoch)
+    }
+
+    /// Whether this primary is held by its start after a crash, until its
+    /// twin says hello at its epoch ([`HELD_FOR_HELLO`]).
+    pub fn held_for_hello(&self) -> bool {
+        self.lock().held.as_deref() == Some(HELD_FOR_HELLO)
+    }
+
+    /// The twin said hello at this primary's epoch: a hold of its start
+    /// is lifted (no other). Answers whether one was.
+    pub fn twin_said_hello(&self) -> std::io::Result<bool> {
+        self.update(|s| {
+            Ok(match s.held.as_deref() {
+                Some(HELD_FOR_HELLO) => s.release(),
+                _ => false,
+            })
+        })
+    }
 }
+
+/// Why a primary that did not stop cleanly starts held: it may have been
+/// deposed while it was down (a twin promoted by hand), and only its twin
+/// saying hello at its epoch proves it was not.
+pub const HELD_FOR_HELLO: &str = "waiting for the twin's hello";
 
 fn legacy(fs: &dyn Storage, path: &Path, head: u64) -> std::io::Result<EpochState> {
     let n: u64 = match fs.read(path) {

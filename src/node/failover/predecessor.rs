@@ -227,7 +227,7 @@ impl Caller {
                     if let Err(e) = self.epochs.hear(epoch, &by) {
                         tracing::error!(error = %e, "FENCED in memory only: recording the fence failed");
                     }
-                    tracing::error!(epoch, predecessor = %file.addr, "FENCED: the box this one replaced serves a newer epoch");
+                    tracing::error!(epoch = %crate::repl::epochs::EpochName(epoch), predecessor = %file.addr, "FENCED: the box this one replaced serves a newer epoch");
                     set(&|s| {
                         s.last_error = Some(format!(
                             "it serves a newer epoch {epoch}: this box is fenced"

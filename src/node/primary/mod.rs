@@ -561,6 +561,12 @@ impl Primary {
         }
     }
 
+    /// Serve a connection accepted before this node served (a client
+    /// that dialled while the primary waited for its life).
+    pub fn adopt(self: Arc<Self>, conn: Connection) {
+        tokio::spawn(self.connection(conn));
+    }
+
     async fn connection(self: Arc<Self>, conn: Connection) {
         let peer = match net::peer(&conn, &self.pins) {
             Ok(p) => p,

@@ -8,6 +8,10 @@ use super::*;
 use crate::node::api::AppendOnce;
 use crate::store::Repo;
 
+/// How long an answer waits for a start held for the twin's hello to
+/// lift before it is refused as held.
+const HELD_START_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What a streamed append did.
 pub(super) enum Streamed {
     /// Wrote the frame `seq`, `bytes` of log.
@@ -21,6 +25,16 @@ fn refused(e: crate::log::Error) -> ApiError {
 }
 
 impl Primary {
+    /// A start held for the twin's hello lifts within a round trip of the
+    /// twin's reconnect: a write waits for it (a while) rather than be
+    /// refused at once.
+    async fn wait_held_start(&self) {
+        if self.epochs.held_for_hello() {
+            let mut fenced = self.epochs.watch_fenced();
+            let _ = tokio::time::timeout(HELD_START_WAIT, fenced.wait_for(|&f| !f)).await;
+        }
+    }
+
     /// May a request asking for `durability` append at all?
     pub(super) fn admit(
         &self,
@@ -157,6 +171,7 @@ impl Primary {
         let Some(durability) = req.durability() else {
             return Ok(None);
         };
+        self.wait_held_start().await;
         let writing = self.enter_write().await;
         self.admit(durability)
             .map_err(|why| self.refusal(why, None))?;
@@ -453,6 +468,7 @@ impl Primary {
     /// published: as durable as `durability` asks, under the policy for
     /// an absent twin.
     pub(super) async fn answer(&self, seq: u64, durability: Durability) -> Response {
+        self.wait_held_start().await;
         if let Err(why) = crate::repl::ack::may_acknowledge(self.epochs.fenced()) {
             return Response::Error(self.refusal(why, Some(seq)));
         }

@@ -33,6 +33,21 @@ impl Primary {
         let Some(hello) = hello else {
             return Ok("the twin left before its Hello".into());
         };
+        if let TwinMsg::AskEpochs(word) = &hello {
+            // The other box asks for this log's epochs: etcd forgot, and
+            // it leads only with both histories in hand.
+            tracing::info!(?word, "the other box asked for this primary's epochs");
+            let answer = crate::repl::amnesia::PeerWord {
+                epochs: self.epochs.history(),
+                head: self.log.head_seq(),
+                newest: self.epochs.newest(),
+                primary: true,
+            };
+            net::write_msg(&mut ctl_send, &crate::repl::PrimaryMsg::Epochs(answer)).await?;
+            let _ = ctl_send.finish();
+            let _ = ctl_send.stopped().await;
+            return Ok("answered a question for this primary's epochs".into());
+        }
         if let TwinMsg::Hello { first, head, .. } = &hello {
             // Before any acknowledgement of this session wakes a waiter.
             let holds_from = crate::repl::primary::twin_holds_from(*first, head.seq);
@@ -68,6 +83,16 @@ impl Primary {
         );
         if core.state() == PrimaryState::Streaming {
             lock(&self.status).twin_refusal = None;
+            // The twin follows this primary's epoch: it was not promoted
+            // while this box was down, and a start held for that proof
+            // serves now.
+            match self.epochs.twin_said_hello() {
+                Ok(true) => {
+                    tracing::info!("the twin said hello at this primary's epoch: held start lifted")
+                }
+                Ok(false) => {}
+                Err(e) => tracing::error!(error = %e, "lifting the held start"),
+            }
         }
 
         let (msgs_tx, mut msgs) = mpsc::channel(64);
@@ -275,13 +300,15 @@ impl Primary {
     pub(super) fn fence(&self, epoch: u64, by: &str) {
         match self.epochs.hear(epoch, by) {
             Ok(true) => tracing::error!(
-                epoch,
+                epoch = %crate::repl::epochs::EpochName(epoch),
                 by,
-                serving = self.epochs.current(),
+                serving = %crate::repl::epochs::EpochName(self.epochs.current()),
                 "FENCED: a newer epoch exists, so another box is primary; this box acknowledges no write from now on (reads go on). Rejoin it as the new primary's twin: primary rejoin"
             ),
             Ok(false) => {}
-            Err(e) => tracing::error!(epoch, by, error = %e, "FENCED in memory only: recording the fence failed"),
+            Err(e) => {
+                tracing::error!(epoch = %crate::repl::epochs::EpochName(epoch), by, error = %e, "FENCED in memory only: recording the fence failed")
+            }
         }
     }
 
