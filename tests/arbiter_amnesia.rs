@@ -121,9 +121,10 @@ async fn a_deposed_box_does_not_lead_after_etcd_loses_its_data() {
 }
 
 /// A failover to B (1.0), a failover back to A (2.0), then etcd restored
-/// from a snapshot taken before both, whose sync record names B. Nobody
-/// takes 1.0 (or any epoch) a second time, nobody exits, and the pair
-/// heals under a new epoch above 2.0.
+/// from a snapshot taken before both, whose sync record names B, with A
+/// frozen so that B reads it first. Nobody takes 1.0 (or any epoch) a
+/// second time, nobody exits, and the pair heals under a new epoch above
+/// 2.0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
     let mut pair = Pair::new(daemon::config::Policy::Wait);
@@ -140,7 +141,7 @@ async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
     a.kill();
     pair.leads("B", pair.b_metrics, false).await;
     let a_cfg = pair.a_cfg.clone();
-    let _a = Daemon::start("primary", &a_cfg, &pair.log("a2"));
+    let a = Daemon::start("primary", &a_cfg, &pair.log("a2"));
     pair.leads("B", pair.b_metrics, true).await;
     let cb = pair.client(pair.b_fp, pair.b_listen).await;
     acked.extend(append_twin(&cb, 100, 10).await);
@@ -150,7 +151,7 @@ async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
     b.kill();
     pair.leads("A", pair.a_metrics, false).await;
     let b_primary = pair.b_cfg.with_file_name(daemon::PRIMARY_CONFIG);
-    let _b = Daemon::start("primary", &b_primary, &pair.log("b2"));
+    let mut b = Daemon::start("primary", &b_primary, &pair.log("b2"));
     pair.leads("A", pair.a_metrics, true).await;
     let s = pstatus(pair.a_metrics).expect("A's status");
     assert_eq!(s.epoch, T2, "A leads 2.0");
@@ -158,20 +159,30 @@ async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
     acked.extend(append_twin(&ca, 200, 10).await);
     drop(ca);
 
+    // A frozen, etcd rolled back: the leader key the snapshot holds runs
+    // out with nobody renewing it, and its sync record names B in sync at
+    // 0.1. B may not take 1.0 (or any term) on that word: it says etcd
+    // forgot, and it cannot reach A to compare histories.
+    a.signal(libc::SIGSTOP);
     pair.etcd
         .restore_from(&snapshot)
         .expect("etcd rolled back to the snapshot");
+    let t = testkit::until("B says etcd forgot", WAIT, || {
+        tstatus(pair.b_metrics).filter(|t| {
+            t.arbiter
+                .as_ref()
+                .is_some_and(|a| a.amnesia.is_some() && a.leader.is_none())
+        })
+    })
+    .await;
+    eprintln!("B: {:?}", t.arbiter);
+    assert!(b.alive(), "B exited\n{}", pair.logs());
+    a.signal(libc::SIGCONT);
     // A's lease is not in the snapshot: it ends its life, and leads again
-    // only above both histories; B, recorded in sync at 0.1 by the
-    // snapshot, does not take 1.0 again.
+    // only above both histories, B following it.
     let healed = until_async("A acknowledges `twin` after the rollback", || async {
         let s = pstatus(pair.a_metrics)?;
-        if s.epoch <= T2
-            || !s
-                .arbiter
-                .as_ref()
-                .is_some_and(|a| a.lease.held && a.twin_in_sync)
-        {
+        if s.epoch <= T2 || !s.arbiter.as_ref().is_some_and(|a| a.lease.held && a.twin_in_sync) {
             return None;
         }
         let c = tokio::time::timeout(
@@ -188,6 +199,7 @@ async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
         (d == Durability::Twin).then_some((c, seq, s.epoch))
     })
     .await;
+    assert!(b.alive(), "B exited\n{}", pair.logs());
     let (c, seq, epoch) = healed;
     assert!(seq > acked.last().map_or(0, |a| a.0));
     reads_back(&c, &acked).await;

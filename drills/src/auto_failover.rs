@@ -57,9 +57,18 @@ pub enum Fault {
     CutTwinEtcd,
     IsolatePrimary,
     StopPrimary,
+    /// etcd loses every key, both boxes up.
+    WipeEtcd,
+    /// etcd restored from a snapshot taken earlier in the run.
+    RollbackEtcd,
+    /// etcd answers late: frozen, then thawed.
+    SlowEtcd,
+    /// The primary killed, its twin taking over; that one killed too,
+    /// etcd's data lost, and the deposed box started first.
+    DeposedFirstAfterWipe,
 }
 
-pub const FAULTS: [Fault; 7] = [
+pub const FAULTS: [Fault; 11] = [
     Fault::KillPrimary,
     Fault::KillTwin,
     Fault::CutPrimaryEtcd,
@@ -67,6 +76,10 @@ pub const FAULTS: [Fault; 7] = [
     Fault::CutTwinEtcd,
     Fault::IsolatePrimary,
     Fault::StopPrimary,
+    Fault::WipeEtcd,
+    Fault::RollbackEtcd,
+    Fault::SlowEtcd,
+    Fault::DeposedFirstAfterWipe,
 ];
 
 impl Fault {
@@ -79,6 +92,10 @@ impl Fault {
             Fault::CutTwinEtcd => "cut-twin-etcd",
             Fault::IsolatePrimary => "isolate-primary",
             Fault::StopPrimary => "stop-primary",
+            Fault::WipeEtcd => "wipe-etcd",
+            Fault::RollbackEtcd => "rollback-etcd",
+            Fault::SlowEtcd => "slow-etcd",
+            Fault::DeposedFirstAfterWipe => "deposed-first-after-wipe",
         }
     }
 }
@@ -132,6 +149,26 @@ pub fn epoch_order(acks: &[Ack]) -> (u64, u64, f64, Option<String>) {
         }
     }
     (sure, by_answer, worst, said)
+}
+
+/// Epochs under which both boxes acknowledged: an epoch taken twice.
+/// Each is named with how many acknowledgements each box gave under it.
+pub fn epochs_on_two_boxes(acks: &[Ack]) -> Vec<String> {
+    let mut on: BTreeMap<u64, [u64; 2]> = BTreeMap::new();
+    for a in acks {
+        on.entry(a.epoch).or_default()[a.on.min(1)] += 1;
+    }
+    on.into_iter()
+        .filter(|(_, n)| n[0] > 0 && n[1] > 0)
+        .map(|(e, n)| {
+            format!(
+                "epoch {} acknowledged by box A {} times and by box B {} times",
+                EpochName(e),
+                n[0],
+                n[1]
+            )
+        })
+        .collect()
 }
 
 /// The least gap, in ms, between the last answer under an epoch and the
@@ -218,6 +255,17 @@ mod tests {
         let (sure, by_answer, worst, said) = epoch_order(&acks);
         assert_eq!((sure, by_answer, worst), (1, 1, 10.0));
         assert!(said.is_some_and(|s| s.contains("box A under epoch 0.1")));
+    }
+
+    #[test]
+    fn an_epoch_acknowledged_on_both_boxes_is_named_and_one_per_box_is_not() {
+        let good = [ack(1, 0, 0, 1), ack(1, 0, 2, 3), ack(2, 1, 4, 5)];
+        assert!(epochs_on_two_boxes(&good).is_empty());
+        // The negative control: the same epoch on both boxes.
+        let bad = [ack(1, 0, 0, 1), ack(2, 1, 2, 3), ack(2, 0, 4, 5)];
+        let said = epochs_on_two_boxes(&bad);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("epoch 0.2"), "{said:?}");
     }
 
     #[test]

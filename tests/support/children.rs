@@ -69,6 +69,12 @@ impl Daemon {
         testkit::procfs::all_threads_stopped(self.pid())
     }
 
+    /// Whether the process still runs (it may be stopped): it has not
+    /// exited.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None)) && self.0.running()
+    }
+
     pub fn pid(&self) -> u32 {
         self.0.pid().expect("the daemon runs")
     }

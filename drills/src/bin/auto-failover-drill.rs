@@ -8,26 +8,37 @@
 //!
 //! Each round breaks one thing at random (SIGKILL the primary or the
 //! twin, cut primary–etcd, primary–twin, twin–etcd, or the primary from
-//! both, SIGSTOP the primary past the lease), holds it 1–6 s, mends it,
-//! waits for a primary holding its lease with its twin recorded in sync,
-//! and checks:
+//! both, SIGSTOP the primary past the lease; etcd wiped, rolled back to a
+//! snapshot taken earlier in the run, or frozen; the primary killed, its
+//! twin taking over and killed too, etcd wiped and the deposed box
+//! started first), holds it 1–6 s, mends it, waits for a primary holding
+//! its lease with its twin recorded in sync, and checks:
 //!
 //! - no frame acknowledged `twin` is missing or different, on the
 //!   primary (read back through the client and from its log) and on the
 //!   twin once it caught up;
 //! - no acknowledgement under epoch N was asked after the first one
-//!   under a newer epoch was answered.
+//!   under a newer epoch was answered;
+//! - no epoch was acknowledged by both boxes;
+//! - no daemon ended by itself.
+//!
+//! Daemons that end by themselves are started again as the shipped
+//! systemd units do (`Restart=on-failure` after 2 s), but in one round in
+//! the middle, which runs without that supervisor.
 //!
 //! `--broken no-self-fence` names the negative control (daemons built
 //! with `drill-sabotage`, `TWINLOG_DRILL_SABOTAGE=no-self-fence`): its
 //! first round cuts the primary off from etcd and its twin while the
 //! `local` writers keep their connection to it, and the drill must fail.
+//! `--broken trust-etcd` (`TWINLOG_DRILL_SABOTAGE=trust-etcd`, boxes that
+//! take their epoch from etcd alone) starts with the deposed box first
+//! after etcd lost its data, and the drill must fail.
 //!
 //! Exits 0 when both invariants held, 1 when one broke or a round did not
 //! heal, 2 when the drill could not run.
 //!
 //! `auto-failover-drill --primary-bin P --twin-bin T --work DIR
-//! [--rounds N] [--seed S] [--broken no-self-fence]`
+//! [--rounds N] [--seed S] [--broken no-self-fence|trust-etcd]`
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -46,7 +57,8 @@ use twinlog::node::{Client, ClientError, ClientOptions, Durability};
 use twinlog::repl::epochs::EpochName;
 
 use drills::auto_failover::{
-    blob, epoch_order, least_gap, meta, missing_in, wall_ns, Ack, Fault, FAULTS, KIND,
+    blob, epoch_order, epochs_on_two_boxes, least_gap, meta, missing_in, wall_ns, Ack, Fault,
+    FAULTS, KIND,
 };
 use drills::daemons::{
     admin_identity, fast_timers, primary_status_now, tenths, twin_status_now, Proc,
@@ -295,14 +307,33 @@ struct Drill {
     admin: Arc<Identity>,
     primary_bin: PathBuf,
     twin_bin: PathBuf,
+    etcd: Etcd,
+    /// Copies of etcd's data taken at the start of each round, for a
+    /// rollback to one of them.
+    snapshots: Vec<PathBuf>,
+    work: PathBuf,
+    /// Daemons that end by themselves are started again, as the shipped
+    /// systemd units do (`Restart=on-failure`, `RestartSec=2s`, not after
+    /// exit 2, 3 or 4).
+    supervised: bool,
+    /// A box whose daemon the drill killed, until it starts it again.
+    killed: [bool; 2],
+    /// When the supervisor starts a box's ended daemon again.
+    restart_at: [Option<Instant>; 2],
+    /// Daemons that ended by themselves, and how.
+    exits: Vec<String>,
 }
+
+/// The shipped units' `RestartSec`.
+const RESTART_SEC: Duration = Duration::from_secs(2);
 
 impl Drill {
     /// etcd names box `i`, which holds its lease with its twin recorded
     /// in sync, and the other box follows it: (i, its epoch).
-    async fn steady(&self, limit: Duration) -> Option<(usize, u64)> {
+    async fn steady(&mut self, limit: Duration) -> Option<(usize, u64)> {
         let by = Instant::now() + limit;
         loop {
+            self.supervise();
             if let Ok(Ok((epoch, fp, _))) =
                 tokio::time::timeout(Duration::from_secs(2), self.arbiter.leader()).await
             {
@@ -329,6 +360,7 @@ impl Drill {
 
     /// Box `i`'s daemon SIGKILLed.
     fn kill(&mut self, i: usize) -> Result<()> {
+        self.killed[i] = true;
         match self.hosts[i].proc.as_mut() {
             Some(p) => p.sigkill(),
             None => Ok(()),
@@ -336,40 +368,146 @@ impl Drill {
     }
 
     fn start(&mut self, i: usize) -> Result<()> {
+        self.killed[i] = false;
+        self.restart_at[i] = None;
         let (pb, tb) = (self.primary_bin.clone(), self.twin_bin.clone());
         self.hosts[i].start(&pb, &tb)
     }
 
+    /// A daemon that ended by itself is said, and started again
+    /// `RESTART_SEC` later when supervised and its exit asks for it.
+    fn supervise(&mut self) {
+        for i in 0..2 {
+            if self.killed[i] {
+                continue;
+            }
+            if let Some(at) = self.restart_at[i] {
+                if Instant::now() >= at {
+                    println!("supervisor: box {} started again", self.hosts[i].name);
+                    if let Err(e) = self.start(i) {
+                        println!("supervisor: box {} did not start: {e}", self.hosts[i].name);
+                    }
+                }
+                continue;
+            }
+            let Some(proc) = self.hosts[i].proc.as_mut() else {
+                continue;
+            };
+            let Ok(Some((status, _))) = proc.try_finished() else {
+                continue;
+            };
+            let said = format!("box {} ended by itself: {status}", self.hosts[i].name);
+            println!("{said}\n{}", self.hosts[i].log_tail(8));
+            self.exits.push(said);
+            let restart = !status.success() && !matches!(status.code(), Some(2..=4));
+            if self.supervised && restart {
+                self.restart_at[i] = Some(Instant::now() + RESTART_SEC);
+            }
+        }
+    }
+
+    /// Let `d` pass, supervising.
+    async fn pass(&mut self, d: Duration) {
+        let by = Instant::now() + d;
+        while Instant::now() < by {
+            self.supervise();
+            tokio::time::sleep(Duration::from_millis(50).min(by - Instant::now())).await;
+        }
+    }
+
+    /// Until etcd names box `i` the leader, or `limit`.
+    async fn named(&mut self, i: usize, limit: Duration) -> bool {
+        let by = Instant::now() + limit;
+        while Instant::now() < by {
+            if let Ok(Ok((_, fp, _))) =
+                tokio::time::timeout(Duration::from_secs(2), self.arbiter.leader()).await
+            {
+                if fp == self.hosts[i].fp {
+                    return true;
+                }
+            }
+            self.pass(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// A copy of etcd's data now, kept for a rollback.
+    fn snapshot(&mut self) -> Result<()> {
+        let to = self.work.join(format!("etcd-snapshot-{}", self.snapshots.len()));
+        self.etcd
+            .snapshot_to(&to)
+            .ctx(|| "a snapshot of etcd".into())?;
+        self.snapshots.push(to);
+        Ok(())
+    }
+
     /// Break `fault` with `p` the primary, hold it, mend it.
-    async fn apply(&mut self, fault: Fault, p: usize, hold: Duration) -> Result<()> {
+    async fn apply(&mut self, fault: Fault, p: usize, hold: Duration, rng: &mut Rng) -> Result<()> {
         let t = 1 - p;
         match fault {
             Fault::KillPrimary | Fault::KillTwin => {
                 let i = if fault == Fault::KillPrimary { p } else { t };
                 self.kill(i)?;
-                tokio::time::sleep(hold).await;
+                self.pass(hold).await;
                 self.start(i)?;
             }
+            Fault::WipeEtcd => {
+                self.etcd.wipe().ctx(|| "wiping etcd".into())?;
+                self.pass(hold).await;
+            }
+            Fault::RollbackEtcd => {
+                // Any copy but the newest (taken this round): an etcd that
+                // forgot what the pair went through since.
+                let older = self.snapshots.len().saturating_sub(1).max(1);
+                let pick = self.snapshots[rng.below(older as u64) as usize].clone();
+                println!("etcd rolled back to {}", pick.display());
+                self.etcd
+                    .restore_from(&pick)
+                    .ctx(|| "rolling etcd back".into())?;
+                self.pass(hold).await;
+            }
+            Fault::SlowEtcd => {
+                self.etcd.pause().ctx(|| "freezing etcd".into())?;
+                self.pass(hold).await;
+                self.etcd.resume().ctx(|| "thawing etcd".into())?;
+            }
+            Fault::DeposedFirstAfterWipe => {
+                self.kill(p)?;
+                if !self.named(t, HEAL).await {
+                    return Err(DrillError(format!(
+                        "box {} did not take over in {HEAL:?}\n{}",
+                        self.hosts[t].name,
+                        self.logs()
+                    )));
+                }
+                // It acknowledges `local` writes alone a while.
+                self.pass(hold / 2).await;
+                self.kill(t)?;
+                self.etcd.wipe().ctx(|| "wiping etcd".into())?;
+                self.start(p)?;
+                self.pass(hold).await;
+                self.start(t)?;
+            }
             Fault::CutPrimaryEtcd | Fault::CutPrimaryTwin | Fault::CutTwinEtcd => {
-                let relay = match fault {
-                    Fault::CutPrimaryEtcd => &self.to_etcd[p],
-                    Fault::CutPrimaryTwin => &self.to_box[p],
-                    _ => &self.to_etcd[t],
+                let cut = |d: &Drill, on: bool| match fault {
+                    Fault::CutPrimaryEtcd => d.to_etcd[p].cut(on),
+                    Fault::CutPrimaryTwin => d.to_box[p].cut(on),
+                    _ => d.to_etcd[t].cut(on),
                 };
-                relay.cut(true);
-                tokio::time::sleep(hold).await;
-                relay.cut(false);
+                cut(self, true);
+                self.pass(hold).await;
+                cut(self, false);
             }
             Fault::IsolatePrimary => {
                 self.to_etcd[p].cut(true);
                 self.to_box[p].cut(true);
-                tokio::time::sleep(hold).await;
+                self.pass(hold).await;
                 self.to_etcd[p].cut(false);
                 self.to_box[p].cut(false);
             }
             Fault::StopPrimary => {
                 self.hosts[p].signal(libc::SIGSTOP)?;
-                tokio::time::sleep(hold).await;
+                self.pass(hold).await;
                 self.hosts[p].signal(libc::SIGCONT)?;
             }
         }
@@ -386,7 +524,7 @@ impl Drill {
 }
 
 /// The pair under `work`, not started: A the primary, B its twin.
-async fn setup(work: &Path, etcd: &Etcd, bins: (PathBuf, PathBuf)) -> Result<Drill> {
+async fn setup(work: &Path, etcd: Etcd, bins: (PathBuf, PathBuf)) -> Result<Drill> {
     let (a_dir, b_dir) = (work.join("a"), work.join("b"));
     let (a_listen, b_listen) = (testkit::free_udp(), testkit::free_udp());
     let (a_metrics, b_metrics) = (testkit::free_tcp(), testkit::free_tcp());
@@ -459,6 +597,13 @@ async fn setup(work: &Path, etcd: &Etcd, bins: (PathBuf, PathBuf)) -> Result<Dri
         admin,
         primary_bin: bins.0,
         twin_bin: bins.1,
+        etcd,
+        snapshots: Vec::new(),
+        work: work.to_owned(),
+        supervised: true,
+        killed: [false; 2],
+        restart_at: [None; 2],
+        exits: Vec::new(),
     })
 }
 
@@ -474,10 +619,10 @@ async fn run() -> Result<bool> {
     let seed = args.num("seed", 1)?;
     let broken = args.0.get("broken").cloned();
     match broken.as_deref() {
-        None | Some("no-self-fence") => {}
+        None | Some("no-self-fence") | Some("trust-etcd") => {}
         Some(b) => {
             return Err(DrillError(format!(
-                "--broken {b}: no-self-fence or nothing"
+                "--broken {b}: no-self-fence, trust-etcd or nothing"
             )))
         }
     }
@@ -485,7 +630,7 @@ async fn run() -> Result<bool> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).ctx(|| format!("mkdir {}", work.display()))?;
     let etcd = Etcd::start(&work.join("etcd")).ctx(|| "start etcd".into())?;
-    let mut d = setup(&work, &etcd, bins).await?;
+    let mut d = setup(&work, etcd, bins).await?;
     let started = Instant::now();
     d.start(0)?;
     d.start(1)?;
@@ -536,13 +681,18 @@ async fn run() -> Result<bool> {
     let mut rounds_done = 0u64;
     let mut checked = 0usize;
     let mut faults_seen: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut epochs_twice = 0usize;
     for round in 1..=rounds {
         let t_round = Instant::now();
-        let fault = if broken.is_some() && round == 1 {
-            Fault::IsolatePrimary
-        } else {
-            FAULTS[rng.below(FAULTS.len() as u64) as usize]
+        let fault = match broken.as_deref() {
+            Some("no-self-fence") if round == 1 => Fault::IsolatePrimary,
+            Some("trust-etcd") if round == 1 => Fault::DeposedFirstAfterWipe,
+            _ => FAULTS[rng.below(FAULTS.len() as u64) as usize],
         };
+        // One round in the middle runs without the supervisor: the pair
+        // must heal with no daemon started again but by the drill.
+        d.supervised = round != rounds.div_ceil(2);
+        d.snapshot()?;
         let mut hold = Duration::from_millis(1000 + rng.below(5001));
         if broken.is_some() && round == 1 {
             hold = Duration::from_secs(6);
@@ -554,7 +704,7 @@ async fn run() -> Result<bool> {
         let before = lock(&shared.acks).len();
 
         let was = p;
-        d.apply(fault, p, hold).await?;
+        d.apply(fault, p, hold, &mut rng).await?;
         let mended = Instant::now();
         let Some((now_p, epoch)) = d.steady(HEAL).await else {
             println!(
@@ -640,6 +790,14 @@ async fn run() -> Result<bool> {
         }
         drop(c);
         let (sure, by_answer, worst, said) = epoch_order(&acks);
+        let twice = epochs_on_two_boxes(&acks);
+        if !twice.is_empty() && twice.len() > epochs_twice {
+            println!(
+                "BROKEN: round {round}: an epoch taken twice: {}",
+                twice.join("; ")
+            );
+        }
+        epochs_twice = twice.len();
         let gap = least_gap(&acks);
         let epochs: Vec<String> = acks[before..]
             .iter()
@@ -710,7 +868,13 @@ async fn run() -> Result<bool> {
         println!("   a writer could not dial the leader {n} times: {why}");
     }
     let lost_total = lost_total + read_lost_total;
-    let held = healed_all && lost_total == 0 && twin_lost_total == 0 && violations.0 == 0;
+    let exits = d.exits.len();
+    let held = healed_all
+        && lost_total == 0
+        && twin_lost_total == 0
+        && violations.0 == 0
+        && epochs_twice == 0
+        && exits == 0;
     println!(
         "auto-failover: {rounds_done} of {rounds} rounds, seed {seed}{}: {} acks ({twin_acks} twin) under {} epochs, {failovers} failovers, {} writer connections; refusals {refused:?}, {} appends failed",
         broken.as_deref().map_or(String::new(), |b| format!(", BROKEN={b}")),
@@ -720,7 +884,7 @@ async fn run() -> Result<bool> {
         shared.failed.load(Ordering::SeqCst),
     );
     println!(
-        "invariant: every twin-acknowledged frame on the primary and the twin at its sequence; no acknowledgement under epoch N asked after the first under a newer epoch: {}",
+        "invariant: every twin-acknowledged frame on the primary and the twin at its sequence; no acknowledgement under epoch N asked after the first under a newer epoch; no epoch acknowledged on two boxes; no daemon ended by itself: {}",
         if held { "held" } else { "BROKEN" }
     );
     let mut fig = serde_json::Map::new();
@@ -734,6 +898,8 @@ async fn run() -> Result<bool> {
     fig.insert("lost".into(), lost_total.into());
     fig.insert("lost_on_twin".into(), twin_lost_total.into());
     fig.insert("epoch_order_violations".into(), violations.0.into());
+    fig.insert("epochs_on_two_boxes".into(), (epochs_twice as u64).into());
+    fig.insert("daemon_exits".into(), (exits as u64).into());
     fig.insert("epoch_order_by_answer".into(), violations.1.into());
     fig.insert("worst_violation_ms".into(), tenths(violations.2).into());
     fig.insert(
