@@ -182,7 +182,12 @@ async fn an_etcd_rolled_back_to_an_older_snapshot_gives_no_epoch_twice() {
     // only above both histories, B following it.
     let healed = until_async("A acknowledges `twin` after the rollback", || async {
         let s = pstatus(pair.a_metrics)?;
-        if s.epoch <= T2 || !s.arbiter.as_ref().is_some_and(|a| a.lease.held && a.twin_in_sync) {
+        if s.epoch <= T2
+            || !s
+                .arbiter
+                .as_ref()
+                .is_some_and(|a| a.lease.held && a.twin_in_sync)
+        {
             return None;
         }
         let c = tokio::time::timeout(

@@ -433,7 +433,9 @@ impl Drill {
 
     /// A copy of etcd's data now, kept for a rollback.
     fn snapshot(&mut self) -> Result<()> {
-        let to = self.work.join(format!("etcd-snapshot-{}", self.snapshots.len()));
+        let to = self
+            .work
+            .join(format!("etcd-snapshot-{}", self.snapshots.len()));
         self.etcd
             .snapshot_to(&to)
             .ctx(|| "a snapshot of etcd".into())?;
