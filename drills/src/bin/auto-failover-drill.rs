@@ -863,6 +863,20 @@ async fn run() -> Result<bool> {
         }
     }
     let acks = lock(&shared.acks).clone();
+    // Over every acknowledgement, a round that did not heal included.
+    let (sure, by_answer, worst, said) = epoch_order(&acks);
+    if sure > violations.0 {
+        println!(
+            "BROKEN: {sure} acknowledgements under an older epoch asked after the first answer under a newer one ({by_answer} by answer time); the worst: {}",
+            said.unwrap_or_default()
+        );
+        violations = (sure, by_answer, worst);
+    }
+    let twice = epochs_on_two_boxes(&acks);
+    if twice.len() > epochs_twice {
+        println!("BROKEN: an epoch taken twice: {}", twice.join("; "));
+        epochs_twice = twice.len();
+    }
     let twin_acks = acks.iter().filter(|a| a.twin).count();
     let epochs: BTreeSet<u64> = acks.iter().map(|a| a.epoch).collect();
     let refused = lock(&shared.refused).clone();

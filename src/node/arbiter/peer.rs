@@ -13,8 +13,9 @@ use crate::net::{self, Fingerprint, Identity, NetError, Pins, Role};
 use crate::repl::amnesia::PeerWord;
 use crate::repl::{PrimaryMsg, TwinMsg};
 
-/// How long a word heard from the other box is taken as its word now.
-pub const FRESH: Duration = Duration::from_secs(10);
+/// How long a word the other box sent (its hello, its question) is taken
+/// as its word now: a twin dials again within its backoff's cap (5 s).
+pub const FRESH: Duration = Duration::from_secs(6);
 
 /// How long one question may take.
 pub const ASK_DEADLINE: Duration = Duration::from_secs(2);
@@ -104,8 +105,10 @@ impl Asker {
     }
 }
 
-/// The other box's word: heard fresh, else asked of it at `addr` if
-/// that is known.
+/// The other box's word: as it sent it within [`FRESH`] (its hello, its
+/// question), else asked of it at `addr` when that is known. An answer
+/// to this box's own question is never kept: a later decision asks
+/// again, since the other box's history may have moved on since.
 pub async fn word_of(
     heard: &Heard,
     asker: Option<&Asker>,
@@ -115,12 +118,10 @@ pub async fn word_of(
     if let Some(w) = heard.fresh() {
         return Ok(w);
     }
-    let (Some(asker), Some(addr)) = (asker, addr) else {
-        return Err(AskError::Unknown);
-    };
-    let word = asker.ask(addr, mine).await?;
-    heard.set(word.clone());
-    Ok(word)
+    match (asker, addr) {
+        (Some(asker), Some(addr)) => asker.ask(addr, mine).await,
+        _ => Err(AskError::Unknown),
+    }
 }
 
 /// The most client connections held while a primary waits: past it, a
