@@ -58,8 +58,17 @@ pub const DIVERGENT_DIR: &str = "divergent";
 pub const HEARD_PRIMARY_FILE: &str = "HEARD_PRIMARY";
 /// The primary a promoted box replaced and whether it heard of it (JSON).
 pub const PREDECESSOR_FILE: &str = "PREDECESSOR";
-/// Marks a data directory a restore is filling.
+/// Marks a data directory a restore is filling; no daemon serves it.
 pub const RESTORING_FILE: &str = "RESTORING";
+/// The marker's line naming what the restore reads from.
+pub const RESTORING_FROM: &str = "from: ";
+
+/// The marker's text: a restore fills the box, from `from` as the
+/// command line says it (`--from-archive URL`, `--twin ADDR ...`), which
+/// is what `serve` names to finish it.
+pub fn restoring_marker(from: &str) -> Vec<u8> {
+    format!("a restore is filling this box\n{RESTORING_FROM}{from}\n").into_bytes()
+}
 /// Where the entry being written is, and how much of it, updated as it
 /// streams.
 pub const PARTIAL_FILE: &str = "RESTORE_PARTIAL";

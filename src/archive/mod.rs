@@ -13,6 +13,7 @@
 //! - [`snapshot`]: store snapshots archived, and fetched back;
 //! - [`push`]: a stopped box's sealed segments archived from the CLI;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
+//! - [`held`]: a resumed restore's frames compared with the archive's;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
 pub mod archiver;
@@ -20,6 +21,7 @@ pub mod bucket;
 pub mod codec;
 pub mod erase;
 pub mod fetch;
+pub mod held;
 pub mod names;
 pub mod object;
 pub mod push;
@@ -84,6 +86,12 @@ impl Error {
     pub fn in_object(self, key: &str) -> Error {
         match self {
             Error::Corrupt(m) => Error::Corrupt(format!("{key}: {m}")),
+            Error::Unseal { piece } if piece == codec::FOOTER_PIECE => Error::Corrupt(format!(
+                "{key}: its footer does not open under this key: altered or moved"
+            )),
+            Error::Unseal { piece } => Error::Corrupt(format!(
+                "{key}: piece {piece} does not open under this key: altered or moved"
+            )),
             other => other,
         }
     }
