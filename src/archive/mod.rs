@@ -9,6 +9,7 @@
 //! - [`upload`]: one sealed segment checked, cut, sealed and sent;
 //! - [`archiver`]: the thread that archives every sealed segment and
 //!   holds retention's floor;
+//! - `seen`: what the box recorded of the bucket, checked before a drop;
 //! - [`erase`]: erases carried to the archived copies of their frames;
 //! - [`snapshot`]: store snapshots archived, and fetched back;
 //! - [`push`]: a stopped box's sealed segments archived from the CLI;
@@ -27,6 +28,7 @@ pub mod object;
 pub mod push;
 pub mod replay;
 pub mod restore;
+pub(crate) mod seen;
 pub mod snapshot;
 pub mod tiered;
 pub mod upload;

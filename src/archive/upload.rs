@@ -112,11 +112,13 @@ pub fn segment_name(
 }
 
 /// What one upload sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     pub name: SegmentName,
     pub plain_bytes: u64,
     pub stored_bytes: u64,
+    /// The entity tag the bucket gave the object.
+    pub e_tag: Option<String>,
 }
 
 /// A segment to archive.
@@ -150,11 +152,12 @@ pub async fn upload_segment(
     match send_pieces(&mut up, codec, &job, &checked, pace).await {
         Ok((tail, stored)) => {
             up.write(Bytes::from(tail)).await?;
-            up.finish().await?;
+            let e_tag = up.finish().await?;
             Ok(Sent {
                 name,
                 plain_bytes: checked.len,
                 stored_bytes: stored,
+                e_tag,
             })
         }
         Err(e) => {
