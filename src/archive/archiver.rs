@@ -121,8 +121,9 @@ struct Confirm {
 
 /// A drill's negative control only (feature `drill-sabotage`, and
 /// `TWINLOG_DRILL_SABOTAGE=archive-floor-off` in the environment):
-/// retention ignores the archive, so segments leave the box before the
-/// bucket holds them, and a restore from the archive finds a hole.
+/// retention ignores the archive (its floor and the HEADs before a drop),
+/// so segments leave the box before the bucket holds them, and a restore
+/// from the archive finds a hole.
 #[cfg(feature = "drill-sabotage")]
 fn floor_ignored() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -255,6 +256,10 @@ impl Archiver {
     /// or listing (one request per object). Segments whose frames are all
     /// below the answer may go; the log's first sequence means none.
     pub fn confirm_drop(&self, before: u64) -> u64 {
+        #[cfg(feature = "drill-sabotage")]
+        if floor_ignored() {
+            return before;
+        }
         let first = self.log.first_seq();
         if before <= first {
             return before;
