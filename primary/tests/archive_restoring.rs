@@ -7,150 +7,16 @@
 //! again when the restore resumes, and the box ends with exactly the
 //! archive's frames.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod support;
+use support::archive::{archived_log, garage_bucket, get, init, key_file, put, with_archive, KIND};
 use support::{command, exits, primary, stderr, stdout};
-use testkit::garage::{self, Garage};
+use testkit::garage::Garage;
 use twinlog::archive::bucket::{Bucket, Spec};
-use twinlog::archive::codec::{ArchiveKey, Codec};
-use twinlog::archive::upload::{upload_segment, Pace, SegmentJob};
-use twinlog::daemon::config::{ArchiveSection, Uploader};
-use twinlog::daemon::PrimaryConfig;
-use twinlog::log::{format, Kind, Log, Meta};
-use twinlog::repl::epochs::EpochStart;
-
-const KIND: Kind = Kind::App(0x8001);
-
-fn blob(n: u64) -> Vec<u8> {
-    let mut b = format!("frame-{n}-").into_bytes();
-    b.resize(2000, (n % 251) as u8);
-    b
-}
-
-fn init(dir: &Path) -> std::path::PathBuf {
-    let o = primary(&[
-        "init",
-        "--data",
-        dir.to_str().expect("utf-8"),
-        "--listen",
-        &testkit::free_udp().to_string(),
-        "--metrics",
-        &testkit::free_tcp().to_string(),
-    ]);
-    exits(&o, 0, "init");
-    dir.join("primary.toml")
-}
-
-/// `[archive]` of `cfg` on `url`: on Garage (`g`) or a directory.
-fn with_archive(cfg: &Path, url: &str, g: Option<&Garage>, key_file: &Path) {
-    let mut c = PrimaryConfig::load(cfg).expect("load");
-    let creds = g.map(|_| {
-        let f = cfg.with_file_name("s3.toml");
-        std::fs::write(
-            &f,
-            format!(
-                "access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
-                garage::KEY_ID,
-                garage::SECRET
-            ),
-        )
-        .expect("credentials");
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-        f
-    });
-    c.archive = Some(ArchiveSection {
-        url: url.into(),
-        endpoint: g.map(|g| g.endpoint(0)),
-        region: garage::REGION.into(),
-        credentials_file: creds,
-        uploader: Uploader::Twin,
-        zstd_level: 1,
-        key_file: Some(key_file.to_owned()),
-        max_mib_per_s: 0,
-        snapshot_every_mib: 0,
-    });
-    std::fs::write(cfg, c.render()).expect("write");
-}
-
-/// A log of `frames` frames in 64 KiB segments, every sealed one archived
-/// under `key`: the archive's names and sizes, oldest first, and the log.
-fn archived_log(
-    dir: &Path,
-    bucket: &Bucket,
-    key: &ArchiveKey,
-    frames: u64,
-) -> (Vec<(String, u64)>, Log) {
-    let src = Log::open_with(dir.join("src"), 64 << 10).expect("log");
-    for n in 1..=frames {
-        src.append(KIND, &Meta::repo("r"), &blob(n))
-            .expect("append");
-    }
-    src.sync().expect("sync");
-    let codec = Codec {
-        zstd_level: Some(1),
-        key: Some(key.clone()),
-    };
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let layout = src.layout();
-    let mut names = Vec::new();
-    rt.block_on(async {
-        for &(first, _, _) in &layout[..layout.len() - 1] {
-            let path = format::segment_path(src.dir(), first);
-            let job = SegmentJob {
-                path: &path,
-                first,
-                history: src.history().0,
-                epochs: &[EpochStart { epoch: 0, first: 1 }],
-                generation: 0,
-                marks: vec![],
-            };
-            let sent = upload_segment(bucket, &codec, job, &mut Pace::new(0))
-                .await
-                .expect("upload");
-            names.push((bucket.segment_key(&sent.name), sent.name.first));
-        }
-    });
-    (names, src)
-}
-
-fn get(bucket: &Bucket, key: &str) -> Vec<u8> {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let size = bucket
-            .segments()
-            .await
-            .expect("list")
-            .into_iter()
-            .find(|(n, _)| bucket.segment_key(n) == key)
-            .expect("the object")
-            .1;
-        bucket.get_range(key, 0..size).await.expect("get").to_vec()
-    })
-}
-
-fn put(bucket: &Bucket, key: &str, bytes: Vec<u8>) {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let mut up = bucket.writer(key);
-        up.write(bytes.into()).await.expect("write");
-        up.finish().await.expect("put");
-    });
-}
-
-fn key_file(dir: &Path) -> (std::path::PathBuf, ArchiveKey) {
-    let f = dir.join("archive.key");
-    exits(
-        &primary(&["archive-key", "--out", f.to_str().expect("utf-8")]),
-        0,
-        "archive-key",
-    );
-    let k = ArchiveKey::load(&f).expect("the key");
-    (f, k)
-}
+use twinlog::log::{Log, Meta};
 
 /// `primary serve` on `cfg` must exit on its own with `code`; a serve that
 /// answers `status` instead fails the test at once.
@@ -187,17 +53,9 @@ fn serve_exits(cfg: &Path, code: i32) -> String {
 fn a_half_restored_box_is_not_served_and_a_resumed_restore_cuts_what_is_not_the_archives() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let g = Garage::start(&tmp.path().join("garage"), 1).expect("garage");
-    let url = format!("s3://{}/pair", garage::BUCKET);
-    let bucket = Bucket::open(&Spec {
-        url: url.clone(),
-        endpoint: Some(g.endpoint(0)),
-        region: garage::REGION.into(),
-        access_key_id: Some(garage::KEY_ID.into()),
-        secret_access_key: Some(garage::SECRET.into()),
-    })
-    .expect("bucket");
+    let (url, bucket) = garage_bucket(&g, "pair");
     let (key_path, key) = key_file(tmp.path());
-    let (objects, src) = archived_log(tmp.path(), &bucket, &key, 400);
+    let (objects, src) = archived_log(&tmp.path().join("src"), &bucket, Some(&key), "a", 400);
     assert!(objects.len() >= 8, "{objects:?}");
     let archived_to = src.layout()[objects.len() - 1].1;
 
@@ -278,7 +136,7 @@ fn abandon_leaves_a_fresh_box_that_restores_from_the_start() {
     })
     .expect("bucket");
     let (key_path, key) = key_file(tmp.path());
-    let (objects, src) = archived_log(tmp.path(), &bucket, &key, 200);
+    let (objects, src) = archived_log(&tmp.path().join("src"), &bucket, Some(&key), "a", 200);
     let archived_to = src.layout()[objects.len() - 1].1;
     let (damaged, _) = objects[2].clone();
     let good = get(&bucket, &damaged);

@@ -36,7 +36,7 @@ pub async fn open_object(
     let trailer = Trailer::decode(&t).map_err(|e| e.in_object(key))?;
     let fr = trailer.footer_range(size).map_err(|e| e.in_object(key))?;
     let footer = bucket.get_range(key, fr).await?;
-    let reader = ObjectReader::open(trailer, footer.to_vec(), archive_key, size)
+    let reader = ObjectReader::open(trailer, footer.to_vec(), archive_key, size, key)
         .map_err(|e| e.in_object(key))?;
     Ok(Opened {
         key: key.to_owned(),

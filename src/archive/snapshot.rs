@@ -109,12 +109,13 @@ pub async fn upload_snapshot(
         lineage: lineage(&job.history, job.epochs, at),
         sum,
     };
-    let mut w = ObjectWriter::new(codec, PIECE_LEN)?;
+    let key = bucket.snapshot_key(&name);
+    let mut w = ObjectWriter::new(codec, PIECE_LEN, &key)?;
     let mut listed = Vec::with_capacity(files.len());
     let mut buf: Vec<u8> = Vec::with_capacity(PIECE_LEN as usize);
     let mut offset = 0u64;
     let mut all = crc32fast::Hasher::new();
-    let mut up = bucket.writer(&bucket.snapshot_key(&name));
+    let mut up = bucket.writer(&key);
     let result: Result<(), Error> = async {
         for (path, len, crc) in &files {
             let full = job.dir.join(path);
