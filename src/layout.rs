@@ -69,8 +69,17 @@ pub const RELEASE_FILE: &str = "RELEASE";
 /// Written when a primary stopped cleanly (its epoch): its next start
 /// serves at once, where one after a crash starts held.
 pub const CLEAN_STOP_FILE: &str = "CLEAN_STOP";
-/// Marks a data directory a restore is filling.
+/// Marks a data directory a restore is filling; no daemon serves it.
 pub const RESTORING_FILE: &str = "RESTORING";
+/// The marker's line naming what the restore reads from.
+pub const RESTORING_FROM: &str = "from: ";
+
+/// The marker's text: a restore fills the box, from `from` as the
+/// command line says it (`--from-archive URL`, `--twin ADDR ...`), which
+/// is what `serve` names to finish it.
+pub fn restoring_marker(from: &str) -> Vec<u8> {
+    format!("a restore is filling this box\n{RESTORING_FROM}{from}\n").into_bytes()
+}
 /// Where the entry being written is, and how much of it, updated as it
 /// streams.
 pub const PARTIAL_FILE: &str = "RESTORE_PARTIAL";

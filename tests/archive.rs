@@ -177,14 +177,14 @@ async fn sealed_archives_hold_no_plaintext_and_refuse_other_keys() {
         quiet(),
     )
     .await;
-    assert!(matches!(none, Err(Error::KeyNeeded)), "{none:?}");
+    assert!(matches!(none, Err(Error::KeyNeeded { .. })), "{none:?}");
     let other = ArchiveKey::mint().unwrap();
     let wrong = restore_from_archive(
         opts(&tmp.path().join("b"), &bucket, Some(other), Until::End),
         quiet(),
     )
     .await;
-    assert!(matches!(wrong, Err(Error::WrongKey)), "{wrong:?}");
+    assert!(matches!(wrong, Err(Error::WrongKey { .. })), "{wrong:?}");
 }
 
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -353,9 +353,32 @@ async fn tiered_reads_find_any_frame_and_walk_on_across_pieces_and_segments() {
     }
     assert!(matches!(cur.next_frame().await, Err(Error::Missing(_))));
     assert!(matches!(
-        ArchivedFrames::at(source, archived + 1).await,
+        ArchivedFrames::at(source.clone(), archived + 1).await,
         Err(Error::Missing(_))
     ));
+
+    // The same segment unencrypted, put under the sealed object's name by
+    // someone without the key: never served.
+    let clear = bucket_in(&tmp.path().join("clear"));
+    archive_all(&src, &clear, &Codec::default()).await;
+    let (sealed, _) = bucket.segments().await.unwrap()[0];
+    let (plain, size) = clear.segments().await.unwrap()[0];
+    let bytes = clear
+        .get_range(&clear.segment_key(&plain), 0..size)
+        .await
+        .unwrap();
+    let mut up = bucket.writer(&bucket.segment_key(&sealed));
+    up.write(bytes).await.unwrap();
+    up.finish().await.unwrap();
+    let source = TieredSource {
+        cache: None,
+        ..source
+    };
+    let got = ArchivedFrames::at(source, 1).await.map(|_| ());
+    assert!(
+        matches!(&got, Err(Error::Unsealed { object, .. }) if object.ends_with(&bucket.segment_key(&sealed))),
+        "{got:?}"
+    );
 }
 
 #[tokio::test]

@@ -160,7 +160,15 @@ pub async fn run(
         );
     } else {
         if report.resumed {
-            println!("resumed: the frames this box held stayed");
+            println!(
+                "resumed: {} frames this box held were compared with the archive's and are the same",
+                report.verified
+            );
+        }
+        if let (Some(seq), Some(why)) = (report.cut_from, &report.cut_why) {
+            println!(
+                "frame {seq} this box held is not the archive's ({why}): it and the frames after it were cut and fetched again"
+            );
         }
         if report.snapshot_at > 0 {
             println!(

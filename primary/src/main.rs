@@ -237,7 +237,7 @@ enum Cmd {
             long,
             alias = "from",
             value_name = "ADDRESS",
-            required_unless_present = "from_archive",
+            required_unless_present_any = ["from_archive", "abandon"],
             conflicts_with = "from_archive",
             requires = "twin_fingerprint"
         )]
@@ -262,6 +262,11 @@ enum Cmd {
         /// with --from-archive)
         #[arg(long, value_name = "TIME", requires = "from_archive")]
         until_time: Option<String>,
+        /// Throw away what an unfinished restore wrote (its log, store
+        /// and epochs), leaving the box fresh: `serve` refuses a box a
+        /// restore is filling
+        #[arg(long, conflicts_with_all = ["twin", "from_archive"])]
+        abandon: bool,
         /// Print what was restored as one JSON line
         #[arg(long)]
         json: bool,
@@ -731,10 +736,28 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             from_archive,
             until,
             until_time,
+            abandon,
             json,
         } => {
             daemon::init_tracing(false);
             let cfg = config.load()?;
+            if abandon {
+                let a = daemon::abandon_restore(&cfg.data_dir)?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&a)
+                            .map_err(|e| DaemonError::Failed(format!("the report as JSON: {e}")))?
+                    );
+                } else {
+                    println!(
+                        "abandoned the unfinished restore of {}: removed {}; the box is fresh",
+                        cfg.data_dir.display(),
+                        a.removed.join(", ")
+                    );
+                }
+                return Ok(());
+            }
             match (from_archive, twin, twin_fingerprint) {
                 (Some(url), _, _) => {
                     let until = archive_restore::until(until, until_time.as_deref())?;

@@ -1,24 +1,29 @@
 //! The box that archives: a thread of its own (its own small runtime, off
 //! the daemon's network thread and its writer) that uploads every sealed
 //! segment of the log, oldest first, and tells retention how far the
-//! archive reaches: a segment is dropped locally only once it is archived.
+//! archive reaches: a segment is dropped locally only once it is archived,
+//! and only after a HEAD made for that drop found its object as recorded
+//! (`seen`). Both boxes list the bucket every `WATCH_EVERY`: an object
+//! gone is uploaded again while the uploader holds its segment, and while
+//! one is missing retention holds.
 //!
 //! A failed upload is retried, the same segment first, with a backoff
 //! from one second to a minute; `status` shows the last error meanwhile.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::bucket::Bucket;
+use super::bucket::{Bucket, Stored};
 use super::codec::Codec;
 use super::erase::{erase_in_archive, EraseQueue, EraseReach};
 use super::names::{lineage, EraseMark, SegmentName};
 use super::object::TimeMark;
+use super::seen::{confirm_before, covered, is_covered, Known, Seen};
 use super::upload::{upload_segment, Pace, SegmentJob};
 use super::Error;
 use crate::log::{format, Log};
@@ -26,8 +31,11 @@ use crate::repl::epochs::EpochStart;
 
 /// How often the archiver looks for newly sealed segments.
 pub const PASS_EVERY: Duration = Duration::from_secs(1);
-/// How often the box that does not upload lists the bucket.
+/// How often each box lists the bucket, to find what it lost.
 pub const WATCH_EVERY: Duration = Duration::from_secs(5);
+/// How long a retention pass waits for the HEADs before a drop; past it
+/// nothing is dropped this pass.
+const CONFIRM_WAIT: Duration = Duration::from_secs(30);
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// How often the uploading box marks its head with the time: what
@@ -73,6 +81,24 @@ pub struct ArchiveStatus {
     /// Store snapshots archived since start, and the frame of the last.
     pub snapshots_uploaded: u64,
     pub last_snapshot_at: u64,
+    /// Archived objects this box recorded that the bucket no longer holds
+    /// as recorded, their frames in no other object: while there is one,
+    /// retention drops nothing (`retention_held`).
+    #[serde(default)]
+    pub missing_objects: u64,
+    #[serde(default)]
+    pub retention_held: bool,
+    /// The first of them, by key.
+    #[serde(default)]
+    pub missing_first: Option<String>,
+    /// Objects found missing since start.
+    #[serde(default)]
+    pub missing_found: u64,
+    /// HEAD requests made before drops, and the segments they let go.
+    #[serde(default)]
+    pub drop_heads: u64,
+    #[serde(default)]
+    pub drop_confirmed_segments: u64,
 }
 
 /// What the uploader needs to archive store snapshots.
@@ -87,42 +113,17 @@ pub struct StoreSnapshots {
     pub scratch: std::path::PathBuf,
 }
 
-/// The segments the bucket holds: first, last and lineage.
-pub(crate) type Known = HashSet<(u64, u64, u64)>;
-
-fn known_key(n: &SegmentName) -> (u64, u64, u64) {
-    (n.first, n.last, n.lineage)
-}
-
-/// The runs of frames the bucket holds of this log's lineage, merged,
-/// oldest first. The other box cuts its segments where it rolls, which
-/// need not be where this one does: a segment here is archived when a run
-/// covers it, whichever objects make the run.
-pub(crate) fn covered(known: &Known, history: &[u8; 16], epochs: &[EpochStart]) -> Vec<(u64, u64)> {
-    let mut objects: Vec<(u64, u64)> = known
-        .iter()
-        .filter(|(_, last, lin)| *lin == lineage(history, epochs, *last))
-        .map(|&(first, last, _)| (first, last))
-        .collect();
-    objects.sort_unstable();
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for (first, last) in objects {
-        match runs.last_mut() {
-            Some(run) if first <= run.1 + 1 => run.1 = run.1.max(last),
-            _ => runs.push((first, last)),
-        }
-    }
-    runs
-}
-
-pub(crate) fn is_covered(runs: &[(u64, u64)], first: u64, last: u64) -> bool {
-    runs.iter().any(|&(a, b)| a <= first && last <= b)
+/// A retention pass asking which segments below `before` may go.
+struct Confirm {
+    before: u64,
+    reply: std::sync::mpsc::SyncSender<u64>,
 }
 
 /// A drill's negative control only (feature `drill-sabotage`, and
 /// `TWINLOG_DRILL_SABOTAGE=archive-floor-off` in the environment):
-/// retention ignores the archive, so segments leave the box before the
-/// bucket holds them, and a restore from the archive finds a hole.
+/// retention ignores the archive (its floor and the HEADs before a drop),
+/// so segments leave the box before the bucket holds them, and a restore
+/// from the archive finds a hole.
 #[cfg(feature = "drill-sabotage")]
 fn floor_ignored() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -139,11 +140,11 @@ fn floor_ignored() -> bool {
 pub type EpochsOf = Arc<dyn Fn() -> Vec<EpochStart> + Send + Sync>;
 
 pub struct Archiver {
-    log: Arc<Log>,
+    pub(super) log: Arc<Log>,
     /// False on the box that only watches what the other uploads.
     uploading: bool,
-    settings: ArchiveSettings,
-    epochs: EpochsOf,
+    pub(super) settings: ArchiveSettings,
+    pub(super) epochs: EpochsOf,
     floor: AtomicU64,
     status: Mutex<ArchiveStatus>,
     marks: Mutex<VecDeque<TimeMark>>,
@@ -151,11 +152,17 @@ pub struct Archiver {
     tiered: Arc<super::tiered::TieredCache>,
     /// The erases this box applied that the archive has yet to see.
     erases: std::sync::OnceLock<Arc<EraseQueue>>,
-    snapshots: std::sync::OnceLock<StoreSnapshots>,
+    pub(super) snapshots: std::sync::OnceLock<StoreSnapshots>,
     /// Bytes of segments archived since the newest archived snapshot, and
     /// that snapshot's frame (`u64::MAX`: not yet listed).
-    since_snapshot: AtomicU64,
-    last_snapshot_at: AtomicU64,
+    pub(super) since_snapshot: AtomicU64,
+    pub(super) last_snapshot_at: AtomicU64,
+    /// The objects this box recorded, and those it found gone.
+    seen: Mutex<Seen>,
+    /// Objects are missing: retention drops nothing.
+    held: std::sync::atomic::AtomicBool,
+    /// Where retention's confirmations go, once the thread runs.
+    confirms: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Confirm>>>,
 }
 
 fn now_ms() -> u64 {
@@ -200,6 +207,9 @@ impl Archiver {
             snapshots: std::sync::OnceLock::new(),
             since_snapshot: AtomicU64::new(0),
             last_snapshot_at: AtomicU64::new(u64::MAX),
+            seen: Mutex::default(),
+            held: std::sync::atomic::AtomicBool::new(false),
+            confirms: Mutex::default(),
         })
     }
 
@@ -228,20 +238,67 @@ impl Archiver {
 
     /// The lowest sequence retention must keep for the archive: every
     /// frame below it is archived. 0 until the first pass has listed the
-    /// bucket: nothing may go.
+    /// bucket, and while an archived object is missing: nothing may go.
     pub fn keep_from(&self) -> u64 {
         #[cfg(feature = "drill-sabotage")]
         if floor_ignored() {
             return u64::MAX;
         }
+        if self.held.load(Ordering::SeqCst) {
+            return 0;
+        }
         self.floor.load(Ordering::SeqCst)
+    }
+
+    /// Which segments below `before` may leave the box now, asked by a
+    /// retention pass (a blocking thread) right before it drops: those
+    /// whose objects a HEAD made for this call finds as recorded at upload
+    /// or listing (one request per object). Segments whose frames are all
+    /// below the answer may go; the log's first sequence means none.
+    pub fn confirm_drop(&self, before: u64) -> u64 {
+        #[cfg(feature = "drill-sabotage")]
+        if floor_ignored() {
+            return before;
+        }
+        let first = self.log.first_seq();
+        if before <= first {
+            return before;
+        }
+        let tx = self.confirms.lock().ok().and_then(|c| c.clone());
+        let Some(tx) = tx else {
+            return first;
+        };
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        if tx.send(Confirm { before, reply }).is_err() {
+            return first;
+        }
+        answer.recv_timeout(CONFIRM_WAIT).unwrap_or(first)
+    }
+
+    /// Answer retention's confirmations, beside the uploads.
+    async fn serve_confirms(&self, mut rx: tokio::sync::mpsc::UnboundedReceiver<Confirm>) {
+        while let Some(c) = rx.recv().await {
+            let layout = self.log.layout();
+            let sealed = &layout[..layout.len().saturating_sub(1)];
+            let (history, epochs) = (self.log.history().0, (self.epochs)());
+            let ours = |n: &SegmentName| n.lineage == lineage(&history, &epochs, n.last);
+            let before = c.before.min(self.keep_from());
+            let bucket = &self.settings.bucket;
+            let done = confirm_before(bucket, &self.seen, sealed, before, ours).await;
+            self.update_floor(&history, &epochs);
+            self.set_status(|s| {
+                s.drop_heads += done.heads;
+                s.drop_confirmed_segments += done.segments;
+            });
+            let _ = c.reply.send(done.before);
+        }
     }
 
     pub fn status(&self) -> ArchiveStatus {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    fn set_status(&self, f: impl FnOnce(&mut ArchiveStatus)) {
+    pub(super) fn set_status(&self, f: impl FnOnce(&mut ArchiveStatus)) {
         if let Ok(mut s) = self.status.lock() {
             f(&mut s);
         }
@@ -256,6 +313,10 @@ impl Archiver {
         std::thread::Builder::new()
             .name("twinlog-archive".into())
             .spawn(move || {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                if let Ok(mut c) = me.confirms.lock() {
+                    *c = Some(tx);
+                }
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -270,6 +331,7 @@ impl Archiver {
                     tokio::select! {
                         _ = me.run() => {}
                         _ = me.mark_periodically() => {}
+                        _ = me.serve_confirms(rx) => {}
                         _ = stop.wait_for(|s| *s) => {}
                     }
                 });
@@ -278,32 +340,10 @@ impl Archiver {
 
     async fn run(&self) {
         let mut backoff = BACKOFF_FIRST;
-        let mut archived: Option<Known> = None;
+        let mut listed_at: Option<Instant> = None;
         let mut pace = Pace::new(self.settings.bytes_per_s);
         loop {
-            if !self.uploading {
-                archived = None;
-            }
-            let res = match &mut archived {
-                None => match self.settings.bucket.segments().await {
-                    Ok(list) => {
-                        let known: Known = list.into_iter().map(|(n, _)| known_key(&n)).collect();
-                        let history = self.log.history().0;
-                        self.update_floor(&known, &history, &(self.epochs)());
-                        archived = Some(known);
-                        self.erases(None).await
-                    }
-                    Err(e) => Err(e),
-                },
-                Some(known) => match self.pass(known, &mut pace).await {
-                    Ok(()) => match self.erases(Some(&mut pace)).await {
-                        Ok(()) => self.snapshot_if_due(&mut pace).await,
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                },
-            };
-            match res {
+            match self.step(&mut listed_at, &mut pace).await {
                 Ok(()) => {
                     backoff = BACKOFF_FIRST;
                     self.set_status(|s| s.last_error = None);
@@ -322,6 +362,37 @@ impl Archiver {
                 }
             }
         }
+    }
+
+    /// One step: the bucket listed when due (at start, then every
+    /// `WATCH_EVERY`), then on the uploader a pass, the erases and a
+    /// snapshot when due.
+    async fn step(&self, listed_at: &mut Option<Instant>, pace: &mut Pace) -> Result<(), Error> {
+        let first = listed_at.is_none();
+        if !self.uploading || listed_at.is_none_or(|t| t.elapsed() >= WATCH_EVERY) {
+            self.audit().await?;
+            *listed_at = Some(crate::clock::monotonic());
+        }
+        if first || !self.uploading {
+            return self.erases(None).await;
+        }
+        self.pass(pace).await?;
+        self.erases(Some(pace)).await?;
+        self.snapshot_if_due(pace).await
+    }
+
+    /// List the bucket: what this box recorded and the bucket lacks is
+    /// missing (the uploader archives it again while it holds the
+    /// segment), what others uploaded is recorded.
+    async fn audit(&self) -> Result<(), Error> {
+        let listed = self.settings.bucket.segments_stored().await?;
+        let (history, epochs) = (self.log.history().0, (self.epochs)());
+        let ours = |n: &SegmentName| n.lineage == lineage(&history, &epochs, n.last);
+        if let Ok(mut s) = self.seen.lock() {
+            s.audit(listed, ours, !self.uploading);
+        }
+        self.update_floor(&history, &epochs);
+        Ok(())
     }
 
     /// A time mark every `MARK_EVERY` while uploading, uploads in flight
@@ -376,13 +447,13 @@ impl Archiver {
 
     /// One pass: upload every sealed segment the bucket lacks, oldest
     /// first, and move the floor past each.
-    async fn pass(&self, known: &mut Known, pace: &mut Pace) -> Result<(), Error> {
+    async fn pass(&self, pace: &mut Pace) -> Result<(), Error> {
         let history = self.log.history().0;
         let layout = self.log.layout();
         let sealed = &layout[..layout.len().saturating_sub(1)];
         let epochs = (self.epochs)();
         let mut result = Ok(());
-        let runs = covered(known, &history, &epochs);
+        let runs = covered(&self.known(), &history, &epochs);
         for &(first, last, _) in sealed {
             if last < first || is_covered(&runs, first, last) {
                 continue;
@@ -400,7 +471,13 @@ impl Archiver {
                 Ok(sent) => {
                     let key = self.settings.bucket.segment_key(&sent.name);
                     tracing::info!(first, last = sent.name.last, bytes = sent.stored_bytes, %key, "archived a segment");
-                    known.insert(known_key(&sent.name));
+                    if let Ok(mut s) = self.seen.lock() {
+                        let stored = Stored {
+                            size: sent.stored_bytes,
+                            e_tag: sent.e_tag.clone(),
+                        };
+                        s.record(sent.name, stored);
+                    }
                     self.since_snapshot
                         .fetch_add(sent.plain_bytes, Ordering::SeqCst);
                     self.forget_marks_through(sent.name.last);
@@ -414,7 +491,7 @@ impl Archiver {
                     // After each upload, not each pass: a pass through a
                     // backlog takes minutes, and retention on both boxes
                     // waits on this floor.
-                    self.update_floor(known, &history, &epochs);
+                    self.update_floor(&history, &epochs);
                 }
                 Err(e) => {
                     let still_there = self
@@ -433,8 +510,13 @@ impl Archiver {
                 }
             }
         }
-        self.update_floor(known, &history, &epochs);
+        self.update_floor(&history, &epochs);
         result
+    }
+
+    /// The objects recorded present.
+    fn known(&self) -> Known {
+        self.seen.lock().map(|s| s.known()).unwrap_or_default()
     }
 
     /// The erases still to carry to the archive, oldest first: done here
@@ -495,106 +577,15 @@ impl Archiver {
         Ok(())
     }
 
-    /// Where the newest archived snapshot of this lineage is, and how
-    /// many bytes of segments were archived after it: listed once.
-    async fn count_since_snapshot(&self) -> Result<(), Error> {
-        if self.last_snapshot_at.load(Ordering::SeqCst) != u64::MAX {
-            return Ok(());
-        }
-        let history = self.log.history().0;
-        let epochs = (self.epochs)();
-        let bucket = &self.settings.bucket;
-        let newest = bucket
-            .snapshots()
-            .await?
-            .into_iter()
-            .filter(|(n, _)| n.lineage == lineage(&history, &epochs, n.at))
-            .map(|(n, _)| n.at)
-            .max()
-            .unwrap_or(0);
-        let since: u64 = bucket
-            .segments()
-            .await?
-            .iter()
-            .filter(|(n, _)| n.first > newest && n.lineage == lineage(&history, &epochs, n.last))
-            .map(|(_, size)| size)
-            .sum();
-        self.since_snapshot.store(since, Ordering::SeqCst);
-        self.last_snapshot_at.store(newest, Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// Archive a store snapshot once enough segments were archived since
-    /// the last.
-    async fn snapshot_if_due(&self, pace: &mut Pace) -> Result<(), Error> {
-        let Some(s) = self.snapshots.get() else {
-            return Ok(());
+    fn update_floor(&self, history: &[u8; 16], epochs: &[EpochStart]) {
+        let ours = |n: &SegmentName| n.lineage == lineage(history, epochs, n.last);
+        // Poisoned: as if objects were missing, so nothing goes.
+        let (known, missing, found) = match self.seen.lock() {
+            Ok(mut s) => (s.known(), s.missing(ours), s.found_missing),
+            Err(_) => (Known::default(), Vec::new(), 0),
         };
-        if s.every_bytes == 0 {
-            return Ok(());
-        }
-        self.count_since_snapshot().await?;
-        if self.since_snapshot.load(Ordering::SeqCst) < s.every_bytes {
-            return Ok(());
-        }
-        if s.host.health().applied <= self.last_snapshot_at.load(Ordering::SeqCst) {
-            // A store that has not moved (stalled, or caught up to the
-            // last snapshot) would be copied only to be thrown away.
-            return Ok(());
-        }
-        let (host, scratch, base_file) = (s.host.clone(), s.scratch.clone(), s.base_file.clone());
-        let log = self.log.clone();
-        let taken = tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(&scratch);
-            let manifest = host.snapshot_to(&scratch)?;
-            let base = crate::store::install::read_base(&base_file)?;
-            let crc_at = crate::store::install::crc_of_frame(&log, base.as_ref(), manifest.at)?;
-            Ok::<_, crate::store::StoreError>((manifest, crc_at))
-        })
-        .await
-        .map_err(|e| Error::Io(format!("the snapshot's task failed: {e}")))?
-        .map_err(|e| Error::Io(format!("store snapshot: {e}")));
-        let result = match taken {
-            Ok((manifest, _)) if manifest.at <= self.last_snapshot_at.load(Ordering::SeqCst) => {
-                // The store has not moved past the last one.
-                Ok(())
-            }
-            Ok((manifest, crc_at)) => {
-                let job = super::snapshot::SnapshotJob {
-                    dir: &s.scratch,
-                    manifest: &manifest,
-                    crc_at,
-                    history: self.log.history().0,
-                    epochs: &(self.epochs)(),
-                };
-                super::snapshot::upload_snapshot(
-                    &self.settings.bucket,
-                    &self.settings.codec,
-                    job,
-                    pace,
-                )
-                .await
-                .map(|sent| {
-                    tracing::info!(
-                        at = sent.name.at, bytes = sent.stored_bytes,
-                        key = %self.settings.bucket.snapshot_key(&sent.name),
-                        "archived a store snapshot"
-                    );
-                    self.since_snapshot.store(0, Ordering::SeqCst);
-                    self.last_snapshot_at.store(sent.name.at, Ordering::SeqCst);
-                    self.set_status(|st| {
-                        st.snapshots_uploaded += 1;
-                        st.last_snapshot_at = sent.name.at;
-                    });
-                })
-            }
-            Err(e) => Err(e),
-        };
-        let _ = std::fs::remove_dir_all(&s.scratch);
-        result
-    }
-
-    fn update_floor(&self, known: &Known, history: &[u8; 16], epochs: &[EpochStart]) {
+        let held = !missing.is_empty() || self.seen.is_poisoned();
+        let known = &known;
         let layout = self.log.layout();
         let sealed = &layout[..layout.len().saturating_sub(1)];
         let mut floor = layout.last().map_or(0, |s| s.0);
@@ -621,7 +612,13 @@ impl Archiver {
             .and_then(|t| t.elapsed().ok())
             .map_or(0, |d| d.as_secs());
         self.floor.store(floor, Ordering::SeqCst);
+        self.held.store(held, Ordering::SeqCst);
+        let bucket = &self.settings.bucket;
         self.set_status(|s| {
+            s.missing_objects = missing.len() as u64;
+            s.retention_held = held;
+            s.missing_first = missing.first().map(|n| bucket.segment_key(n));
+            s.missing_found = found;
             s.floor = floor;
             s.lag_segments = lag_segments;
             s.lag_bytes = lag_bytes;
@@ -662,35 +659,5 @@ mod tests {
                 .zip(marks.iter().skip(1))
                 .all(|(a, b)| b.seq == a.seq + 2));
         }
-    }
-
-    #[test]
-    fn a_segment_is_archived_when_objects_of_its_lineage_cover_it() {
-        let h = [7u8; 16];
-        let e = [EpochStart { epoch: 0, first: 1 }];
-        let other = [
-            EpochStart { epoch: 0, first: 1 },
-            EpochStart {
-                epoch: 1 << 32,
-                first: 30,
-            },
-        ];
-        let known: Known = [
-            (1, 10, lineage(&h, &e, 10)),
-            (11, 25, lineage(&h, &e, 25)),
-            (26, 40, lineage(&h, &other, 40)),
-            (41, 50, lineage(&h, &e, 50)),
-        ]
-        .into_iter()
-        .collect();
-        let runs = covered(&known, &h, &e);
-        assert_eq!(runs, vec![(1, 25), (41, 50)]);
-        // Cut elsewhere than the objects: covered all the same.
-        assert!(is_covered(&runs, 5, 20));
-        assert!(
-            !is_covered(&runs, 20, 30),
-            "another life's object covers nothing"
-        );
-        assert!(is_covered(&runs, 41, 50));
     }
 }

@@ -34,6 +34,26 @@ pub struct Spec {
     pub secret_access_key: Option<String>,
 }
 
+/// An object as the bucket describes it: its size, and its entity tag
+/// when the bucket gives one (a checksum of its bytes on S3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub size: u64,
+    pub e_tag: Option<String>,
+}
+
+impl Stored {
+    /// Whether `now` is still the object this describes: the same size,
+    /// and the same tag when both have one.
+    pub fn same_as(&self, now: &Stored) -> bool {
+        self.size == now.size
+            && match (&self.e_tag, &now.e_tag) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
+
 /// One bucket and prefix.
 #[derive(Clone)]
 pub struct Bucket {
@@ -125,28 +145,57 @@ impl Bucket {
         &self.url
     }
 
-    async fn list_under(&self, dir: &str) -> Result<Vec<(String, u64)>, Error> {
+    async fn list_stored(&self, dir: &str) -> Result<Vec<(String, Stored)>, Error> {
         let p = ObjPath::from(format!("{}{dir}", with_slash(&self.prefix)));
         let mut out = Vec::new();
         let mut s = self.store.list(Some(&p));
         while let Some(m) = s.next().await {
             let m = m?;
-            out.push((m.location.to_string(), m.size));
+            let stored = Stored {
+                size: m.size,
+                e_tag: m.e_tag,
+            };
+            out.push((m.location.to_string(), stored));
         }
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
+    }
+
+    async fn list_under(&self, dir: &str) -> Result<Vec<(String, u64)>, Error> {
+        let listed = self.list_stored(dir).await?;
+        Ok(listed.into_iter().map(|(k, s)| (k, s.size)).collect())
     }
 
     /// Every archived segment, by name, with its size: oldest first.
     pub async fn segments(&self) -> Result<Vec<(SegmentName, u64)>, Error> {
+        let listed = self.segments_stored().await?;
+        Ok(listed.into_iter().map(|(n, s)| (n, s.size)).collect())
+    }
+
+    /// Every archived segment, by name, with its size and entity tag:
+    /// oldest first.
+    pub async fn segments_stored(&self) -> Result<Vec<(SegmentName, Stored)>, Error> {
         let mut v: Vec<_> = self
-            .list_under(SEGMENTS_DIR)
+            .list_stored(SEGMENTS_DIR)
             .await?
             .into_iter()
-            .filter_map(|(k, n)| SegmentName::parse(&k).map(|s| (s, n)))
+            .filter_map(|(k, s)| SegmentName::parse(&k).map(|n| (n, s)))
             .collect();
-        v.sort();
+        v.sort_by_key(|(n, _)| *n);
         Ok(v)
+    }
+
+    /// What the bucket holds under `key` now (one HEAD request); None when
+    /// it holds nothing there.
+    pub async fn head(&self, key: &str) -> Result<Option<Stored>, Error> {
+        match self.store.head(&ObjPath::from(key)).await {
+            Ok(m) => Ok(Some(Stored {
+                size: m.size,
+                e_tag: m.e_tag,
+            })),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Every archived store snapshot, by name, with its size: oldest
@@ -250,18 +299,17 @@ impl ObjectUpload {
         Ok(())
     }
 
-    /// Make the object visible under its key.
-    pub async fn finish(mut self) -> Result<(), Error> {
-        match self.multipart.take() {
-            Some(m) => {
-                m.finish().await?;
-            }
+    /// Make the object visible under its key; its entity tag, when the
+    /// bucket gives one.
+    pub async fn finish(mut self) -> Result<Option<String>, Error> {
+        let put = match self.multipart.take() {
+            Some(m) => m.finish().await?,
             None => {
                 let payload: PutPayload = self.buffered.drain(..).collect();
-                self.store.put(&self.path, payload).await?;
+                self.store.put(&self.path, payload).await?
             }
-        }
-        Ok(())
+        };
+        Ok(put.e_tag)
     }
 
     /// Give up: the parts already sent are released.

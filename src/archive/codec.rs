@@ -166,7 +166,10 @@ impl Sealing {
         let plain_len = self
             .key
             .open_in_place(Self::nonce(piece), Aad::from(aad), buf)
-            .map_err(|_| Error::Unseal { piece })?
+            .map_err(|_| Error::Unseal {
+                object: String::new(),
+                piece,
+            })?
             .len();
         buf.truncate(plain_len);
         Ok(())
@@ -245,7 +248,7 @@ mod tests {
         let mut moved = buf.clone();
         assert!(matches!(
             s.open(4, b"aad", &mut moved),
-            Err(Error::Unseal { piece: 4 })
+            Err(Error::Unseal { piece: 4, .. })
         ));
         let mut other_data = buf.clone();
         assert!(s.open(3, b"aae", &mut other_data).is_err());

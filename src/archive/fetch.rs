@@ -33,10 +33,10 @@ pub async fn open_object(
     let t = bucket
         .get_range(key, size - TRAILER_LEN as u64..size)
         .await?;
-    let trailer = Trailer::decode(&t)?;
-    let fr = trailer.footer_range(size)?;
+    let trailer = Trailer::decode(&t).map_err(|e| e.in_object(key))?;
+    let fr = trailer.footer_range(size).map_err(|e| e.in_object(key))?;
     let footer = bucket.get_range(key, fr).await?;
-    let reader = ObjectReader::open(trailer, footer.to_vec(), archive_key, size)
+    let reader = ObjectReader::open(trailer, footer.to_vec(), archive_key, size, key)
         .map_err(|e| e.in_object(key))?;
     Ok(Opened {
         key: key.to_owned(),

@@ -9,10 +9,12 @@
 //! - [`upload`]: one sealed segment checked, cut, sealed and sent;
 //! - [`archiver`]: the thread that archives every sealed segment and
 //!   holds retention's floor;
+//! - `seen`: what the box recorded of the bucket, checked before a drop;
 //! - [`erase`]: erases carried to the archived copies of their frames;
 //! - [`snapshot`]: store snapshots archived, and fetched back;
 //! - [`push`]: a stopped box's sealed segments archived from the CLI;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
+//! - [`held`]: a resumed restore's frames compared with the archive's;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
 pub mod archiver;
@@ -20,11 +22,13 @@ pub mod bucket;
 pub mod codec;
 pub mod erase;
 pub mod fetch;
+pub mod held;
 pub mod names;
 pub mod object;
 pub mod push;
 pub mod replay;
 pub mod restore;
+pub(crate) mod seen;
 pub mod snapshot;
 pub mod tiered;
 pub mod upload;
@@ -37,14 +41,23 @@ pub enum Error {
     #[error("corrupt archive object: {0}")]
     Corrupt(String),
     /// The object is sealed and no key was given.
-    #[error("the object is encrypted: name the key file ([archive] key_file)")]
-    KeyNeeded,
+    #[error("{object}: the object is encrypted: name the key file ([archive] key_file)")]
+    KeyNeeded { object: String },
     /// The object was sealed under another key.
-    #[error("the object was encrypted under another key")]
-    WrongKey,
-    /// A piece failed to open: altered, moved, or sealed under another key.
-    #[error("piece {piece} does not open under this key: altered or moved")]
-    Unseal { piece: u64 },
+    #[error("{object}: encrypted under key {sealed_under}, not the key given ({given})")]
+    WrongKey {
+        object: String,
+        sealed_under: String,
+        given: String,
+    },
+    /// A piece failed to open: altered, moved or renamed, or sealed under
+    /// another key (the footer is piece 2^64 - 1).
+    #[error("{object}: {} does not open under this key: altered, moved or renamed", piece_name(*.piece))]
+    Unseal { object: String, piece: u64 },
+    /// An object that is not sealed, in an archive read with a key: anyone
+    /// who can write to the bucket could have put it there.
+    #[error("{object}: not encrypted, where every object of this archive is (it claims {claims}): refused, as anyone who can write to the bucket could have put it there")]
+    Unsealed { object: String, claims: String },
     /// The key file is missing, unreadable or malformed.
     #[error("archive key: {0}")]
     Key(String),
@@ -79,11 +92,24 @@ pub enum Error {
     NotFresh(String),
 }
 
+/// A piece as refusals name it.
+fn piece_name(piece: u64) -> String {
+    if piece == codec::FOOTER_PIECE {
+        "its footer".into()
+    } else {
+        format!("piece {piece}")
+    }
+}
+
 impl Error {
     /// The same error, naming the object it was found in.
     pub fn in_object(self, key: &str) -> Error {
         match self {
             Error::Corrupt(m) => Error::Corrupt(format!("{key}: {m}")),
+            Error::Unseal { piece, .. } => Error::Unseal {
+                object: key.to_owned(),
+                piece,
+            },
             other => other,
         }
     }

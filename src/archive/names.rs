@@ -173,6 +173,24 @@ impl EraseMark {
     }
 }
 
+/// What the object stored under `key` claims to be, by its name, as a
+/// refusal says it.
+pub fn claims(key: &str) -> String {
+    if let Some(n) = SegmentName::parse(key) {
+        return format!(
+            "frames {} to {} of lineage {:016x}, generation {}",
+            n.first, n.last, n.lineage, n.generation
+        );
+    }
+    if let Some(n) = SnapshotName::parse(key) {
+        return format!(
+            "a store snapshot at frame {} of lineage {:016x}",
+            n.at, n.lineage
+        );
+    }
+    "nothing this build names".into()
+}
+
 /// `prefix/`, or nothing for the bucket's root.
 pub fn with_slash(prefix: &str) -> String {
     let p = prefix.trim_matches('/');

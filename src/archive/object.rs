@@ -20,7 +20,11 @@ use super::Error;
 use crate::repl::epochs::EpochStart;
 
 pub const OBJECT_MAGIC: [u8; 8] = *b"\x89TWO\r\n\x1a\n";
-pub const OBJECT_VERSION: u32 = 1;
+/// Version 2 binds each sealed piece to the object's name (its first and
+/// last frame, lineage, generation and sum); version 1 objects, bound to
+/// their trailer only, are still read.
+pub const OBJECT_VERSION: u32 = 2;
+const OLDEST_VERSION: u32 = 1;
 pub const TRAILER_LEN: usize = 72;
 /// The part of the trailer every piece is bound to (magic to key id).
 const BOUND_LEN: usize = 56;
@@ -134,6 +138,7 @@ impl Footer {
 /// The trailer's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trailer {
+    pub version: u32,
     pub flags: u32,
     pub salt: [u8; 32],
     pub key_id: [u8; 8],
@@ -143,10 +148,10 @@ pub struct Trailer {
     bound: [u8; BOUND_LEN],
 }
 
-fn bound_bytes(flags: u32, salt: &[u8; 32], key_id: &[u8; 8]) -> [u8; BOUND_LEN] {
+fn bound_bytes(version: u32, flags: u32, salt: &[u8; 32], key_id: &[u8; 8]) -> [u8; BOUND_LEN] {
     let mut b = [0u8; BOUND_LEN];
     b[0..8].copy_from_slice(&OBJECT_MAGIC);
-    b[8..12].copy_from_slice(&OBJECT_VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
     b[12..16].copy_from_slice(&flags.to_le_bytes());
     b[16..48].copy_from_slice(salt);
     b[48..56].copy_from_slice(key_id);
@@ -179,9 +184,9 @@ impl Trailer {
             return Err(Error::Corrupt("the trailer's crc does not match".into()));
         }
         let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-        if version != OBJECT_VERSION {
+        if !(OLDEST_VERSION..=OBJECT_VERSION).contains(&version) {
             return Err(Error::Corrupt(format!(
-                "archive object version {version}; this build reads {OBJECT_VERSION}"
+                "archive object version {version}; this build reads {OLDEST_VERSION} to {OBJECT_VERSION}"
             )));
         }
         let flags = u32::from_le_bytes([b[12], b[13], b[14], b[15]]);
@@ -197,6 +202,7 @@ impl Trailer {
         let mut bound = [0u8; BOUND_LEN];
         bound.copy_from_slice(&b[..BOUND_LEN]);
         Ok(Trailer {
+            version,
             flags,
             salt,
             key_id,
@@ -204,6 +210,18 @@ impl Trailer {
             footer_crc: u32::from_le_bytes([b[64], b[65], b[66], b[67]]),
             bound,
         })
+    }
+
+    /// What each sealed piece of the object named `name` is bound to:
+    /// the trailer's first bytes, and from version 2 the object's base
+    /// name, so a piece or a whole object moved to another name fails to
+    /// open.
+    fn aad(&self, name: &str) -> Vec<u8> {
+        let mut aad = self.bound.to_vec();
+        if self.version >= 2 {
+            aad.extend_from_slice(base_name(name).as_bytes());
+        }
+        aad
     }
 
     /// The footer's range in an object of `object_len` bytes, checked.
@@ -221,11 +239,18 @@ impl Trailer {
     }
 }
 
+/// An object's name without its prefix: what its pieces are bound to.
+fn base_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// Turns plaintext pieces into an object's stored bytes.
 pub struct ObjectWriter {
     level: Option<i32>,
     sealing: Option<Sealing>,
     trailer: Trailer,
+    /// The additional data every sealed piece carries.
+    aad: Vec<u8>,
     piece_len: u32,
     pieces: Vec<Piece>,
     crc: crc32fast::Hasher,
@@ -234,7 +259,9 @@ pub struct ObjectWriter {
 }
 
 impl ObjectWriter {
-    pub fn new(codec: &Codec, piece_len: u32) -> Result<ObjectWriter, Error> {
+    /// A writer of the object to be stored under `name` (its key in the
+    /// bucket; the prefix does not count).
+    pub fn new(codec: &Codec, piece_len: u32, name: &str) -> Result<ObjectWriter, Error> {
         if !(MIN_PIECE_LEN..=MAX_PIECE_LEN).contains(&piece_len) {
             return Err(Error::Codec(format!(
                 "a piece length of {piece_len} is outside {MIN_PIECE_LEN}..={MAX_PIECE_LEN}"
@@ -252,17 +279,20 @@ impl ObjectWriter {
             }
             None => (None, [0u8; 32], [0u8; 8]),
         };
+        let trailer = Trailer {
+            version: OBJECT_VERSION,
+            flags,
+            salt,
+            key_id,
+            footer_len: 0,
+            footer_crc: 0,
+            bound: bound_bytes(OBJECT_VERSION, flags, &salt, &key_id),
+        };
         Ok(ObjectWriter {
             level: codec.zstd_level,
             sealing,
-            trailer: Trailer {
-                flags,
-                salt,
-                key_id,
-                footer_len: 0,
-                footer_crc: 0,
-                bound: bound_bytes(flags, &salt, &key_id),
-            },
+            aad: trailer.aad(name),
+            trailer,
             piece_len,
             pieces: Vec::new(),
             crc: crc32fast::Hasher::new(),
@@ -302,7 +332,7 @@ impl ObjectWriter {
         }
         let index = self.pieces.len() as u64;
         if let Some(s) = &self.sealing {
-            s.seal(index, &self.trailer.bound, &mut stored)?;
+            s.seal(index, &self.aad, &mut stored)?;
         }
         let stored_len = u32::try_from(stored.len())
             .map_err(|_| Error::Codec("a stored piece over 4 GiB".into()))?;
@@ -329,7 +359,7 @@ impl ObjectWriter {
         let mut out =
             postcard::to_stdvec(&footer).map_err(|e| Error::Codec(format!("footer: {e}")))?;
         if let Some(s) = &self.sealing {
-            s.seal(FOOTER_PIECE, &self.trailer.bound, &mut out)?;
+            s.seal(FOOTER_PIECE, &self.aad, &mut out)?;
         }
         let mut trailer = self.trailer;
         trailer.footer_len = out.len() as u64;
@@ -343,6 +373,10 @@ impl ObjectWriter {
 /// and opens pieces.
 pub struct ObjectReader {
     trailer: Trailer,
+    /// The object's name, as refusals say it, and what its pieces are
+    /// bound to.
+    name: String,
+    aad: Vec<u8>,
     sealing: Option<Sealing>,
     footer: Footer,
     /// Stored offset of each piece, and the footer's start last.
@@ -350,25 +384,46 @@ pub struct ObjectReader {
 }
 
 impl ObjectReader {
+    /// Open the object stored under `name` from its trailer and footer.
+    /// With a key, an object that is not sealed is refused: anyone who can
+    /// write to the bucket could have put it there.
     pub fn open(
         trailer: Trailer,
         mut footer_stored: Vec<u8>,
         key: Option<&ArchiveKey>,
         object_len: u64,
+        name: &str,
     ) -> Result<ObjectReader, Error> {
+        let object = || name.to_owned();
         if crc32fast::hash(&footer_stored) != trailer.footer_crc {
             return Err(Error::Corrupt("the footer does not match its crc".into()));
         }
-        let sealing = if trailer.flags & FLAG_SEALED != 0 {
-            let k = key.ok_or(Error::KeyNeeded)?;
-            if k.id() != trailer.key_id {
-                return Err(Error::WrongKey);
+        let aad = trailer.aad(name);
+        let sealing = match (trailer.flags & FLAG_SEALED != 0, key) {
+            (true, None) => return Err(Error::KeyNeeded { object: object() }),
+            (true, Some(k)) => {
+                if k.id() != trailer.key_id {
+                    return Err(Error::WrongKey {
+                        object: object(),
+                        sealed_under: hex(&trailer.key_id),
+                        given: hex(&k.id()),
+                    });
+                }
+                let s = Sealing::new(k, &trailer.salt)?;
+                s.open(FOOTER_PIECE, &aad, &mut footer_stored)
+                    .map_err(|_| Error::Unseal {
+                        object: object(),
+                        piece: FOOTER_PIECE,
+                    })?;
+                Some(s)
             }
-            let s = Sealing::new(k, &trailer.salt)?;
-            s.open(FOOTER_PIECE, &trailer.bound, &mut footer_stored)?;
-            Some(s)
-        } else {
-            None
+            (false, Some(_)) => {
+                return Err(Error::Unsealed {
+                    object: object(),
+                    claims: super::names::claims(name),
+                })
+            }
+            (false, None) => None,
         };
         let footer: Footer = postcard::from_bytes(&footer_stored)
             .map_err(|e| Error::Corrupt(format!("footer: {e}")))?;
@@ -398,6 +453,8 @@ impl ObjectReader {
         }
         Ok(ObjectReader {
             trailer,
+            name: name.to_owned(),
+            aad,
             sealing,
             footer,
             offsets,
@@ -433,7 +490,11 @@ impl ObjectReader {
             )));
         }
         if let Some(s) = &self.sealing {
-            s.open(i as u64, &self.trailer.bound, &mut stored)?;
+            s.open(i as u64, &self.aad, &mut stored)
+                .map_err(|_| Error::Unseal {
+                    object: self.name.clone(),
+                    piece: i as u64,
+                })?;
         }
         let plain_len = self.footer.piece_plain_len(i) as usize;
         if p.compressed && self.trailer.flags & FLAG_ZSTD == 0 {
@@ -449,12 +510,28 @@ impl ObjectReader {
     }
 }
 
+/// A key id as refusals show it.
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn build(codec: &Codec, plain: &[u8], piece_len: u32) -> (Vec<u8>, Footer) {
-        let mut w = ObjectWriter::new(codec, piece_len).unwrap();
+    const NAME: &str = "p/segments/00000000000000000001-00000000000000000002-0000000000000007-00000000000000000000-00000000.twseg";
+    const OTHER: &str = "p/segments/00000000000000000001-00000000000000000002-0000000000000007-00000000000000000009-00000000.twseg";
+
+    fn build_as(codec: &Codec, plain: &[u8], piece_len: u32, name: &str, legacy: bool) -> Vec<u8> {
+        let mut w = ObjectWriter::new(codec, piece_len, name).unwrap();
+        if legacy {
+            // As a build before version 2 wrote it: bound to the trailer
+            // only.
+            let t = &mut w.trailer;
+            t.version = 1;
+            t.bound = bound_bytes(1, t.flags, &t.salt, &t.key_id);
+            w.aad = t.aad(name);
+        }
         let mut out = Vec::new();
         for c in plain.chunks(piece_len as usize) {
             out.extend(w.piece(c, None).unwrap());
@@ -468,12 +545,16 @@ mod tests {
             marks: vec![],
             repos: vec![],
         });
-        let (tail, footer) = w.finish(content).unwrap();
+        let (tail, _) = w.finish(content).unwrap();
         out.extend(tail);
-        (out, footer)
+        out
     }
 
-    fn read_all(obj: &[u8], key: Option<&ArchiveKey>) -> Result<Vec<u8>, Error> {
+    fn build(codec: &Codec, plain: &[u8], piece_len: u32) -> Vec<u8> {
+        build_as(codec, plain, piece_len, NAME, false)
+    }
+
+    fn read_as(obj: &[u8], key: Option<&ArchiveKey>, name: &str) -> Result<Vec<u8>, Error> {
         let start = obj
             .len()
             .checked_sub(TRAILER_LEN)
@@ -485,6 +566,7 @@ mod tests {
             obj[fr.start as usize..fr.end as usize].to_vec(),
             key,
             obj.len() as u64,
+            name,
         )?;
         let mut plain = Vec::new();
         for i in 0..r.pieces() {
@@ -492,6 +574,10 @@ mod tests {
             plain.extend(r.open_piece(i, obj[rg.start as usize..rg.end as usize].to_vec())?);
         }
         Ok(plain)
+    }
+
+    fn read_all(obj: &[u8], key: Option<&ArchiveKey>) -> Result<Vec<u8>, Error> {
+        read_as(obj, key, NAME)
     }
 
     fn sample(n: usize) -> Vec<u8> {
@@ -512,17 +598,69 @@ mod tests {
                 zstd_level: level,
                 key: k.clone(),
             };
-            let (obj, footer) = build(&codec, &plain, 4096);
-            assert_eq!(footer.pieces.len(), 5);
+            let obj = build(&codec, &plain, 4096);
             assert_eq!(read_all(&obj, k.as_ref()).unwrap(), plain);
             if k.is_some() {
                 let needle = &plain[100..132];
                 assert!(!obj.windows(needle.len()).any(|w| w == needle));
-                assert!(matches!(read_all(&obj, None), Err(Error::KeyNeeded)));
+                assert!(matches!(
+                    read_all(&obj, None),
+                    Err(Error::KeyNeeded { object }) if object == NAME
+                ));
                 let other = ArchiveKey::mint().unwrap();
-                assert!(matches!(read_all(&obj, Some(&other)), Err(Error::WrongKey)));
+                let wrong = read_all(&obj, Some(&other));
+                assert!(
+                    matches!(&wrong, Err(Error::WrongKey { object, .. }) if object == NAME),
+                    "{wrong:?}"
+                );
             }
         }
+    }
+
+    #[test]
+    fn with_a_key_an_unsealed_object_is_refused_by_name() {
+        let key = ArchiveKey::mint().unwrap();
+        let plain = sample(9_000);
+        let clear = build(&Codec::default(), &plain, 4096);
+        let got = read_all(&clear, Some(&key));
+        match &got {
+            Err(Error::Unsealed { object, claims }) => {
+                assert_eq!(object, NAME);
+                assert!(claims.contains("frames 1 to 2"), "{claims}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(got.unwrap_err().to_string().contains(NAME));
+        assert_eq!(read_all(&clear, None).unwrap(), plain, "no key: read");
+    }
+
+    #[test]
+    fn a_sealed_object_under_another_name_does_not_open() {
+        let key = ArchiveKey::mint().unwrap();
+        let codec = Codec {
+            zstd_level: None,
+            key: Some(key.clone()),
+        };
+        let plain = sample(9_000);
+        let obj = build(&codec, &plain, 4096);
+        // The prefix is not bound: an archive copied elsewhere restores.
+        let moved = NAME.replacen("p/", "elsewhere/deeper/", 1);
+        assert_eq!(read_as(&obj, Some(&key), &moved).unwrap(), plain);
+        let renamed = read_as(&obj, Some(&key), OTHER);
+        assert!(
+            matches!(&renamed, Err(Error::Unseal { object, piece: FOOTER_PIECE }) if object == OTHER),
+            "{renamed:?}"
+        );
+        // A piece of another object of the same key and trailer does not
+        // open in this one either: the salt differs, and so does the name.
+        let other = build_as(&codec, &plain, 4096, OTHER, false);
+        let mut spliced = obj.clone();
+        spliced[..100].copy_from_slice(&other[..100]);
+        assert!(read_all(&spliced, Some(&key)).is_err());
+        // Version 1 objects, bound to their trailer only, still open.
+        let legacy = build_as(&codec, &plain, 4096, NAME, true);
+        assert_eq!(read_all(&legacy, Some(&key)).unwrap(), plain);
+        assert_eq!(read_as(&legacy, Some(&key), OTHER).unwrap(), plain);
     }
 
     #[test]
@@ -534,7 +672,7 @@ mod tests {
                 zstd_level: Some(1),
                 key: k.clone(),
             };
-            let (obj, _) = build(&codec, &plain, 4096);
+            let obj = build(&codec, &plain, 4096);
             for at in (0..obj.len()).step_by(7) {
                 let mut bad = obj.clone();
                 bad[at] ^= 0x40;

@@ -4,7 +4,8 @@
 //! archive turned on for a log that already holds history, with its
 //! progress shown. The log's lock keeps it off a serving box.
 
-use super::archiver::{covered, is_covered, ArchiveSettings};
+use super::archiver::ArchiveSettings;
+use super::seen::{covered, is_covered};
 use super::upload::{upload_segment, Pace, SegmentJob};
 use super::Error;
 use crate::log::{format, Log};

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
 use super::fetch::{open_object, Pieces};
+use super::held::check_held;
 use super::names::{epochs_through, lineage, of_lineage, SegmentName, SnapshotName};
 use super::object::{Content, SegmentInfo};
 use super::replay::Replay;
@@ -75,6 +76,13 @@ pub struct ArchiveRestoreReport {
     pub write_secs: f64,
     pub sync_secs: f64,
     pub store_secs: f64,
+    /// Resumed: the frames the box held, compared with the archive's and
+    /// found equal.
+    pub verified: u64,
+    /// Resumed: the first held frame that was not the archive's, and why;
+    /// it and every frame after it were cut and fetched again.
+    pub cut_from: Option<u64>,
+    pub cut_why: Option<String>,
 }
 
 /// One lineage's segments, oldest first, contiguous from frame 1.
@@ -266,12 +274,9 @@ fn open_fresh_log(
         if fs.list(&store).is_ok_and(|d| !d.is_empty()) {
             return Err(Error::NotFresh("its store holds data".into()));
         }
-        write_file(
-            &**fs,
-            &marker,
-            b"a restore from the archive is filling this box\n",
-        )
-        .map_err(|e| Error::Io(format!("{}: {e}", marker.display())))?;
+        let from = format!("--from-archive {}", opts.bucket.url());
+        write_file(&**fs, &marker, &crate::layout::restoring_marker(&from))
+            .map_err(|e| Error::Io(format!("{}: {e}", marker.display())))?;
         sync_parent_with(&**fs, &marker).map_err(|e| Error::Io(e.to_string()))?;
     }
     log.set_follower(true);
@@ -283,7 +288,7 @@ fn open_fresh_log(
 /// sync has little left to do.
 const SYNC_EVERY: u64 = 64 << 20;
 /// Pieces in flight between the fetches and the writer (4 MiB each).
-const PIECES_QUEUED: usize = 6;
+pub(super) const PIECES_QUEUED: usize = 6;
 
 async fn sync(log: &Arc<Log>) -> Result<(), Error> {
     let l = log.clone();
@@ -294,7 +299,7 @@ async fn sync(log: &Arc<Log>) -> Result<(), Error> {
 }
 
 /// What the fetches hand the writer, in order.
-enum Feed {
+pub(super) enum Feed {
     /// The next segment's pieces follow.
     Segment(SegmentName, String),
     Piece(Vec<u8>),
@@ -382,7 +387,7 @@ fn write_all(
 
 /// Fetch the segments in order into `tx`, the next one's first pieces on
 /// their way while the writer takes the last of this one's.
-async fn fetch_all(
+pub(super) async fn fetch_all(
     bucket: &Bucket,
     key: Option<&ArchiveKey>,
     wanted: &[(SegmentName, u64)],
@@ -453,6 +458,34 @@ pub async fn restore_from_archive(
     crate::store::install::finish(&paths, &log)
         .map_err(|e| Error::Io(format!("finishing the snapshot's install: {e}")))?;
     let log = Arc::new(log);
+    let mut report = ArchiveRestoreReport {
+        resumed,
+        target,
+        lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
+        ..ArchiveRestoreReport::default()
+    };
+    if log.head_seq() >= log.first_seq() {
+        // Nothing an earlier run left is believed: compared first.
+        let (from, to) = (log.first_seq(), log.head_seq());
+        if let Some((expect, _)) = gap_in(&chain, from, to) {
+            return Err(Error::Missing(format!(
+                "this box holds frames {from} to {to}; the archive's segments of this lineage skip frame {expect}"
+            )));
+        }
+        let covering: Vec<_> = chain
+            .segments
+            .iter()
+            .filter(|(n, _)| n.last >= from && n.first <= to)
+            .copied()
+            .collect();
+        let held = check_held(&opts.bucket, key, chain.history, log.clone(), &covering).await?;
+        report.verified = held.checked;
+        if let Some(d) = held.differs {
+            cut_from(&opts.data_dir, &fs, &log, d.seq)?;
+            report.cut_from = Some(d.seq);
+            report.cut_why = Some(d.what);
+        }
+    }
     let mut snapshot_at = 0;
     if log.head_seq() == 0 {
         if let Some((name, size)) = start_of(&chain, target)? {
@@ -464,13 +497,7 @@ pub async fn restore_from_archive(
             "the archive's segments of this lineage skip frame {expect}"
         )));
     }
-    let mut report = ArchiveRestoreReport {
-        resumed,
-        snapshot_at,
-        target,
-        lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
-        ..ArchiveRestoreReport::default()
-    };
+    report.snapshot_at = snapshot_at;
     let wanted: Vec<_> = chain
         .segments
         .iter()
@@ -500,13 +527,13 @@ pub async fn restore_from_archive(
     let (l, history, shown) = (log.clone(), chain.history, progress.clone());
     let base = prog;
     let writer = tokio::task::spawn_blocking(move || {
-        let l2 = l.clone();
         write_all(l, history, target, rx, sync_tx, &|w: &Written| {
             let mut p = base;
             p.segments_done = w.segments;
             p.frames = w.frames;
             p.bytes = w.bytes;
-            p.head = l2.head_seq();
+            // Written, not yet synced: the log's head moves with the syncs.
+            p.head = base.head + w.frames;
             shown(&p);
         })
     });
@@ -538,6 +565,29 @@ pub async fn restore_from_archive(
     report.store_secs = t.elapsed().as_secs_f64();
     report.head = target;
     Ok(report)
+}
+
+/// Cut the held frames from `seq` on: they are not the archive's. A store
+/// that applied one of them goes too (the restore rebuilds it from the
+/// log), first, so that a crash between leaves no store ahead of its log;
+/// one installed from a snapshot cannot be rebuilt, and is refused.
+fn cut_from(data: &Path, fs: &Arc<dyn Storage>, log: &Log, seq: u64) -> Result<(), Error> {
+    let store = InstallPaths::new(data).store();
+    if fs.list(&store).is_ok_and(|d| !d.is_empty()) {
+        // Unreadable: as if it applied everything.
+        let applied = Store::applied_mark_with(&**fs, &store, log.history()).unwrap_or(u64::MAX);
+        if applied >= seq {
+            if log.first_seq() > 1 {
+                return Err(Error::NotFresh(format!(
+                    "frame {seq} it holds is not the archive's, and its store, installed from a snapshot, applied it: abandon the restore (`primary restore --abandon`) and run it again"
+                )));
+            }
+            fs.remove_dir_all(&store)
+                .map_err(|e| Error::Io(format!("{}: {e}", store.display())))?;
+        }
+    }
+    log.truncate_after(seq - 1)?;
+    Ok(())
 }
 
 /// The store rebuilt from the log, the epochs of the lineage, the marker

@@ -10,6 +10,7 @@
 
 use std::io::Write;
 use std::path::{Component, Path};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
@@ -108,12 +109,13 @@ pub async fn upload_snapshot(
         lineage: lineage(&job.history, job.epochs, at),
         sum,
     };
-    let mut w = ObjectWriter::new(codec, PIECE_LEN)?;
+    let key = bucket.snapshot_key(&name);
+    let mut w = ObjectWriter::new(codec, PIECE_LEN, &key)?;
     let mut listed = Vec::with_capacity(files.len());
     let mut buf: Vec<u8> = Vec::with_capacity(PIECE_LEN as usize);
     let mut offset = 0u64;
     let mut all = crc32fast::Hasher::new();
-    let mut up = bucket.writer(&bucket.snapshot_key(&name));
+    let mut up = bucket.writer(&key);
     let result: Result<(), Error> = async {
         for (path, len, crc) in &files {
             let full = job.dir.join(path);
@@ -264,4 +266,107 @@ pub async fn download_snapshot(
         }
     }
     Ok(info)
+}
+
+/// Store snapshots archived by the uploader, one per `every_bytes` of
+/// segments archived.
+impl super::archiver::Archiver {
+    /// Where the newest archived snapshot of this lineage is, and how
+    /// many bytes of segments were archived after it: listed once.
+    async fn count_since_snapshot(&self) -> Result<(), Error> {
+        if self.last_snapshot_at.load(Ordering::SeqCst) != u64::MAX {
+            return Ok(());
+        }
+        let history = self.log.history().0;
+        let epochs = (self.epochs)();
+        let bucket = &self.settings.bucket;
+        let newest = bucket
+            .snapshots()
+            .await?
+            .into_iter()
+            .filter(|(n, _)| n.lineage == lineage(&history, &epochs, n.at))
+            .map(|(n, _)| n.at)
+            .max()
+            .unwrap_or(0);
+        let since: u64 = bucket
+            .segments()
+            .await?
+            .iter()
+            .filter(|(n, _)| n.first > newest && n.lineage == lineage(&history, &epochs, n.last))
+            .map(|(_, size)| size)
+            .sum();
+        self.since_snapshot.store(since, Ordering::SeqCst);
+        self.last_snapshot_at.store(newest, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Archive a store snapshot once enough segments were archived since
+    /// the last.
+    pub(super) async fn snapshot_if_due(&self, pace: &mut Pace) -> Result<(), Error> {
+        let Some(s) = self.snapshots.get() else {
+            return Ok(());
+        };
+        if s.every_bytes == 0 {
+            return Ok(());
+        }
+        self.count_since_snapshot().await?;
+        if self.since_snapshot.load(Ordering::SeqCst) < s.every_bytes {
+            return Ok(());
+        }
+        if s.host.health().applied <= self.last_snapshot_at.load(Ordering::SeqCst) {
+            // A store that has not moved (stalled, or caught up to the
+            // last snapshot) would be copied only to be thrown away.
+            return Ok(());
+        }
+        let (host, scratch, base_file) = (s.host.clone(), s.scratch.clone(), s.base_file.clone());
+        let log = self.log.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            let _ = std::fs::remove_dir_all(&scratch);
+            let manifest = host.snapshot_to(&scratch)?;
+            let base = crate::store::install::read_base(&base_file)?;
+            let crc_at = crate::store::install::crc_of_frame(&log, base.as_ref(), manifest.at)?;
+            Ok::<_, crate::store::StoreError>((manifest, crc_at))
+        })
+        .await
+        .map_err(|e| Error::Io(format!("the snapshot's task failed: {e}")))?
+        .map_err(|e| Error::Io(format!("store snapshot: {e}")));
+        let result = match taken {
+            Ok((manifest, _)) if manifest.at <= self.last_snapshot_at.load(Ordering::SeqCst) => {
+                // The store has not moved past the last one.
+                Ok(())
+            }
+            Ok((manifest, crc_at)) => {
+                let job = super::snapshot::SnapshotJob {
+                    dir: &s.scratch,
+                    manifest: &manifest,
+                    crc_at,
+                    history: self.log.history().0,
+                    epochs: &(self.epochs)(),
+                };
+                super::snapshot::upload_snapshot(
+                    &self.settings.bucket,
+                    &self.settings.codec,
+                    job,
+                    pace,
+                )
+                .await
+                .map(|sent| {
+                    tracing::info!(
+                        at = sent.name.at, bytes = sent.stored_bytes,
+                        key = %self.settings.bucket.snapshot_key(&sent.name),
+                        "archived a store snapshot"
+                    );
+                    self.since_snapshot.store(0, Ordering::SeqCst);
+                    self.last_snapshot_at.store(sent.name.at, Ordering::SeqCst);
+                    self.set_status(|st| {
+                        st.snapshots_uploaded += 1;
+                        st.last_snapshot_at = sent.name.at;
+                    });
+                })
+            }
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_dir_all(&s.scratch);
+        result
+    }
 }

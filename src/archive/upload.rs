@@ -112,11 +112,13 @@ pub fn segment_name(
 }
 
 /// What one upload sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent {
     pub name: SegmentName,
     pub plain_bytes: u64,
     pub stored_bytes: u64,
+    /// The entity tag the bucket gave the object.
+    pub e_tag: Option<String>,
 }
 
 /// A segment to archive.
@@ -147,14 +149,15 @@ pub async fn upload_segment(
     );
     let key = bucket.segment_key(&name);
     let mut up = bucket.writer(&key);
-    match send_pieces(&mut up, codec, &job, &checked, pace).await {
+    match send_pieces(&mut up, codec, &job, &checked, pace, &key).await {
         Ok((tail, stored)) => {
             up.write(Bytes::from(tail)).await?;
-            up.finish().await?;
+            let e_tag = up.finish().await?;
             Ok(Sent {
                 name,
                 plain_bytes: checked.len,
                 stored_bytes: stored,
+                e_tag,
             })
         }
         Err(e) => {
@@ -170,10 +173,11 @@ async fn send_pieces(
     job: &SegmentJob<'_>,
     checked: &Checked,
     pace: &mut Pace,
+    key: &str,
 ) -> Result<(Vec<u8>, u64), Error> {
     let mut f = std::fs::File::open(job.path)
         .map_err(|e| Error::Io(format!("{}: {e}", job.path.display())))?;
-    let mut w = ObjectWriter::new(codec, PIECE_LEN)?;
+    let mut w = ObjectWriter::new(codec, PIECE_LEN, key)?;
     let mut walk = FrameWalk::new(job.first, job.history);
     let mut crc = crc32fast::Hasher::new();
     let mut buf = vec![0u8; PIECE_LEN as usize];

@@ -32,6 +32,15 @@ pub fn render_archive(a: &ArchiveStatus) -> String {
             a.erases_pending
         ));
     }
+    if a.retention_held {
+        out.push_str(&format!(
+            "archive: {} objects missing, retention held{}\n",
+            a.missing_objects,
+            a.missing_first
+                .as_ref()
+                .map_or(String::new(), |k| format!(" (first: {k})"))
+        ));
+    }
     if let Some(e) = &a.last_error {
         out.push_str(&format!("archive: FAILING, retrying: {e}\n"));
     }
@@ -99,6 +108,36 @@ pub(super) fn archive_metrics(out: &mut String, a: &ArchiveStatus) {
         "twinlog_archive_last_upload_unix_ms",
         "When the last segment was uploaded (0: none since start).",
         a.last_upload_unix_ms,
+    );
+    gauge(
+        out,
+        "twinlog_archive_missing_objects",
+        "Archived objects this box recorded that the bucket no longer holds as recorded.",
+        a.missing_objects,
+    );
+    gauge(
+        out,
+        "twinlog_archive_retention_held",
+        "1 while retention drops nothing because archived objects are missing.",
+        u8::from(a.retention_held),
+    );
+    counter(
+        out,
+        "twinlog_archive_missing_found_total",
+        "Archived objects found gone or changed since start.",
+        a.missing_found,
+    );
+    counter(
+        out,
+        "twinlog_archive_drop_heads_total",
+        "HEAD requests made to confirm objects before segments were dropped.",
+        a.drop_heads,
+    );
+    counter(
+        out,
+        "twinlog_archive_drop_confirmed_segments_total",
+        "Segments a HEAD of their objects let leave the box.",
+        a.drop_confirmed_segments,
     );
     gauge(
         out,

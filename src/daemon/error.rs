@@ -185,6 +185,12 @@ pub enum DaemonError {
         /// The directory did not exist.
         absent: bool,
     },
+    /// A data directory a restore is filling: served only once restored.
+    #[error("{} holds an unfinished restore (RESTORING): a box is served only once the restore is done. Finish it with {finish} (it resumes, checking the frames it kept), or discard what it wrote with `primary restore --config … --abandon`", data_dir.display())]
+    Restoring { data_dir: PathBuf, finish: String },
+    /// `primary restore --abandon` on a box no restore is filling.
+    #[error("no restore is under way in {} (no RESTORING): nothing to abandon", data_dir.display())]
+    NotRestoring { data_dir: PathBuf },
 }
 
 /// Why a client did not connect, as `primary load` says it.
@@ -218,7 +224,8 @@ impl DaemonError {
             | DaemonError::Setup(_)
             | DaemonError::ArchiveSetup(_)
             | DaemonError::PrimaryNotPinned
-            | DaemonError::BadRestoreExpiry { .. } => exit::CONFIG,
+            | DaemonError::BadRestoreExpiry { .. }
+            | DaemonError::Restoring { .. } => exit::CONFIG,
             DaemonError::Key { .. } | DaemonError::Tls(_) => exit::KEY,
             DaemonError::Usage(_)
             | DaemonError::NoRestoreListen { .. }
@@ -253,7 +260,8 @@ impl DaemonError {
             | DaemonError::LogUnread { .. }
             | DaemonError::Arbiter(_)
             | DaemonError::BadLeader { .. }
-            | DaemonError::NotStartedAgain { .. } => exit::FAILURE,
+            | DaemonError::NotStartedAgain { .. }
+            | DaemonError::NotRestoring { .. } => exit::FAILURE,
         }
     }
 }

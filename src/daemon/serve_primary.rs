@@ -13,6 +13,7 @@ pub async fn serve_primary(
     cfg: PrimaryConfig,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
+    restoring::refuse_restoring(&cfg.data_dir)?;
     let identity = load_identity(&cfg.data_dir)?;
     let (pins, roles) = pins_and_roles(&cfg);
     let listen = resolve("listen", &cfg.listen)?;

@@ -12,6 +12,7 @@ pub async fn serve_twin(
     cfg: TwinConfig,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
+    restoring::refuse_restoring(&cfg.data_dir)?;
     let identity = load_identity(&cfg.data_dir)?;
     let fp = cfg
         .primary_fingerprint

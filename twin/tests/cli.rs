@@ -319,3 +319,43 @@ fn man_writes_a_roff_page_for_the_binary_and_each_subcommand() {
         .unwrap_or_default();
     assert!(th.starts_with(".TH twin 1"), "{top}");
 }
+
+#[test]
+fn a_box_a_restore_is_filling_is_not_served() {
+    let t = TwinBox::init();
+    exits(&t.run(&["pin", &"ab".repeat(32)]), 0, "pin");
+    std::fs::write(
+        t.data.join("RESTORING"),
+        "a restore is filling this box\nfrom: --from-archive file:///srv/archive\n",
+    )
+    .expect("marker");
+    let log = t.dir.path().join("serve.log");
+    let mut child = command()
+        .args(["serve", "--config", t.config_s()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("spawn twin serve");
+    // Waited on as a process: a twin that serves instead never exits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("twin serve serves a box a restore is filling");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let said = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(status.code(), Some(3), "{said}");
+    for part in [
+        "unfinished restore",
+        "--from-archive file:///srv/archive",
+        "--abandon",
+    ] {
+        assert!(said.contains(part), "{part:?} in {said}");
+    }
+}

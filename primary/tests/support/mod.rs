@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod archive;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

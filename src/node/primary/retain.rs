@@ -131,7 +131,11 @@ impl Primary {
         if plan.before == 0 {
             return Ok(());
         }
-        let first = self.log.truncate_before(plan.before)?;
+        // Only what the bucket was just seen to hold leaves the box.
+        let before = self
+            .archive()
+            .map_or(plan.before, |a| a.confirm_drop(plan.before));
+        let first = self.log.truncate_before(before)?;
         if plan.past_hold {
             tracing::warn!(
                 first, twin_position = hold, cap = r.max_bytes,
@@ -162,6 +166,23 @@ impl Primary {
             return Err(ApiError::Refused(WriteRefusal::ArchiveNotPast {
                 archived_below,
             }));
+        }
+        if let Some(a) = self.archive() {
+            // Every segment the retain drops, its objects seen just now.
+            let drops_below = self
+                .log
+                .layout()
+                .iter()
+                .filter(|s| s.1 < seq)
+                .map(|s| s.1 + 1)
+                .max()
+                .unwrap_or(0);
+            let confirmed = a.confirm_drop(seq);
+            if confirmed < drops_below {
+                return Err(ApiError::Refused(WriteRefusal::ArchiveNotPast {
+                    archived_below: confirmed,
+                }));
+            }
         }
         let first = self
             .log

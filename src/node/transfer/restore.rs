@@ -313,7 +313,11 @@ pub async fn restore(
         if fs.list(&paths.store()).is_ok_and(|d| !d.is_empty()) {
             return Err(RestoreError::NotFresh("its store holds data".into()));
         }
-        write_file(&*fs, &marker, b"a restore is filling this box\n")?;
+        let from = format!(
+            "--twin {} --twin-fingerprint {}",
+            opts.source, opts.source_fingerprint
+        );
+        write_file(&*fs, &marker, &crate::layout::restoring_marker(&from))?;
         sync_parent_with(&*fs, &marker)?;
     }
     log.set_follower(true);

@@ -213,7 +213,11 @@ impl TwinRetainer {
                 held_by = "archive";
             }
         }
-        let before = twin_plan(&self.segs(), &self.cfg, keep_from);
+        let mut before = twin_plan(&self.segs(), &self.cfg, keep_from);
+        if let (Some(a), true) = (self.archive(), before > 0) {
+            // Only what the bucket was just seen to hold leaves the box.
+            before = a.confirm_drop(before);
+        }
         let first = if before > 0 {
             let dropped_from = self.log.layout().len();
             let first = self.log.truncate_before(before)?;
