@@ -137,25 +137,35 @@ async fn a_restarted_primary_that_may_be_deposed_acknowledges_nothing() {
     .expect("twin promote");
     assert_eq!(promoted.epoch, T1);
 
-    // A comes back before B serves: held, and a `local` append is not
-    // acknowledged.
+    // A comes back before B serves: held, and a `local` append is written
+    // but not acknowledged.
     let _a = pair.start_a();
     let s = pair.held().await;
     assert_eq!(s.head, 3);
     let c = pair.client().await;
-    let started = Instant::now();
-    match c.append(KIND, b"", b"late", Durability::Local).await {
-        Ok(answer) => panic!("A, maybe deposed, acknowledged {answer:?}"),
-        Err(e) => eprintln!("refused after {:?}: {e}", started.elapsed()),
-    }
+    let held = tokio::spawn(async move {
+        let r = c.append(KIND, b"", b"late", Durability::Local).await;
+        (r, c)
+    });
+    testkit::until("the held append written", WAIT, || {
+        pstatus(pair.a_metrics).filter(|s| s.head == 4)
+    })
+    .await;
 
-    // B serves and calls A: A is fenced by B's epoch, and still
-    // acknowledges nothing.
+    // B serves and calls A: A is fenced by B's epoch, the held append is
+    // refused, and A still acknowledges nothing.
     let _b = Daemon::start("primary", &promoted.config, &pair.log("b2"));
     testkit::until("B's epoch fenced A", WAIT, || {
         pstatus(pair.a_metrics).filter(|s| s.fenced.as_ref().is_some_and(|f| f.epoch == T1))
     })
     .await;
+    let started = Instant::now();
+    let (r, c) = held.await.expect("the held append's task");
+    match r {
+        Ok(answer) => panic!("A, maybe deposed, acknowledged {answer:?}"),
+        Err(e) => eprintln!("refused {:?} after the fence: {e}", started.elapsed()),
+    }
+    drop(c);
     let c = pair.client().await;
     for d in [Durability::Local, Durability::Twin] {
         if let Ok(answer) = c.append(KIND, b"", b"later", d).await {

@@ -8,9 +8,9 @@ use super::*;
 use crate::node::api::AppendOnce;
 use crate::store::Repo;
 
-/// How long an answer waits for a start held for the twin's hello to
-/// lift before it is refused as held.
-const HELD_START_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often an answer waiting on a start held for the twin's hello looks
+/// again.
+const HELD_START_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What a streamed append did.
 pub(super) enum Streamed {
@@ -26,12 +26,14 @@ fn refused(e: crate::log::Error) -> ApiError {
 
 impl Primary {
     /// A start held for the twin's hello lifts within a round trip of the
-    /// twin's reconnect: a write waits for it (a while) rather than be
-    /// refused at once.
+    /// twin's reconnect, or gives way to a fence once the box that
+    /// replaced this one calls: an answer waits for either (the client's
+    /// deadline bounds it), and only then says whether it acknowledges.
     async fn wait_held_start(&self) {
-        if self.epochs.held_for_hello() {
-            let mut fenced = self.epochs.watch_fenced();
-            let _ = tokio::time::timeout(HELD_START_WAIT, fenced.wait_for(|&f| !f)).await;
+        while self.epochs.held_for_hello()
+            && !self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            tokio::time::sleep(HELD_START_POLL).await;
         }
     }
 
@@ -41,7 +43,9 @@ impl Primary {
         durability: Durability,
     ) -> Result<crate::repl::ack::Admit, crate::repl::ack::NotAdmitted> {
         let state = crate::repl::ack::AckState {
-            fenced: self.epochs.fenced(),
+            // A start held for the twin's hello takes writes: their answers
+            // wait for the hello (or the fence that replaces the hold).
+            fenced: self.epochs.fenced() && !self.epochs.held_for_hello(),
             twin_configured: self.twin_configured,
             falls_back: matches!(self.cfg.policy, TwinPolicy::FallBack(_)),
         };
@@ -171,7 +175,6 @@ impl Primary {
         let Some(durability) = req.durability() else {
             return Ok(None);
         };
-        self.wait_held_start().await;
         let writing = self.enter_write().await;
         self.admit(durability)
             .map_err(|why| self.refusal(why, None))?;

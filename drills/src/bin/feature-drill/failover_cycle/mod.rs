@@ -34,7 +34,8 @@
 //! a switchover. At the end both logs are equal.
 //!
 //! `--broken no-fence`: the old primary is neither held nor called (the
-//! promoted box's `PREDECESSOR` is deleted before it serves), and its
+//! promoted box's `PREDECESSOR` is deleted before it serves, and the old
+//! primary's start after its crash is released by hand), and its
 //! writers go on appending to it after the promotion; the checker must
 //! find those acknowledgements lost. `--broken no-save`: the saved tail is deleted
 //! after the rejoin; the checker must notice. Both must fail.
@@ -285,6 +286,17 @@ pub async fn run(mut s: Setup) -> Result<Outcome> {
             pstatus(boxes[x].metrics)
         })
         .await?;
+        if broken == "no-fence" {
+            // Nor held by its start after the crash: released by hand.
+            daemons::run(
+                &bins.primary,
+                &[
+                    "release",
+                    "--config",
+                    &boxes[x].primary_cfg().display().to_string(),
+                ],
+            )?;
+        }
         if broken != "no-fence" {
             // The operator's hold, until the promoted box's call arrives.
             daemons::run(
