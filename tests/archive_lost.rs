@@ -7,62 +7,26 @@
 //! stay missing, `status`, `/status` and `/metrics` say so, and `/readyz`
 //! stays up. Every wait is on a daemon's `/status`.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use testkit::garage::{self, Garage};
+use testkit::garage::Garage;
 use testkit::{free_tcp, free_udp};
 use twinlog::archive::archiver::ArchiveStatus;
 use twinlog::archive::bucket::Bucket;
 use twinlog::archive::codec::ArchiveKey;
-use twinlog::daemon::config::{ArchiveSection, Uploader};
 use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::node::{Client, Durability};
 
 #[path = "support/children.rs"]
 mod children;
+#[path = "support/garage_archive.rs"]
+mod garage_archive;
 use children::{fast, pstatus, tstatus, Daemon};
+use garage_archive::{blob, section};
 
 const WAIT: Duration = Duration::from_secs(90);
 const KIND: u16 = 0x8000;
-
-fn blob(n: u64) -> Vec<u8> {
-    let mut b = format!("frame-{n}-").into_bytes();
-    b.resize(3000, (n % 251) as u8);
-    b
-}
-
-/// `[archive]` on Garage, its credentials and key in files of mode 0600.
-fn section(dir: &Path, g: &Garage, key: &ArchiveKey) -> ArchiveSection {
-    use std::os::unix::fs::PermissionsExt;
-    let creds = dir.join("s3.toml");
-    std::fs::write(
-        &creds,
-        format!(
-            "access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
-            garage::KEY_ID,
-            garage::SECRET
-        ),
-    )
-    .unwrap();
-    let key_file = dir.join("archive.key");
-    std::fs::write(&key_file, key.to_file_text()).unwrap();
-    for f in [&creds, &key_file] {
-        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-    ArchiveSection {
-        url: format!("s3://{}/pair", garage::BUCKET),
-        endpoint: Some(g.endpoint(0)),
-        region: garage::REGION.into(),
-        credentials_file: Some(creds),
-        uploader: Uploader::Twin,
-        zstd_level: 1,
-        key_file: Some(key_file),
-        max_mib_per_s: 0,
-        snapshot_every_mib: 0,
-    }
-}
 
 async fn append(c: &Client, from: u64, to: u64) {
     for n in from..=to {
@@ -86,7 +50,7 @@ async fn objects_lost_from_the_bucket_hold_retention_and_are_archived_again() {
     daemon::pin_primary(&b_cfg, a_fp).unwrap();
     fast(&a_cfg, false);
     fast(&b_cfg, true);
-    let sec = section(root.path(), &g, &key);
+    let sec = section(root.path(), &g, &key, 0);
     let mut a = PrimaryConfig::load(&a_cfg).unwrap();
     a.archive = Some(sec.clone());
     a.retention.max_bytes = 2 << 20;

@@ -63,6 +63,23 @@ fn clients_of(cfg: &PrimaryConfig) -> Vec<HandedClient> {
     out
 }
 
+/// This box's word after an amnesia: its epochs, its durable `head`, the
+/// newest epoch it knows taken (its own, and what it read from etcd).
+fn own_word(
+    epochs: &Arc<Epochs>,
+    memory: &Arc<MemoryFile>,
+    head: impl Fn() -> u64 + Send + Sync + 'static,
+    primary: bool,
+) -> Arc<dyn Fn() -> PeerWord + Send + Sync> {
+    let (epochs, memory) = (epochs.clone(), memory.clone());
+    Arc::new(move || PeerWord {
+        epochs: epochs.history(),
+        head: head(),
+        newest: epochs.newest_taken().max(memory.get().epoch),
+        primary,
+    })
+}
+
 /// What a primary knows beside the arbiter ([`Knowing`]): its memory of
 /// etcd, its own word, and how to hear the other box's (its twin's hello
 /// on the endpoint, or a question to the address it has for it).
@@ -76,13 +93,8 @@ pub(super) fn knowing_as_primary(
 ) -> Result<Knowing, DaemonError> {
     let memory = Arc::new(MemoryFile::load(&cfg.data_dir).at("reading ARBITER in", &cfg.data_dir)?);
     let own = {
-        let (log, epochs, memory) = (log.clone(), epochs.clone(), memory.clone());
-        Arc::new(move || PeerWord {
-            epochs: epochs.history(),
-            head: log.head_seq(),
-            newest: epochs.newest_taken().max(memory.get().epoch),
-            primary: true,
-        }) as Arc<dyn Fn() -> PeerWord + Send + Sync>
+        let log = log.clone();
+        own_word(epochs, &memory, move || log.head_seq(), true)
     };
     let asker = match cfg.twin_fingerprint {
         Some(fp) => Some(Asker::new(identity, fp)?),
@@ -325,13 +337,8 @@ pub(super) async fn watch_as_twin(
     let me = arbiter::me(&identity.fingerprint().to_string(), &options);
     let memory = Arc::new(MemoryFile::load(&cfg.data_dir).at("reading ARBITER in", &cfg.data_dir)?);
     let own = {
-        let (durable, epochs, memory) = (durable.clone(), epochs.clone(), memory.clone());
-        Arc::new(move || PeerWord {
-            epochs: epochs.history(),
-            head: *durable.borrow(),
-            newest: epochs.newest_taken().max(memory.get().epoch),
-            primary: false,
-        }) as Arc<dyn Fn() -> PeerWord + Send + Sync>
+        let durable = durable.clone();
+        own_word(epochs, &memory, move || *durable.borrow(), false)
     };
     let asker = match cfg.primary_fingerprint {
         Some(fp) => Some(Asker::new(identity, fp)?),

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::memory::MemoryFile;
 use super::peer::{word_of, Asker, Heard};
 use super::{Arbiter, ArbiterError, LeaseGate};
-use crate::repl::amnesia::{after_amnesia, judge, life_above, Judged, Memory, PeerWord};
+use crate::repl::amnesia::{after_amnesia, judge, life_above, Amnesia, Judged, Memory, PeerWord};
 use crate::repl::arbiter::{self, LeaderRecord, NotNow};
 use crate::repl::epochs::EpochName;
 use crate::repl::lease::LeaseRules;
@@ -77,6 +77,55 @@ impl Knowing {
         self.peer_addr
             .clone()
             .or_else(|| self.memory.get().peer.map(|p| p.addr))
+    }
+
+    /// After etcd forgot: the floor this box's epoch must go above, from an
+    /// operator's release or the other box's word, or why it may not lead
+    /// (`hint` says what an operator may do about it).
+    pub(super) async fn floor_after(
+        &self,
+        amnesia: &Amnesia,
+        own: &PeerWord,
+        arbiter_epoch: u64,
+        hint: &str,
+    ) -> Result<u64, String> {
+        if let Some(n) = (self.released_above)() {
+            return Ok(n.max(own.newest).max(arbiter_epoch));
+        }
+        let addr = self.peer_addr();
+        let peer = word_of(
+            &self.heard,
+            self.asker.as_ref(),
+            addr.as_deref(),
+            own.clone(),
+        )
+        .await
+        .map_err(|e| {
+            format!("{amnesia}; this box leads only with the other box's history, and {e}{hint}")
+        })?;
+        after_amnesia(own, &peer, arbiter_epoch).map_err(|d| format!("{amnesia}; {d}"))
+    }
+
+    /// A take etcd committed at `epoch` and `revision`, under a new
+    /// `generation` when it wrote one: kept in ARBITER before the box acts
+    /// on it.
+    pub(super) fn record_taken(
+        &self,
+        epoch: u64,
+        revision: i64,
+        generation: Option<String>,
+    ) -> std::io::Result<()> {
+        self.memory.update(|m| {
+            if let Some(g) = generation {
+                // Revisions are counted anew within a generation.
+                m.generation = Some(g);
+                m.revision = revision;
+            }
+            m.epoch = m.epoch.max(epoch);
+            m.revision = m.revision.max(revision);
+        })?;
+        self.amnesia.send_replace(None);
+        Ok(())
     }
 
     /// Record `memory`; a failure is said and the arbiter not acted on.
@@ -193,26 +242,15 @@ async fn try_begin(
         Judged::Forgot(amnesia) => {
             knowing.amnesia.send_replace(Some(amnesia.to_string()));
             let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
-            let floor = match (knowing.released_above)() {
-                Some(n) => n.max(own.newest).max(arbiter_epoch),
-                None => {
-                    let addr = knowing.peer_addr();
-                    let peer = word_of(
-                        &knowing.heard,
-                        knowing.asker.as_ref(),
-                        addr.as_deref(),
-                        own.clone(),
-                    )
-                    .await
-                    .map_err(|e| {
-                        Wait::Said(format!(
-                            "{amnesia}; this box leads only with the other box's history, and {e}: `primary release --arbiter-lost --epoch-above N` if it is gone for good"
-                        ))
-                    })?;
-                    after_amnesia(&own, &peer, arbiter_epoch)
-                        .map_err(|d| Wait::Said(format!("{amnesia}; {d}")))?
-                }
-            };
+            let floor = knowing
+                .floor_after(
+                    &amnesia,
+                    &own,
+                    arbiter_epoch,
+                    ": `primary release --arbiter-lost --epoch-above N` if it is gone for good",
+                )
+                .await
+                .map_err(Wait::Said)?;
             let epoch = life_above(mine, floor);
             let g = mint_generation();
             let txn =
@@ -245,24 +283,12 @@ async fn try_begin(
         let _ = arbiter.revoke(id).await;
         return Ok(None);
     };
-    if let Some(g) = generation {
-        let mut m = knowing.memory.get();
-        m.generation = Some(g);
-        m.epoch = m.epoch.max(epoch);
-        m.revision = revision;
-        if let Err(e) = knowing.memory.set(m) {
-            // Refusing is always safe: give the key back.
-            let _ = arbiter.revoke(id).await;
-            return Err(Wait::Said(format!(
-                "recording the new generation in ARBITER: {e}"
-            )));
-        }
-        knowing.amnesia.send_replace(None);
-    } else {
-        let _ = knowing.memory.update(|m| {
-            m.epoch = m.epoch.max(epoch);
-            m.revision = m.revision.max(revision);
-        });
+    if let Err(e) = knowing.record_taken(epoch, revision, generation) {
+        // Refusing is always safe: give the key back.
+        let _ = arbiter.revoke(id).await;
+        return Err(Wait::Said(format!(
+            "recording the new epoch in ARBITER: {e}"
+        )));
     }
     // The leader key was this box's own, from an earlier life: that
     // life's lease has nothing left to hold.

@@ -13,9 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::life::{judge_read, mint_generation, Knowing};
-use super::peer::word_of;
 use super::{Arbiter, ArbiterError};
-use crate::repl::amnesia::{after_amnesia, Judged, Peer};
+use crate::repl::amnesia::{Judged, Peer};
 use crate::repl::arbiter::{self, LeaderRecord};
 use crate::repl::epochs::{next_term, EpochName};
 
@@ -184,32 +183,9 @@ async fn attempt(
         Judged::Forgot(amnesia) => {
             knowing.amnesia.send_replace(Some(amnesia.to_string()));
             let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
-            let peer = match word_of(
-                &knowing.heard,
-                knowing.asker.as_ref(),
-                knowing.peer_addr().as_deref(),
-                own.clone(),
-            )
-            .await
-            {
-                Ok(w) => w,
-                Err(e) => {
-                    return Ok(Step::NotEligible {
-                        why: format!(
-                        "{amnesia}; this twin takes over only with the primary's history, and {e}"
-                    ),
-                        led: true,
-                    })
-                }
-            };
-            let floor = match after_amnesia(&own, &peer, arbiter_epoch) {
+            let floor = match knowing.floor_after(&amnesia, &own, arbiter_epoch, "").await {
                 Ok(f) => f,
-                Err(d) => {
-                    return Ok(Step::NotEligible {
-                        why: format!("{amnesia}; {d}"),
-                        led: true,
-                    })
-                }
+                Err(why) => return Ok(Step::NotEligible { why, led: true }),
             };
             let epoch = next_term(floor);
             let g = mint_generation();
@@ -229,15 +205,7 @@ async fn attempt(
         let _ = arbiter.revoke(lease).await;
         return Ok(Step::Raced);
     };
-    let kept = knowing.memory.update(|m| {
-        if let Some(g) = &generation {
-            m.generation = Some(g.clone());
-            m.revision = revision;
-        }
-        m.epoch = m.epoch.max(epoch);
-        m.revision = m.revision.max(revision);
-    });
-    if let Err(e) = kept {
+    if let Err(e) = knowing.record_taken(epoch, revision, generation) {
         // Refusing is always safe: give the key back.
         let _ = arbiter.revoke(lease).await;
         return Ok(Step::NotEligible {
@@ -245,7 +213,6 @@ async fn attempt(
             led: true,
         });
     }
-    knowing.amnesia.send_replace(None);
     tracing::warn!(
         epoch = %EpochName(epoch),
         head,
