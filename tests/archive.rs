@@ -86,6 +86,7 @@ fn opts(
         bucket: bucket.clone(),
         key,
         until,
+        accept_shorter: false,
     }
 }
 

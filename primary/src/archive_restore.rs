@@ -106,6 +106,7 @@ pub async fn run(
     cfg: &PrimaryConfig,
     url: &str,
     until: Until,
+    accept_shorter: bool,
     json: bool,
 ) -> Result<(), DaemonError> {
     let (bucket, key) = bucket_and_key(cfg, url)?;
@@ -132,6 +133,7 @@ pub async fn run(
             bucket,
             key,
             until,
+            accept_shorter,
         },
         Arc::new(move |p: &ArchiveProgress| {
             if let Ok(mut s) = s2.lock() {
@@ -168,6 +170,20 @@ pub async fn run(
         if let (Some(seq), Some(why)) = (report.cut_from, &report.cut_why) {
             println!(
                 "frame {seq} this box held is not the archive's ({why}): it and the frames after it were cut and fetched again"
+            );
+        }
+        match (report.head_last, report.head_unix_ms) {
+            (Some(last), Some(ms)) => println!(
+                "the archive's head record says frames up to {last} were archived (written {})",
+                daemon::utc(ms)
+            ),
+            _ => println!(
+                "the archive has no head record (written by builds before it): how far it reached is not known"
+            ),
+        }
+        if let Some((from, to)) = report.lost {
+            println!(
+                "LOST: frames {from} to {to}, which the head record says were archived, are gone from the bucket; restored without them (--accept-shorter)"
             );
         }
         if report.snapshot_at > 0 {

@@ -262,6 +262,11 @@ enum Cmd {
         /// with --from-archive)
         #[arg(long, value_name = "TIME", requires = "from_archive")]
         until_time: Option<String>,
+        /// Restore what the bucket holds even when the archive's head
+        /// record says it held more (objects deleted, a bucket rolled
+        /// back); the frames lost are named (with --from-archive)
+        #[arg(long, requires = "from_archive")]
+        accept_shorter: bool,
         /// Throw away what an unfinished restore wrote (its log, store
         /// and epochs), leaving the box fresh: `serve` refuses a box a
         /// restore is filling
@@ -708,6 +713,7 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             from_archive,
             until,
             until_time,
+            accept_shorter,
             abandon,
             json,
         } => {
@@ -733,7 +739,7 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             match (from_archive, twin, twin_fingerprint) {
                 (Some(url), _, _) => {
                     let until = archive_restore::until(until, until_time.as_deref())?;
-                    archive_restore::run(&cfg, &url, until, json).await?;
+                    archive_restore::run(&cfg, &url, until, accept_shorter, json).await?;
                 }
                 (None, Some(twin), Some(fp)) => restore::run(&cfg, &twin, fp, json).await?,
                 _ => {

@@ -176,6 +176,11 @@ impl Sealing {
     }
 }
 
+/// Bytes as lowercase hex (a key id, as refusals show it).
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// A fresh random salt for one object.
 pub fn salt() -> Result<[u8; 32], Error> {
     let mut s = [0u8; 32];

@@ -126,18 +126,16 @@ pub fn garage_bucket(g: &Garage, prefix: &str) -> (String, Bucket) {
     (url, bucket)
 }
 
+/// The whole object at `key`.
 pub fn get(bucket: &Bucket, key: &str) -> Vec<u8> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let size = bucket
-            .segments()
+        bucket
+            .get_small(key, u64::MAX)
             .await
-            .expect("list")
-            .into_iter()
-            .find(|(n, _)| bucket.segment_key(n) == key)
+            .expect("GET")
             .expect("the object")
-            .1;
-        bucket.get_range(key, 0..size).await.expect("get").to_vec()
+            .to_vec()
     })
 }
 
