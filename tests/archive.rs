@@ -411,5 +411,8 @@ async fn until_time_restores_through_the_last_frame_marked_by_then() {
         quiet(),
     )
     .await;
-    assert!(matches!(early, Err(Error::Missing(_))), "{early:?}");
+    assert!(
+        matches!(early, Err(Error::NothingByTime { .. })),
+        "{early:?}"
+    );
 }

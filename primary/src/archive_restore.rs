@@ -102,13 +102,22 @@ impl Shown {
     }
 }
 
-pub async fn run(
-    cfg: &PrimaryConfig,
-    url: &str,
-    until: Until,
-    accept_shorter: bool,
-    json: bool,
-) -> Result<(), DaemonError> {
+/// What `primary restore --from-archive` was told.
+pub struct How<'a> {
+    pub until: Until,
+    /// `--until-time` as written, which refusals echo.
+    pub until_time: Option<&'a str>,
+    pub accept_shorter: bool,
+    pub json: bool,
+}
+
+pub async fn run(cfg: &PrimaryConfig, url: &str, how: How<'_>) -> Result<(), DaemonError> {
+    let How {
+        until,
+        until_time,
+        accept_shorter,
+        json,
+    } = how;
     let (bucket, key) = bucket_and_key(cfg, url)?;
     let tty = std::io::stderr().is_terminal();
     let bar = tty.then(|| {
@@ -152,6 +161,10 @@ pub async fn run(
         twinlog::archive::Error::NotFresh(_) => {
             DaemonError::Setup(format!("restore from {url}: {e}"))
         }
+        twinlog::archive::Error::NothingByTime { .. } => DaemonError::Failed(format!(
+            "restore from {url}: --until-time {}: {e}",
+            until_time.unwrap_or("?")
+        )),
         other => DaemonError::Failed(format!("restore from {url}: {other}")),
     })?;
     if json {

@@ -253,6 +253,7 @@ enum Cmd {
         #[arg(
             long,
             value_name = "SEQ",
+            value_parser = args::seq,
             requires = "from_archive",
             conflicts_with = "until_time"
         )]
@@ -739,7 +740,13 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             match (from_archive, twin, twin_fingerprint) {
                 (Some(url), _, _) => {
                     let until = archive_restore::until(until, until_time.as_deref())?;
-                    archive_restore::run(&cfg, &url, until, accept_shorter, json).await?;
+                    let how = archive_restore::How {
+                        until,
+                        until_time: until_time.as_deref(),
+                        accept_shorter,
+                        json,
+                    };
+                    archive_restore::run(&cfg, &url, how).await?;
                 }
                 (None, Some(twin), Some(fp)) => restore::run(&cfg, &twin, fp, json).await?,
                 _ => {

@@ -99,6 +99,11 @@ pub enum Error {
         from: u64,
         to: u64,
     },
+    /// `--until-time` before every time mark the archive holds.
+    #[error(
+        "no archived frame was marked as durable by then: the archive's first marks are later"
+    )]
+    NothingByTime { unix_ms: u64 },
     /// The box is not fresh: a restore fills an empty box.
     #[error("the box is not fresh: {0}")]
     NotFresh(String),

@@ -257,9 +257,7 @@ async fn seq_at_time(
             continue;
         }
     }
-    Err(Error::Missing(format!(
-        "no archived frame is marked as durable by {unix_ms} ms: the archive's first marks come later"
-    )))
+    Err(Error::NothingByTime { unix_ms })
 }
 
 fn open_fresh_log(
@@ -374,6 +372,11 @@ fn write_all(
                     progress(&done);
                     return Ok(done);
                 }
+                // Frames as they land, not only at each segment's end.
+                progress(&Written {
+                    frames: done.frames + replay.written(),
+                    ..done
+                });
             }
             Feed::End => {
                 let Some((name, key, walk, replay)) = current.take() else {
