@@ -235,3 +235,42 @@ pub fn mint_key(out: &Path) -> Result<(), DaemonError> {
     println!("{}", out.display());
     Ok(())
 }
+
+/// Put a new key in front of the key ring at `file`, in place: written
+/// beside it (mode 0600) and renamed over it, so a crash leaves the old
+/// ring or the new one, whole.
+pub fn rotate_key(file: &Path) -> Result<(), DaemonError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let ring = ArchiveKey::load(file).map_err(|e| DaemonError::ArchiveSetup(e.to_string()))?;
+    let rotated = ring
+        .rotated()
+        .map_err(|e| DaemonError::Failed(e.to_string()))?;
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".rotating");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(rotated.to_file_text().as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .and_then(|()| {
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+            std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+        });
+    written.map_err(|e| DaemonError::Failed(format!("{}: {e}", file.display())))?;
+    let hex = |id: [u8; 8]| -> String { id.iter().map(|b| format!("{b:02x}")).collect() };
+    println!(
+        "{}: new key {} seals new objects; {} older keys kept. Copy it to the other box and restart both daemons",
+        file.display(),
+        hex(rotated.id()),
+        rotated.ids().len() - 1
+    );
+    Ok(())
+}

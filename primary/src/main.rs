@@ -295,10 +295,23 @@ enum Cmd {
     /// Mint an archive key file (64 hex digits, mode 0600) for
     /// `key_file` in `[archive]`: every archived byte is then encrypted.
     /// Keep a copy off both boxes: without it nothing restores.
+    ///
+    /// `--rotate FILE` puts a new key in front of the keys FILE holds: new
+    /// objects are sealed under it, older objects still open under the
+    /// keys kept. Copy the file to the other box and restart both daemons.
     ArchiveKey {
         /// Where to write it; an existing file is never overwritten
+        #[arg(
+            long,
+            value_name = "FILE",
+            required_unless_present = "rotate",
+            conflicts_with = "rotate"
+        )]
+        out: Option<std::path::PathBuf>,
+        /// Rotate the key file FILE in place: a new current key, the old
+        /// ones kept
         #[arg(long, value_name = "FILE")]
-        out: std::path::PathBuf,
+        rotate: Option<std::path::PathBuf>,
     },
     /// Turn this stopped, deposed primary into the new primary's twin.
     ///
@@ -756,7 +769,15 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
                 }
             }
         }
-        Cmd::ArchiveKey { out } => archive_restore::mint_key(&out)?,
+        Cmd::ArchiveKey { out, rotate } => match (out, rotate) {
+            (_, Some(file)) => archive_restore::rotate_key(&file)?,
+            (Some(out), None) => archive_restore::mint_key(&out)?,
+            (None, None) => {
+                return Err(DaemonError::Usage(
+                    "archive-key needs --out FILE or --rotate FILE".into(),
+                ))
+            }
+        },
         Cmd::ArchivePush { config, json } => {
             let cfg = config.load()?;
             daemon::archive_push(&cfg.data_dir, cfg.archive.as_ref(), json).await?;

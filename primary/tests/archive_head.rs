@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod support;
-use support::archive::{get, init, key_file, put, with_archive};
+use support::archive::{archive_of, archived, get, init, key_file, put, with_archive};
 use support::{exits, primary, stderr, stdout, Primary};
 use testkit::garage::Garage;
 use twinlog::archive::archiver::ArchiveStatus;
@@ -29,27 +29,6 @@ fn blob(n: u64) -> Vec<u8> {
     let mut b = format!("head-frame-{n}-").into_bytes();
     b.resize(3000, (n % 251) as u8);
     b
-}
-
-/// The `archive` of the daemon's `/status`, as JSON.
-fn archive_of(p: &Primary) -> serde_json::Value {
-    twinlog::daemon::fetch_status::<serde_json::Value>(p.metrics)
-        .map(|(_, s)| s["archive"].clone())
-        .unwrap_or_default()
-}
-
-/// Wait until everything sealed is archived past frame `past`, and the
-/// head record (when this build writes one) says so: the last archived
-/// frame.
-fn archived(p: &Primary, past: u64) -> u64 {
-    testkit::until_blocking("everything sealed archived", WAIT, || {
-        let a = archive_of(p);
-        let last = a["floor"].as_u64()?.checked_sub(1)?;
-        let done = a["lag_segments"] == 0
-            && last > past
-            && a.get("head_last").is_none_or(|h| h.as_u64() == Some(last));
-        done.then_some(last)
-    })
 }
 
 /// The log's history id, from an archived segment's footer.

@@ -46,7 +46,7 @@ pub enum Error {
     #[error("{object}: the object is encrypted: name the key file ([archive] key_file)")]
     KeyNeeded { object: String },
     /// The object was sealed under another key.
-    #[error("{object}: encrypted under key {sealed_under}, not the key given ({given})")]
+    #[error("{object}: encrypted under key {sealed_under}, which the key file does not hold (it holds {given})")]
     WrongKey {
         object: String,
         sealed_under: String,

@@ -421,14 +421,15 @@ impl ObjectReader {
         let sealing = match (trailer.flags & FLAG_SEALED != 0, key) {
             (true, None) => return Err(Error::KeyNeeded { object: object() }),
             (true, Some(k)) => {
-                if k.id() != trailer.key_id {
+                let Some(s) = Sealing::for_id(k, &trailer.key_id, &trailer.salt) else {
+                    let given: Vec<String> = k.ids().iter().map(|id| codec::hex(id)).collect();
                     return Err(Error::WrongKey {
                         object: object(),
                         sealed_under: codec::hex(&trailer.key_id),
-                        given: codec::hex(&k.id()),
+                        given: given.join(", "),
                     });
-                }
-                let s = Sealing::new(k, &trailer.salt)?;
+                };
+                let s = s?;
                 s.open(FOOTER_PIECE, &aad, &mut footer_stored)
                     .map_err(|_| Error::Unseal {
                         object: object(),
