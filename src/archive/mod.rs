@@ -31,6 +31,8 @@ pub mod push;
 pub mod replay;
 pub mod restore;
 pub(crate) mod seen;
+#[cfg(test)]
+mod seen_model;
 pub mod snapshot;
 pub mod tiered;
 pub mod upload;
