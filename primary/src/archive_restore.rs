@@ -186,6 +186,10 @@ pub async fn run(cfg: &PrimaryConfig, url: &str, how: How<'_>) -> Result<(), Dae
             );
         }
         match (report.head_last, report.head_unix_ms) {
+            _ if report.head_unread.is_some() => println!(
+                "the archive's head record does not read ({}): how far it reached is not known (--accept-shorter)",
+                report.head_unread.as_deref().unwrap_or_default()
+            ),
             (Some(last), Some(ms)) => println!(
                 "the archive's head record says frames up to {last} were archived (written {})",
                 daemon::utc(ms)

@@ -265,7 +265,8 @@ enum Cmd {
         until_time: Option<String>,
         /// Restore what the bucket holds even when the archive's head
         /// record says it held more (objects deleted, a bucket rolled
-        /// back); the frames lost are named (with --from-archive)
+        /// back) or does not read; what was lost is named (with
+        /// --from-archive)
         #[arg(long, requires = "from_archive")]
         accept_shorter: bool,
         /// Throw away what an unfinished restore wrote (its log, store

@@ -165,6 +165,35 @@ fn a_bucket_that_lost_its_newest_object_is_not_restored_as_if_whole() {
     }
     drop(log);
 
+    // A head record that does not open under the key: refused by name,
+    // or restored past with --accept-shorter, which says so.
+    put(&bucket, &head_key, b"not a head record".to_vec());
+    let fresh = p.dir.path().join("fresh-2");
+    let cfg = init(&fresh);
+    with_archive(&cfg, &url, Some(&g), &key_path);
+    let f = cfg.to_str().expect("utf-8");
+    let refused = primary(&["restore", "--config", f, "--from-archive", &url]);
+    exits(
+        &refused,
+        1,
+        "a restore past a head record that does not read",
+    );
+    assert!(stderr(&refused).contains(&head_key), "{}", stderr(&refused));
+    let out = primary(&[
+        "restore",
+        "--config",
+        f,
+        "--from-archive",
+        &url,
+        "--accept-shorter",
+    ]);
+    exits(&out, 0, "--accept-shorter past it");
+    assert!(
+        stdout(&out).contains("head record does not read"),
+        "{}",
+        stdout(&out)
+    );
+
     // The object back, the head record rolled back to an older one: the
     // serving box says so, in its status too, and writes it again.
     put(&bucket, &newest_key, newest_bytes);

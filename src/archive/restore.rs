@@ -91,6 +91,8 @@ pub struct ArchiveRestoreReport {
     /// (None: no record, as from builds before it), and when written.
     pub head_last: Option<u64>,
     pub head_unix_ms: Option<u64>,
+    /// With `accept_shorter`: why the head record did not read.
+    pub head_unread: Option<String>,
     /// With `accept_shorter`: the frames the head names archived and the
     /// bucket no longer holds, that the restore asked for.
     pub lost: Option<(u64, u64)>,
@@ -441,9 +443,12 @@ pub async fn restore_from_archive(
     let archived_head = chain.head();
     // A bucket that lost its newest objects looks complete: its head
     // record says how far it reached.
-    let head = read_head(&opts.bucket, key, &chain.history)
-        .await?
-        .filter(|h| same_life(h, &chain.epochs));
+    let (head, head_unread) = match read_head(&opts.bucket, key, &chain.history).await {
+        Ok(h) => (h.filter(|h| same_life(h, &chain.epochs)), None),
+        // Altered or foreign: how far the archive reached is not known.
+        Err(e) if opts.accept_shorter => (None, Some(e.to_string())),
+        Err(e) => return Err(e),
+    };
     let lost = head
         .as_ref()
         .and_then(|h| super::head::lost(h, archived_head, chain.newest_mark_ms, opts.until));
@@ -501,6 +506,7 @@ pub async fn restore_from_archive(
         resumed,
         target,
         head_last: head.as_ref().map(|h| h.last),
+        head_unread,
         head_unix_ms: head.as_ref().map(|h| h.unix_ms),
         lost,
         lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
