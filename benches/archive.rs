@@ -244,6 +244,7 @@ async fn restore_case(root: &Path, log: &Log, bucket: &Bucket, _garage_bin: &str
             bucket: bucket.clone(),
             key: None,
             until: Until::End,
+            accept_shorter: false,
         },
         Arc::new(|_| {}),
     )

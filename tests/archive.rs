@@ -86,6 +86,7 @@ fn opts(
         bucket: bucket.clone(),
         key,
         until,
+        accept_shorter: false,
     }
 }
 
@@ -410,5 +411,8 @@ async fn until_time_restores_through_the_last_frame_marked_by_then() {
         quiet(),
     )
     .await;
-    assert!(matches!(early, Err(Error::Missing(_))), "{early:?}");
+    assert!(
+        matches!(early, Err(Error::NothingByTime { .. })),
+        "{early:?}"
+    );
 }

@@ -51,6 +51,7 @@ async fn restored(bucket: &Bucket, dir: &Path, until: Until) -> (ArchiveRestoreR
             bucket: bucket.clone(),
             key: None,
             until,
+            accept_shorter: false,
         },
         Arc::new(|_| {}),
     )

@@ -136,6 +136,7 @@ async fn the_twin_archives_retention_waits_for_it_and_a_fresh_box_restores_from_
                 bucket: settings.bucket.clone(),
                 key: settings.codec.key.clone(),
                 until: Until::Seq(until),
+                accept_shorter: false,
             },
             Arc::new(|_| {}),
         )

@@ -133,6 +133,7 @@ async fn garage_holds_the_archive_through_a_restart_and_restores_it() {
                 bucket: bucket.clone(),
                 key: Some(key.clone()),
                 until: Until::Seq(until),
+                accept_shorter: false,
             },
             Arc::new(|_| {}),
         )

@@ -102,12 +102,22 @@ impl Shown {
     }
 }
 
-pub async fn run(
-    cfg: &PrimaryConfig,
-    url: &str,
-    until: Until,
-    json: bool,
-) -> Result<(), DaemonError> {
+/// What `primary restore --from-archive` was told.
+pub struct How<'a> {
+    pub until: Until,
+    /// `--until-time` as written, which refusals echo.
+    pub until_time: Option<&'a str>,
+    pub accept_shorter: bool,
+    pub json: bool,
+}
+
+pub async fn run(cfg: &PrimaryConfig, url: &str, how: How<'_>) -> Result<(), DaemonError> {
+    let How {
+        until,
+        until_time,
+        accept_shorter,
+        json,
+    } = how;
     let (bucket, key) = bucket_and_key(cfg, url)?;
     let tty = std::io::stderr().is_terminal();
     let bar = tty.then(|| {
@@ -132,6 +142,7 @@ pub async fn run(
             bucket,
             key,
             until,
+            accept_shorter,
         },
         Arc::new(move |p: &ArchiveProgress| {
             if let Ok(mut s) = s2.lock() {
@@ -150,6 +161,10 @@ pub async fn run(
         twinlog::archive::Error::NotFresh(_) => {
             DaemonError::Setup(format!("restore from {url}: {e}"))
         }
+        twinlog::archive::Error::NothingByTime { .. } => DaemonError::Failed(format!(
+            "restore from {url}: --until-time {}: {e}",
+            until_time.unwrap_or("?")
+        )),
         other => DaemonError::Failed(format!("restore from {url}: {other}")),
     })?;
     if json {
@@ -168,6 +183,24 @@ pub async fn run(
         if let (Some(seq), Some(why)) = (report.cut_from, &report.cut_why) {
             println!(
                 "frame {seq} this box held is not the archive's ({why}): it and the frames after it were cut and fetched again"
+            );
+        }
+        match (report.head_last, report.head_unix_ms) {
+            _ if report.head_unread.is_some() => println!(
+                "the archive's head record does not read ({}): how far it reached is not known (--accept-shorter)",
+                report.head_unread.as_deref().unwrap_or_default()
+            ),
+            (Some(last), Some(ms)) => println!(
+                "the archive's head record says frames up to {last} were archived (written {})",
+                daemon::utc(ms)
+            ),
+            _ => println!(
+                "the archive has no head record (written by builds before it): how far it reached is not known"
+            ),
+        }
+        if let Some((from, to)) = report.lost {
+            println!(
+                "LOST: frames {from} to {to}, which the head record says were archived, are gone from the bucket; restored without them (--accept-shorter)"
             );
         }
         if report.snapshot_at > 0 {
@@ -204,5 +237,44 @@ pub fn mint_key(out: &Path) -> Result<(), DaemonError> {
         .and_then(|()| f.sync_all())
         .map_err(|e| DaemonError::Failed(format!("{}: {e}", out.display())))?;
     println!("{}", out.display());
+    Ok(())
+}
+
+/// Put a new key in front of the key ring at `file`, in place: written
+/// beside it (mode 0600) and renamed over it, so a crash leaves the old
+/// ring or the new one, whole.
+pub fn rotate_key(file: &Path) -> Result<(), DaemonError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let ring = ArchiveKey::load(file).map_err(|e| DaemonError::ArchiveSetup(e.to_string()))?;
+    let rotated = ring
+        .rotated()
+        .map_err(|e| DaemonError::Failed(e.to_string()))?;
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".rotating");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(rotated.to_file_text().as_bytes())?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, file))
+        .and_then(|()| {
+            let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+            std::fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()
+        });
+    written.map_err(|e| DaemonError::Failed(format!("{}: {e}", file.display())))?;
+    let hex = |id: [u8; 8]| -> String { id.iter().map(|b| format!("{b:02x}")).collect() };
+    println!(
+        "{}: new key {} seals new objects; {} older keys kept. Copy it to the other box and restart both daemons",
+        file.display(),
+        hex(rotated.id()),
+        rotated.ids().len() - 1
+    );
     Ok(())
 }

@@ -253,6 +253,7 @@ enum Cmd {
         #[arg(
             long,
             value_name = "SEQ",
+            value_parser = args::seq,
             requires = "from_archive",
             conflicts_with = "until_time"
         )]
@@ -262,6 +263,12 @@ enum Cmd {
         /// with --from-archive)
         #[arg(long, value_name = "TIME", requires = "from_archive")]
         until_time: Option<String>,
+        /// Restore what the bucket holds even when the archive's head
+        /// record says it held more (objects deleted, a bucket rolled
+        /// back) or does not read; what was lost is named (with
+        /// --from-archive)
+        #[arg(long, requires = "from_archive")]
+        accept_shorter: bool,
         /// Throw away what an unfinished restore wrote (its log, store
         /// and epochs), leaving the box fresh: `serve` refuses a box a
         /// restore is filling
@@ -289,10 +296,23 @@ enum Cmd {
     /// Mint an archive key file (64 hex digits, mode 0600) for
     /// `key_file` in `[archive]`: every archived byte is then encrypted.
     /// Keep a copy off both boxes: without it nothing restores.
+    ///
+    /// `--rotate FILE` puts a new key in front of the keys FILE holds: new
+    /// objects are sealed under it, older objects still open under the
+    /// keys kept. Copy the file to the other box and restart both daemons.
     ArchiveKey {
         /// Where to write it; an existing file is never overwritten
+        #[arg(
+            long,
+            value_name = "FILE",
+            required_unless_present = "rotate",
+            conflicts_with = "rotate"
+        )]
+        out: Option<std::path::PathBuf>,
+        /// Rotate the key file FILE in place: a new current key, the old
+        /// ones kept
         #[arg(long, value_name = "FILE")]
-        out: std::path::PathBuf,
+        rotate: Option<std::path::PathBuf>,
     },
     /// Turn this stopped, deposed primary into the new primary's twin.
     ///
@@ -736,6 +756,7 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             from_archive,
             until,
             until_time,
+            accept_shorter,
             abandon,
             json,
         } => {
@@ -761,7 +782,13 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             match (from_archive, twin, twin_fingerprint) {
                 (Some(url), _, _) => {
                     let until = archive_restore::until(until, until_time.as_deref())?;
-                    archive_restore::run(&cfg, &url, until, json).await?;
+                    let how = archive_restore::How {
+                        until,
+                        until_time: until_time.as_deref(),
+                        accept_shorter,
+                        json,
+                    };
+                    archive_restore::run(&cfg, &url, how).await?;
                 }
                 (None, Some(twin), Some(fp)) => restore::run(&cfg, &twin, fp, json).await?,
                 _ => {
@@ -771,7 +798,15 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
                 }
             }
         }
-        Cmd::ArchiveKey { out } => archive_restore::mint_key(&out)?,
+        Cmd::ArchiveKey { out, rotate } => match (out, rotate) {
+            (_, Some(file)) => archive_restore::rotate_key(&file)?,
+            (Some(out), None) => archive_restore::mint_key(&out)?,
+            (None, None) => {
+                return Err(DaemonError::Usage(
+                    "archive-key needs --out FILE or --rotate FILE".into(),
+                ))
+            }
+        },
         Cmd::ArchivePush { config, json } => {
             let cfg = config.load()?;
             daemon::archive_push(&cfg.data_dir, cfg.archive.as_ref(), json).await?;

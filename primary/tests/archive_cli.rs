@@ -160,6 +160,38 @@ fn a_fresh_box_restores_from_an_encrypted_archive_to_a_frame() {
         "127.0.0.1:1",
     ]);
     exits(&both, 2, "a twin and the archive at once");
+    let zero = primary(&[
+        "restore",
+        "--config",
+        c,
+        "--from-archive",
+        &url,
+        "--until",
+        "0",
+    ]);
+    exits(&zero, 2, "--until 0");
+    assert!(
+        stderr(&zero).contains("sequences start at 1"),
+        "{}",
+        stderr(&zero)
+    );
+    // A time before every mark: refused, the time echoed as written.
+    let early = "2001-02-03T04:05:06.700Z";
+    let before = primary(&[
+        "restore",
+        "--config",
+        c,
+        "--from-archive",
+        &url,
+        "--until-time",
+        early,
+    ]);
+    exits(&before, 1, "--until-time before the archive");
+    assert!(
+        stderr(&before).contains(&format!("--until-time {early}: no archived frame")),
+        "{}",
+        stderr(&before)
+    );
 }
 
 #[test]

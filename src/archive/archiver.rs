@@ -99,6 +99,19 @@ pub struct ArchiveStatus {
     pub drop_heads: u64,
     #[serde(default)]
     pub drop_confirmed_segments: u64,
+    /// The head record as this box last wrote or read it: how far the
+    /// archive reached, and its generation (0: none yet).
+    #[serde(default)]
+    pub head_last: u64,
+    #[serde(default)]
+    pub head_generation: u64,
+    /// Frames the head record names archived that no object holds.
+    #[serde(default)]
+    pub head_gap: Option<(u64, u64)>,
+    /// The bucket's head record is not what this box recorded (rolled
+    /// back, gone, unreadable).
+    #[serde(default)]
+    pub head_note: Option<String>,
 }
 
 /// What the uploader needs to archive store snapshots.
@@ -158,9 +171,13 @@ pub struct Archiver {
     pub(super) since_snapshot: AtomicU64,
     pub(super) last_snapshot_at: AtomicU64,
     /// The objects this box recorded, and those it found gone.
-    seen: Mutex<Seen>,
+    pub(super) seen: Mutex<Seen>,
     /// Objects are missing: retention drops nothing.
     held: std::sync::atomic::AtomicBool,
+    /// The head record this box last wrote or read, and whether the
+    /// bucket's must be written again.
+    pub(super) head: Mutex<Option<super::object::HeadInfo>>,
+    pub(super) head_dirty: std::sync::atomic::AtomicBool,
     /// Where retention's confirmations go, once the thread runs.
     confirms: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Confirm>>>,
 }
@@ -209,6 +226,8 @@ impl Archiver {
             last_snapshot_at: AtomicU64::new(u64::MAX),
             seen: Mutex::default(),
             held: std::sync::atomic::AtomicBool::new(false),
+            head: Mutex::default(),
+            head_dirty: std::sync::atomic::AtomicBool::new(false),
             confirms: Mutex::default(),
         })
     }
@@ -377,6 +396,7 @@ impl Archiver {
             return self.erases(None).await;
         }
         self.pass(pace).await?;
+        self.advance_head().await?;
         self.erases(Some(pace)).await?;
         self.snapshot_if_due(pace).await
     }
@@ -385,6 +405,9 @@ impl Archiver {
     /// missing (the uploader archives it again while it holds the
     /// segment), what others uploaded is recorded.
     async fn audit(&self) -> Result<(), Error> {
+        // The head first: one written after this listing names only
+        // objects the listing holds.
+        self.check_head().await;
         let listed = self.settings.bucket.segments_stored().await?;
         let (history, epochs) = (self.log.history().0, (self.epochs)());
         let ours = |n: &SegmentName| n.lineage == lineage(&history, &epochs, n.last);
@@ -584,7 +607,8 @@ impl Archiver {
             Ok(mut s) => (s.known(), s.missing(ours), s.found_missing),
             Err(_) => (Known::default(), Vec::new(), 0),
         };
-        let held = !missing.is_empty() || self.seen.is_poisoned();
+        let (head_gap, head_last, head_generation) = self.head_gap(&known);
+        let held = !missing.is_empty() || head_gap.is_some() || self.seen.is_poisoned();
         let known = &known;
         let layout = self.log.layout();
         let sealed = &layout[..layout.len().saturating_sub(1)];
@@ -616,6 +640,9 @@ impl Archiver {
         let bucket = &self.settings.bucket;
         self.set_status(|s| {
             s.missing_objects = missing.len() as u64;
+            s.head_gap = head_gap;
+            s.head_last = head_last;
+            s.head_generation = head_generation;
             s.retention_held = held;
             s.missing_first = missing.first().map(|n| bucket.segment_key(n));
             s.missing_found = found;

@@ -211,6 +211,11 @@ impl Bucket {
         Ok(v)
     }
 
+    /// The key of the head record of the log `history`.
+    pub fn head_key(&self, history: &[u8; 16]) -> String {
+        super::names::head_key(&self.prefix, history)
+    }
+
     pub fn snapshot_key(&self, name: &SnapshotName) -> String {
         name.key(&self.prefix)
     }
@@ -246,6 +251,24 @@ impl Bucket {
             )));
         }
         Ok(b)
+    }
+
+    /// A whole small object in one request (one version of it, whatever
+    /// is written meanwhile); None when the bucket holds nothing there.
+    /// One larger than `max` is refused before its bytes are read.
+    pub async fn get_small(&self, key: &str, max: u64) -> Result<Option<Bytes>, Error> {
+        let got = match self.store.get(&ObjPath::from(key)).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if got.meta.size > max {
+            return Err(Error::Corrupt(format!(
+                "{key}: {} bytes, where at most {max} are expected",
+                got.meta.size
+            )));
+        }
+        Ok(Some(got.bytes().await?))
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), Error> {

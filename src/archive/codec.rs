@@ -26,49 +26,94 @@ pub const FOOTER_PIECE: u64 = u64::MAX;
 
 const HKDF_INFO: &[u8] = b"twinlog archive object v1";
 
-/// The operator's archive key: 32 bytes, read from a key file.
+/// The operator's archive keys, read from a key file: the current key,
+/// which seals every new object, then older ones, which still open the
+/// objects sealed under them (a key ring; one key is a ring of one). Each
+/// object's trailer names the key that sealed it by its id.
 #[derive(Clone)]
-pub struct ArchiveKey([u8; 32]);
+pub struct ArchiveKey {
+    /// The current key first; never empty.
+    keys: Vec<[u8; 32]>,
+}
 
 impl std::fmt::Debug for ArchiveKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ArchiveKey(..)")
+        write!(f, "ArchiveKey({} keys)", self.keys.len())
     }
+}
+
+fn random_key() -> Result<[u8; 32], Error> {
+    let mut k = [0u8; 32];
+    SystemRandom::new()
+        .fill(&mut k)
+        .map_err(|_| Error::Key("the system's random source failed".into()))?;
+    Ok(k)
+}
+
+fn id_of(key: &[u8; 32]) -> [u8; 8] {
+    let d = ring::digest::digest(&ring::digest::SHA256, key);
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&d.as_ref()[..8]);
+    id
 }
 
 impl ArchiveKey {
     /// A new random key.
     pub fn mint() -> Result<ArchiveKey, Error> {
-        let mut k = [0u8; 32];
-        SystemRandom::new()
-            .fill(&mut k)
-            .map_err(|_| Error::Key("the system's random source failed".into()))?;
-        Ok(ArchiveKey(k))
+        Ok(ArchiveKey {
+            keys: vec![random_key()?],
+        })
     }
 
-    /// The key as its file holds it: 64 hex digits and a newline.
+    /// The same ring with a new random key in front: new objects are
+    /// sealed under it, older ones still open.
+    pub fn rotated(&self) -> Result<ArchiveKey, Error> {
+        let mut keys = vec![random_key()?];
+        keys.extend(self.keys.iter().copied());
+        Ok(ArchiveKey { keys })
+    }
+
+    /// The ring as its file holds it: each key as 64 hex digits on a line
+    /// of its own, the current one first.
     pub fn to_file_text(&self) -> String {
-        let mut s: String = self.0.iter().map(|b| format!("{b:02x}")).collect();
-        s.push('\n');
+        let mut s = String::new();
+        for k in &self.keys {
+            s.extend(k.iter().map(|b| format!("{b:02x}")));
+            s.push('\n');
+        }
         s
     }
 
-    /// Parse a key file's text: 64 hex digits, surrounding white space
-    /// allowed.
+    /// Parse a key file's text: one key of 64 hex digits per line, the
+    /// current one first; blank lines and lines starting with `#` are
+    /// skipped.
     pub fn parse(text: &str) -> Result<ArchiveKey, Error> {
-        let t = text.trim();
-        if t.len() != 64 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(Error::Key(format!(
-                "a key file holds 64 hex digits (32 bytes), not {} characters",
-                t.len()
-            )));
+        let mut keys: Vec<[u8; 32]> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            if t.len() != 64 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(Error::Key(format!(
+                    "line {}: a key is 64 hex digits (32 bytes), not {} characters",
+                    n + 1,
+                    t.len()
+                )));
+            }
+            let mut k = [0u8; 32];
+            for (i, out) in k.iter_mut().enumerate() {
+                *out = u8::from_str_radix(&t[2 * i..2 * i + 2], 16)
+                    .map_err(|e| Error::Key(format!("line {}: not hex: {e}", n + 1)))?;
+            }
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
         }
-        let mut k = [0u8; 32];
-        for (i, out) in k.iter_mut().enumerate() {
-            *out = u8::from_str_radix(&t[2 * i..2 * i + 2], 16)
-                .map_err(|e| Error::Key(format!("not hex: {e}")))?;
+        if keys.is_empty() {
+            return Err(Error::Key("the key file holds no key".into()));
         }
-        Ok(ArchiveKey(k))
+        Ok(ArchiveKey { keys })
     }
 
     /// Read a key file. A file others may read is refused: the key opens
@@ -86,22 +131,29 @@ impl ArchiveKey {
         }
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Key(format!("{}: {e}", path.display())))?;
-        ArchiveKey::parse(&text)
+        ArchiveKey::parse(&text).map_err(|e| Error::Key(format!("{}: {e}", path.display())))
     }
 
-    /// A short public name of the key (the first 8 bytes of its SHA-256),
-    /// recorded in each object so a wrong key is named as such.
+    /// A short public name of the current key (the first 8 bytes of its
+    /// SHA-256), recorded in each object it seals.
     pub fn id(&self) -> [u8; 8] {
-        let d = ring::digest::digest(&ring::digest::SHA256, &self.0);
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&d.as_ref()[..8]);
-        id
+        id_of(&self.keys[0])
     }
 
-    /// A keyed checksum of a name's parts: an encrypted archive's object
-    /// names tell nothing of the plaintext.
+    /// Every key's id, the current one first.
+    pub fn ids(&self) -> Vec<[u8; 8]> {
+        self.keys.iter().map(id_of).collect()
+    }
+
+    /// The key of the ring whose id is `id`.
+    fn by_id(&self, id: &[u8; 8]) -> Option<&[u8; 32]> {
+        self.keys.iter().find(|k| id_of(k) == *id)
+    }
+
+    /// A keyed checksum of a name's parts, under the current key: an
+    /// encrypted archive's object names tell nothing of the plaintext.
     pub fn name_sum(&self, parts: &[u8]) -> u32 {
-        let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
+        let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.keys[0]);
         let tag = ring::hmac::sign(&k, parts);
         let b = tag.as_ref();
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -132,8 +184,23 @@ impl hkdf::KeyType for OkmLen {
 }
 
 impl Sealing {
+    /// Sealing under the ring's current key.
     pub fn new(key: &ArchiveKey, salt: &[u8; 32]) -> Result<Sealing, Error> {
-        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(&key.0);
+        Self::with(&key.keys[0], salt)
+    }
+
+    /// Opening under the key of the ring named `id`; None when the ring
+    /// has no such key.
+    pub fn for_id(
+        key: &ArchiveKey,
+        id: &[u8; 8],
+        salt: &[u8; 32],
+    ) -> Option<Result<Sealing, Error>> {
+        key.by_id(id).map(|k| Self::with(k, salt))
+    }
+
+    fn with(key: &[u8; 32], salt: &[u8; 32]) -> Result<Sealing, Error> {
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(key);
         let info = [HKDF_INFO];
         let okm = prk
             .expand(&info, OkmLen)
@@ -174,6 +241,11 @@ impl Sealing {
         buf.truncate(plain_len);
         Ok(())
     }
+}
+
+/// Bytes as lowercase hex (a key id, as refusals show it).
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A fresh random salt for one object.
@@ -218,9 +290,19 @@ mod tests {
     fn key_text_round_trips_and_bad_text_is_refused() {
         let k = ArchiveKey::mint().unwrap();
         let back = ArchiveKey::parse(&k.to_file_text()).unwrap();
-        assert_eq!(k.0, back.0);
+        assert_eq!(k.keys, back.keys);
         assert!(ArchiveKey::parse("abc").is_err());
         assert!(ArchiveKey::parse(&"zz".repeat(32)).is_err());
+        assert!(ArchiveKey::parse("# only a comment\n\n").is_err());
+        // A ring: the new key first, the old ones kept, in order.
+        let r = k.rotated().unwrap().rotated().unwrap();
+        let back = ArchiveKey::parse(&format!("# ring\n{}", r.to_file_text())).unwrap();
+        assert_eq!(back.keys, r.keys);
+        assert_eq!(back.ids().len(), 3);
+        assert_eq!(back.ids()[2], k.id());
+        assert_ne!(back.id(), k.id());
+        assert!(Sealing::for_id(&back, &k.id(), &[0; 32]).is_some());
+        assert!(Sealing::for_id(&k, &back.id(), &[0; 32]).is_none());
     }
 
     #[test]

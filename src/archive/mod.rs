@@ -14,6 +14,7 @@
 //! - [`snapshot`]: store snapshots archived, and fetched back;
 //! - [`push`]: a stopped box's sealed segments archived from the CLI;
 //! - [`restore`]: a fresh box filled from the archive to a frame or time;
+//! - [`head`]: the head record, how far the archive reached;
 //! - [`held`]: a resumed restore's frames compared with the archive's;
 //! - [`tiered`]: frames below the local floor read from the archive.
 
@@ -22,6 +23,7 @@ pub mod bucket;
 pub mod codec;
 pub mod erase;
 pub mod fetch;
+pub mod head;
 pub mod held;
 pub mod names;
 pub mod object;
@@ -29,6 +31,8 @@ pub mod push;
 pub mod replay;
 pub mod restore;
 pub(crate) mod seen;
+#[cfg(test)]
+mod seen_model;
 pub mod snapshot;
 pub mod tiered;
 pub mod upload;
@@ -44,7 +48,7 @@ pub enum Error {
     #[error("{object}: the object is encrypted: name the key file ([archive] key_file)")]
     KeyNeeded { object: String },
     /// The object was sealed under another key.
-    #[error("{object}: encrypted under key {sealed_under}, not the key given ({given})")]
+    #[error("{object}: encrypted under key {sealed_under}, which the key file does not hold (it holds {given})")]
     WrongKey {
         object: String,
         sealed_under: String,
@@ -87,6 +91,21 @@ pub enum Error {
     /// What a restore needs is not in the archive.
     #[error("{0}")]
     Missing(String),
+    /// The archive's head record says it reached further than its
+    /// segments do: objects were lost, or the bucket rolled back.
+    #[error("the archive's head record (generation {generation}) says frames up to {head_last} were archived, but its segments reach frame {reached}: frames {from} to {to}, which this restore asks for, are gone from the bucket (deleted, or the bucket rolled back). Restore what is there with --accept-shorter")]
+    Shorter {
+        head_last: u64,
+        generation: u64,
+        reached: u64,
+        from: u64,
+        to: u64,
+    },
+    /// `--until-time` before every time mark the archive holds.
+    #[error(
+        "no archived frame was marked as durable by then: the archive's first marks are later"
+    )]
+    NothingByTime { unix_ms: u64 },
     /// The box is not fresh: a restore fills an empty box.
     #[error("the box is not fresh: {0}")]
     NotFresh(String),

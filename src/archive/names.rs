@@ -7,6 +7,7 @@
 //! ```text
 //! <prefix>/segments/<first:020>-<last:020>-<lineage:016x>-<generation:020>-<sum:08x>.twseg
 //! <prefix>/snapshots/<at:020>-<lineage:016x>-<sum:08x>.twsnap
+//! <prefix>/heads/<history:032x>.twhead
 //! ```
 //!
 //! Zero-padded numbers sort by name as by value, so a listing comes back
@@ -17,6 +18,8 @@ use crate::repl::epochs::EpochStart;
 pub const SEGMENTS_DIR: &str = "segments";
 pub const SNAPSHOTS_DIR: &str = "snapshots";
 pub const ERASES_DIR: &str = "erases";
+pub const HEADS_DIR: &str = "heads";
+const HEAD_EXT: &str = ".twhead";
 const ERASE_EXT: &str = ".done";
 const SEGMENT_EXT: &str = ".twseg";
 const SNAPSHOT_EXT: &str = ".twsnap";
@@ -189,6 +192,13 @@ pub fn claims(key: &str) -> String {
         );
     }
     "nothing this build names".into()
+}
+
+/// The key of the head record of the log `history`:
+/// `<prefix>/heads/<history:032x>.twhead`.
+pub fn head_key(prefix: &str, history: &[u8; 16]) -> String {
+    let h: String = history.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}{HEADS_DIR}/{h}{HEAD_EXT}", with_slash(prefix))
 }
 
 /// `prefix/`, or nothing for the bucket's root.

@@ -105,10 +105,29 @@ pub struct SnapshotFile {
     pub crc32: u32,
 }
 
+/// How far the archive of one log reached, written by the uploader after
+/// the segments it names: every frame up to `last` was archived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadInfo {
+    pub history: [u8; 16],
+    /// The epochs that wrote frames up to `last`.
+    pub epochs: Vec<EpochStart>,
+    /// Every frame from `first` to `last` was archived (`first`: the
+    /// lowest frame of the log's first objects, 1 or a snapshot's next).
+    pub first: u64,
+    pub last: u64,
+    /// One more at each write: an older head is a rolled-back one.
+    pub generation: u64,
+    /// When it was written (ms since the Unix epoch).
+    pub unix_ms: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Content {
     Segment(SegmentInfo),
     Snapshot(SnapshotInfo),
+    /// A head record: no pieces, its footer says it all.
+    Head(HeadInfo),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -402,14 +421,15 @@ impl ObjectReader {
         let sealing = match (trailer.flags & FLAG_SEALED != 0, key) {
             (true, None) => return Err(Error::KeyNeeded { object: object() }),
             (true, Some(k)) => {
-                if k.id() != trailer.key_id {
+                let Some(s) = Sealing::for_id(k, &trailer.key_id, &trailer.salt) else {
+                    let given: Vec<String> = k.ids().iter().map(|id| codec::hex(id)).collect();
                     return Err(Error::WrongKey {
                         object: object(),
-                        sealed_under: hex(&trailer.key_id),
-                        given: hex(&k.id()),
+                        sealed_under: codec::hex(&trailer.key_id),
+                        given: given.join(", "),
                     });
-                }
-                let s = Sealing::new(k, &trailer.salt)?;
+                };
+                let s = s?;
                 s.open(FOOTER_PIECE, &aad, &mut footer_stored)
                     .map_err(|_| Error::Unseal {
                         object: object(),
@@ -510,11 +530,6 @@ impl ObjectReader {
     }
 }
 
-/// A key id as refusals show it.
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,8 +540,7 @@ mod tests {
     fn build_as(codec: &Codec, plain: &[u8], piece_len: u32, name: &str, legacy: bool) -> Vec<u8> {
         let mut w = ObjectWriter::new(codec, piece_len, name).unwrap();
         if legacy {
-            // As a build before version 2 wrote it: bound to the trailer
-            // only.
+            // As builds before version 2 wrote it: bound to the trailer.
             let t = &mut w.trailer;
             t.version = 1;
             t.bound = bound_bytes(1, t.flags, &t.salt, &t.key_id);
@@ -553,7 +567,6 @@ mod tests {
     fn build(codec: &Codec, plain: &[u8], piece_len: u32) -> Vec<u8> {
         build_as(codec, plain, piece_len, NAME, false)
     }
-
     fn read_as(obj: &[u8], key: Option<&ArchiveKey>, name: &str) -> Result<Vec<u8>, Error> {
         let start = obj
             .len()
@@ -579,7 +592,6 @@ mod tests {
     fn read_all(obj: &[u8], key: Option<&ArchiveKey>) -> Result<Vec<u8>, Error> {
         read_as(obj, key, NAME)
     }
-
     fn sample(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 % 251) as u8).collect()
     }
@@ -651,11 +663,9 @@ mod tests {
             matches!(&renamed, Err(Error::Unseal { object, piece: FOOTER_PIECE }) if object == OTHER),
             "{renamed:?}"
         );
-        // A piece of another object of the same key and trailer does not
-        // open in this one either: the salt differs, and so does the name.
-        let other = build_as(&codec, &plain, 4096, OTHER, false);
+        // Another object's piece does not open in this one either.
         let mut spliced = obj.clone();
-        spliced[..100].copy_from_slice(&other[..100]);
+        spliced[..100].copy_from_slice(&build_as(&codec, &plain, 4096, OTHER, false)[..100]);
         assert!(read_all(&spliced, Some(&key)).is_err());
         // Version 1 objects, bound to their trailer only, still open.
         let legacy = build_as(&codec, &plain, 4096, NAME, true);

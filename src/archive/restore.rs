@@ -14,6 +14,7 @@ use std::sync::Arc;
 use super::bucket::Bucket;
 use super::codec::ArchiveKey;
 use super::fetch::{open_object, Pieces};
+use super::head::{read_head, same_life};
 use super::held::check_held;
 use super::names::{epochs_through, lineage, of_lineage, SegmentName, SnapshotName};
 use super::object::{Content, SegmentInfo};
@@ -47,6 +48,9 @@ pub struct ArchiveRestoreOptions {
     pub bucket: Bucket,
     pub key: Option<ArchiveKey>,
     pub until: Until,
+    /// Restore what the bucket holds when its head record says it held
+    /// more (the report names the frames lost); refused otherwise.
+    pub accept_shorter: bool,
 }
 
 /// Counters a progress bar shows.
@@ -83,6 +87,15 @@ pub struct ArchiveRestoreReport {
     /// it and every frame after it were cut and fetched again.
     pub cut_from: Option<u64>,
     pub cut_why: Option<String>,
+    /// The archive's head record: how far it says the archive reached
+    /// (None: no record, as from builds before it), and when written.
+    pub head_last: Option<u64>,
+    pub head_unix_ms: Option<u64>,
+    /// With `accept_shorter`: why the head record did not read.
+    pub head_unread: Option<String>,
+    /// With `accept_shorter`: the frames the head names archived and the
+    /// bucket no longer holds, that the restore asked for.
+    pub lost: Option<(u64, u64)>,
 }
 
 /// One lineage's segments, oldest first, contiguous from frame 1.
@@ -92,6 +105,8 @@ struct Chain {
     segments: Vec<(SegmentName, u64)>,
     /// The lineage's store snapshots, newest first.
     snapshots: Vec<(SnapshotName, u64)>,
+    /// When the newest segment's last frame was marked durable.
+    newest_mark_ms: Option<u64>,
 }
 
 impl Chain {
@@ -141,6 +156,7 @@ async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error
     snapshots.sort_by_key(|(n, _)| std::cmp::Reverse(n.at));
     Ok(Chain {
         history: info.history,
+        newest_mark_ms: info.marks.last().map(|m| m.unix_ms),
         epochs: info.epochs,
         segments,
         snapshots,
@@ -243,9 +259,7 @@ async fn seq_at_time(
             continue;
         }
     }
-    Err(Error::Missing(format!(
-        "no archived frame is marked as durable by {unix_ms} ms: the archive's first marks come later"
-    )))
+    Err(Error::NothingByTime { unix_ms })
 }
 
 fn open_fresh_log(
@@ -360,6 +374,11 @@ fn write_all(
                     progress(&done);
                     return Ok(done);
                 }
+                // Frames as they land, not only at each segment's end.
+                progress(&Written {
+                    frames: done.frames + replay.written(),
+                    ..done
+                });
             }
             Feed::End => {
                 let Some((name, key, walk, replay)) = current.take() else {
@@ -422,11 +441,36 @@ pub async fn restore_from_archive(
     let key = opts.key.as_ref();
     let chain = chain(&opts.bucket, key).await?;
     let archived_head = chain.head();
+    // A bucket that lost its newest objects looks complete: its head
+    // record says how far it reached.
+    let (head, head_unread) = match read_head(&opts.bucket, key, &chain.history).await {
+        Ok(h) => (h.filter(|h| same_life(h, &chain.epochs)), None),
+        // Altered or foreign: how far the archive reached is not known.
+        Err(e) if opts.accept_shorter => (None, Some(e.to_string())),
+        Err(e) => return Err(e),
+    };
+    let lost = head
+        .as_ref()
+        .and_then(|h| super::head::lost(h, archived_head, chain.newest_mark_ms, opts.until));
+    if let (Some(h), Some((from, to))) = (&head, lost) {
+        if !opts.accept_shorter {
+            return Err(Error::Shorter {
+                head_last: h.last,
+                generation: h.generation,
+                reached: archived_head,
+                from,
+                to,
+            });
+        }
+    }
     let target = match opts.until {
         Until::End => archived_head,
+        Until::Seq(s) if s > archived_head && lost.is_some() => archived_head,
         Until::Seq(s) if s > archived_head => {
             return Err(Error::Missing(format!(
-                "--until {s}: the archive reaches frame {archived_head}"
+                "--until {s}: the archive reaches frame {}",
+                head.as_ref()
+                    .map_or(archived_head, |h| h.last.max(archived_head))
             )))
         }
         Until::Seq(s) => s,
@@ -461,6 +505,10 @@ pub async fn restore_from_archive(
     let mut report = ArchiveRestoreReport {
         resumed,
         target,
+        head_last: head.as_ref().map(|h| h.last),
+        head_unread,
+        head_unix_ms: head.as_ref().map(|h| h.unix_ms),
+        lost,
         lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
         ..ArchiveRestoreReport::default()
     };

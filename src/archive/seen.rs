@@ -7,6 +7,11 @@
 //! same pass found every object covering it as recorded
 //! ([`confirm_before`]), and while a missing object's frames are covered
 //! by no other object, retention drops nothing at all.
+//!
+//! An object is recorded as the box first saw it: one placed under a name
+//! before any box recorded one there is taken on its first listing. What
+//! it holds is the restore's and the tiered read's to check (with a key,
+//! only what opens under it is read).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;

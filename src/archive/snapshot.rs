@@ -213,8 +213,8 @@ pub async fn download_snapshot(
     let opened = open_object(bucket, key, size, archive_key).await?;
     let info = match &opened.reader.footer().content {
         Content::Snapshot(info) => info.clone(),
-        Content::Segment(_) => {
-            return Err(Error::Corrupt(format!("{key}: a segment, not a snapshot")));
+        Content::Segment(_) | Content::Head(_) => {
+            return Err(Error::Corrupt(format!("{key}: not a snapshot")));
         }
     };
     let mut expect = 0u64;

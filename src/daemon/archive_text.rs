@@ -41,6 +41,14 @@ pub fn render_archive(a: &ArchiveStatus) -> String {
                 .map_or(String::new(), |k| format!(" (first: {k})"))
         ));
     }
+    if let Some((from, to)) = a.head_gap {
+        out.push_str(&format!(
+            "archive: frames {from} to {to}, archived as the head record says, are in no object: retention held\n"
+        ));
+    }
+    if let Some(n) = &a.head_note {
+        out.push_str(&format!("archive: {n}\n"));
+    }
     if let Some(e) = &a.last_error {
         out.push_str(&format!("archive: FAILING, retrying: {e}\n"));
     }
@@ -138,6 +146,24 @@ pub(super) fn archive_metrics(out: &mut String, a: &ArchiveStatus) {
         "twinlog_archive_drop_confirmed_segments_total",
         "Segments a HEAD of their objects let leave the box.",
         a.drop_confirmed_segments,
+    );
+    gauge(
+        out,
+        "twinlog_archive_head_seq",
+        "How far the archive's head record says the archive reached (0: no record).",
+        a.head_last,
+    );
+    gauge(
+        out,
+        "twinlog_archive_head_gap_frames",
+        "Frames the head record names archived that no object holds.",
+        a.head_gap.map_or(0, |(from, to)| to + 1 - from),
+    );
+    gauge(
+        out,
+        "twinlog_archive_head_mismatch",
+        "1 while the bucket's head record is not the one this box recorded (rolled back, gone, unreadable).",
+        u8::from(a.head_note.is_some()),
     );
     gauge(
         out,

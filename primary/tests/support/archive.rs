@@ -126,18 +126,16 @@ pub fn garage_bucket(g: &Garage, prefix: &str) -> (String, Bucket) {
     (url, bucket)
 }
 
+/// The whole object at `key`.
 pub fn get(bucket: &Bucket, key: &str) -> Vec<u8> {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let size = bucket
-            .segments()
+        bucket
+            .get_small(key, u64::MAX)
             .await
-            .expect("list")
-            .into_iter()
-            .find(|(n, _)| bucket.segment_key(n) == key)
+            .expect("GET")
             .expect("the object")
-            .1;
-        bucket.get_range(key, 0..size).await.expect("get").to_vec()
+            .to_vec()
     })
 }
 
@@ -159,4 +157,29 @@ pub fn key_file(dir: &Path) -> (std::path::PathBuf, ArchiveKey) {
     );
     let k = ArchiveKey::load(&f).expect("the key");
     (f, k)
+}
+
+/// The `archive` of the daemon's `/status`, as JSON.
+pub fn archive_of(p: &super::Primary) -> serde_json::Value {
+    twinlog::daemon::fetch_status::<serde_json::Value>(p.metrics)
+        .map(|(_, s)| s["archive"].clone())
+        .unwrap_or_default()
+}
+
+/// Wait until everything sealed is archived past frame `past`, and the
+/// head record (when this build writes one) says so: the last archived
+/// frame.
+pub fn archived(p: &super::Primary, past: u64) -> u64 {
+    testkit::until_blocking(
+        "everything sealed archived",
+        std::time::Duration::from_secs(60),
+        || {
+            let a = archive_of(p);
+            let last = a["floor"].as_u64()?.checked_sub(1)?;
+            let done = a["lag_segments"] == 0
+                && last > past
+                && a.get("head_last").is_none_or(|h| h.as_u64() == Some(last));
+            done.then_some(last)
+        },
+    )
 }
