@@ -69,6 +69,10 @@ pub const RELEASE_FILE: &str = "RELEASE";
 /// Written when a primary stopped cleanly (its epoch): its next start
 /// serves at once, where one after a crash starts held.
 pub const CLEAN_STOP_FILE: &str = "CLEAN_STOP";
+/// This box's record of the archive's head record (JSON): how far it
+/// knows the archive reached, so that a head the bucket lost or rolled
+/// back while the box was down is found at its next start.
+pub const ARCHIVE_HEAD_FILE: &str = "ARCHIVE_HEAD";
 /// Marks a data directory a restore is filling; no daemon serves it.
 pub const RESTORING_FILE: &str = "RESTORING";
 /// The marker's line naming what the restore reads from.

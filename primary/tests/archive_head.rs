@@ -4,7 +4,8 @@
 //! deleted, `primary restore --from-archive` refuses, naming the frames
 //! gone, and with `--accept-shorter` restores what is left and says
 //! exactly what it lost. A head record rolled back to an older one is
-//! noticed by the serving box and written again.
+//! noticed by the serving box and written again, also when it was rolled
+//! back while the box was down.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -197,7 +198,7 @@ fn a_bucket_that_lost_its_newest_object_is_not_restored_as_if_whole() {
     // The object back, the head record rolled back to an older one: the
     // serving box says so, in its status too, and writes it again.
     put(&bucket, &newest_key, newest_bytes);
-    put(&bucket, &head_key, old_head);
+    put(&bucket, &head_key, old_head.clone());
     signal(&daemon, libc::SIGCONT);
     testkit::until_blocking("the rolled-back head noticed", WAIT, || {
         let a: ArchiveStatus = serde_json::from_value(archive_of(&p)).ok()?;
@@ -209,5 +210,21 @@ fn a_bucket_that_lost_its_newest_object_is_not_restored_as_if_whole() {
         read(&rt).filter(|h| h.last == archived_to && h.generation > generation)
     });
     assert_eq!(again.first, 1, "{again:?}");
+
+    // Rolled back while the box was down: the record of the head it keeps
+    // in its data directory finds it at the next start.
+    daemon.kill();
+    let latest = read(&rt).expect("a head");
+    put(&bucket, &head_key, old_head);
+    let mut daemon = p.serve();
+    testkit::until_blocking("the head rolled back while down noticed", WAIT, || {
+        let a: ArchiveStatus = serde_json::from_value(archive_of(&p)).ok()?;
+        let text = twinlog::daemon::render_archive(&a);
+        (text.contains("rolled back") && text.contains(&format!("frame {}", latest.last)))
+            .then_some(())
+    });
+    testkit::until_blocking("the head written again after the restart", WAIT, || {
+        read(&rt).filter(|h| h.last >= latest.last && h.generation > latest.generation)
+    });
     daemon.kill();
 }

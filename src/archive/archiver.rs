@@ -178,6 +178,9 @@ pub struct Archiver {
     /// bucket's must be written again.
     pub(super) head: Mutex<Option<super::object::HeadInfo>>,
     pub(super) head_dirty: std::sync::atomic::AtomicBool,
+    /// Where this box keeps its record of the head (none in tests that
+    /// run an archiver without a data directory).
+    pub(super) head_memory: std::sync::OnceLock<super::head::HeadMemory>,
     /// Where retention's confirmations go, once the thread runs.
     confirms: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Confirm>>>,
 }
@@ -228,6 +231,7 @@ impl Archiver {
             held: std::sync::atomic::AtomicBool::new(false),
             head: Mutex::default(),
             head_dirty: std::sync::atomic::AtomicBool::new(false),
+            head_memory: std::sync::OnceLock::new(),
             confirms: Mutex::default(),
         })
     }

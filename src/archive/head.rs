@@ -11,7 +11,12 @@
 //! - a serving box compares the head with the objects it lists, and holds
 //!   retention while frames the head names are in no object; one whose
 //!   own record of the head is newer than the bucket's (rolled back or
-//!   deleted) says so, and the uploader writes it again.
+//!   deleted) says so, and the uploader writes it again. That record is
+//!   kept in the data directory ([`HeadMemory`], `ARCHIVE_HEAD`), so a
+//!   head lost while both boxes were down is found at their next start.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -26,6 +31,7 @@ use super::restore::Until;
 use super::seen::covered;
 use super::Error;
 use crate::repl::epochs::EpochStart;
+use crate::storage::{StdStorage, Storage};
 
 /// A head record larger than this is refused unread: it lists no pieces,
 /// only its log's epochs.
@@ -122,7 +128,93 @@ pub fn gap_below_head(
     (next <= head.last).then_some((next, head.last))
 }
 
+/// This box's record of the archive's head, in its data directory.
+#[derive(Debug)]
+pub struct HeadMemory {
+    path: PathBuf,
+    fs: Arc<dyn Storage>,
+}
+
+impl HeadMemory {
+    pub fn at(dir: &Path) -> HeadMemory {
+        Self::at_with(StdStorage::shared(), dir)
+    }
+
+    /// [`HeadMemory::at`] through `fs`.
+    pub fn at_with(fs: Arc<dyn Storage>, dir: &Path) -> HeadMemory {
+        HeadMemory {
+            path: dir.join(crate::layout::ARCHIVE_HEAD_FILE),
+            fs,
+        }
+    }
+
+    /// The head this box last wrote or read for the log `history`. A
+    /// record of another log (the data directory was filled anew) is
+    /// none; one that does not read is refused by name: it is what finds
+    /// a rolled-back bucket, and must not be quietly forgotten.
+    pub fn load(&self, history: &[u8; 16]) -> Result<Option<HeadInfo>, Error> {
+        let bytes = match self.fs.read(&self.path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::Io(format!("{}: {e}", self.path.display()))),
+        };
+        let info: HeadInfo = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Corrupt(format!(
+                "{}: not a record of the archive's head ({e}); move it away to start without it",
+                self.path.display()
+            ))
+        })?;
+        if info.history != *history {
+            tracing::warn!(path = %self.path.display(), "the archive head recorded here is another log's: not used");
+            return Ok(None);
+        }
+        Ok(Some(info))
+    }
+
+    /// Keep `info`: written by rename and fsynced.
+    pub fn keep(&self, info: &HeadInfo) -> Result<(), Error> {
+        let bytes = serde_json::to_vec_pretty(info).map_err(|e| Error::Io(e.to_string()))?;
+        crate::publish::publish_with(&*self.fs, &self.path, &bytes)
+            .map_err(|e| Error::Io(format!("{}: {e}", self.path.display())))
+    }
+}
+
 impl Archiver {
+    /// Take this box's record of the head from `dir`, and keep it there
+    /// from now on. Before the archive's thread starts.
+    pub fn remember_head_in(&self, dir: &Path) -> Result<(), Error> {
+        let memory = HeadMemory::at(dir);
+        let known = memory.load(&self.log.history().0)?;
+        if let Ok(mut h) = self.head.lock() {
+            *h = known;
+        }
+        let _ = self.head_memory.set(memory);
+        Ok(())
+    }
+
+    /// Record `info` as the newest head this box knows, on disk first.
+    /// A record that cannot be written is said; the archive goes on (the
+    /// bucket's head and objects are as they were), and the next change
+    /// tries again.
+    fn know_head(&self, info: HeadInfo) {
+        self.keep_head(&info);
+        if let Ok(mut h) = self.head.lock() {
+            *h = Some(info);
+        }
+    }
+
+    /// Keep `info` on disk only.
+    fn keep_head(&self, info: &HeadInfo) {
+        if let Some(memory) = self.head_memory.get() {
+            if let Err(e) = memory.keep(info) {
+                tracing::error!(error = %e, "could not keep this box's record of the archive's head");
+                self.set_status(|s| {
+                    s.last_error = Some(format!("keeping the archive's head: {e}"))
+                });
+            }
+        }
+    }
+
     /// Read the bucket's head record, and compare it with this box's own
     /// record of it: a bucket head older than what this box wrote or saw
     /// was rolled back (or deleted), and the uploader writes it again.
@@ -131,12 +223,12 @@ impl Archiver {
         let codec = &self.settings.codec;
         let read = read_head(&self.settings.bucket, codec.key.as_ref(), &history).await;
         let mut note = None;
-        let mut known = self.head.lock().map(|h| h.clone()).unwrap_or(None);
+        let known = self.head.lock().map(|h| h.clone()).unwrap_or(None);
         match read {
             Ok(there) => match (&there, &known) {
                 (Some(t), Some(k)) if t.generation < k.generation || t.last < k.last => {
                     note = Some(format!(
-                        "the head record in the bucket (generation {}, frame {}) is older than the one this box saw (generation {}, frame {}): rolled back",
+                        "the head record in the bucket (generation {}, frame {}) is older than the one this box wrote or saw (generation {}, frame {}): rolled back",
                         t.generation, t.last, k.generation, k.last
                     ));
                 }
@@ -146,8 +238,8 @@ impl Archiver {
                         k.generation, k.last
                     ));
                 }
-                (Some(_), _) => known = there,
-                (None, None) => {}
+                (Some(t), k) if k.as_ref() != Some(t) => self.know_head(t.clone()),
+                _ => {}
             },
             // Unreadable (altered, unsealed, another key): named, and
             // written again by the uploader; the archiving goes on.
@@ -157,9 +249,6 @@ impl Archiver {
             tracing::error!(note = ?note, "the archive's head record is not what this box recorded");
             self.head_dirty
                 .store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        if let Ok(mut h) = self.head.lock() {
-            *h = known;
         }
         self.set_status(|s| {
             s.head_note = match (note, &s.head_note) {
@@ -201,6 +290,11 @@ impl Archiver {
             generation,
             unix_ms: crate::repl::unix_ms(),
         };
+        // On disk first: the record here may be ahead of the bucket (a
+        // crash between the two then reads as a rollback at the next
+        // start, and the head is written again) but never behind it, so
+        // no generation is written twice.
+        self.keep_head(&info);
         write_head(&self.settings.bucket, &self.settings.codec, &info).await?;
         self.head_dirty
             .store(false, std::sync::atomic::Ordering::SeqCst);
@@ -251,6 +345,24 @@ mod tests {
             lost(&h, 1370, Some(4_000), Until::Time(4_001)),
             Some((1371, 1495))
         );
+    }
+
+    #[test]
+    fn the_record_of_the_head_survives_a_reload_and_a_garbled_one_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = HeadMemory::at(dir.path());
+        assert_eq!(m.load(&[1; 16]).expect("none yet"), None);
+        m.keep(&head(70)).expect("keep");
+        let again = HeadMemory::at(dir.path());
+        assert_eq!(again.load(&[1; 16]).expect("read"), Some(head(70)));
+        assert_eq!(again.load(&[2; 16]).expect("another log's"), None);
+        std::fs::write(
+            dir.path().join(crate::layout::ARCHIVE_HEAD_FILE),
+            b"{garbled",
+        )
+        .expect("write");
+        let err = again.load(&[1; 16]).expect_err("garbled");
+        assert!(err.to_string().contains("ARCHIVE_HEAD"), "{err}");
     }
 
     #[test]

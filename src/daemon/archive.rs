@@ -36,6 +36,9 @@ pub(super) fn start_archive(
     } else {
         Archiver::watcher(log.clone(), settings, epochs_of(epochs))
     };
+    archiver
+        .remember_head_in(data_dir)
+        .map_err(|e| DaemonError::ArchiveSetup(e.to_string()))?;
     archiver.carry_erases(Arc::new(crate::archive::erase::EraseQueue::at(data_dir)));
     if uploading {
         archiver.archive_snapshots(crate::archive::archiver::StoreSnapshots {
