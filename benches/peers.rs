@@ -32,6 +32,12 @@
 //! - `bulk_blob_1gib`: one 1 GiB blob streamed, `twin`;
 //! - `restore_2gib`: a fresh box restored from a twin's 2 GiB log.
 //!
+//! The physical floor, in the same run (`benches/shared/floor.rs`): a raw
+//! chain of `pwrite`, `fdatasync` and loopback UDP doing the same work in
+//! three processes with none of twinlog's code, `floor_local_128b_c1`,
+//! `floor_twin_128b_c1` and `floor_twin_128b_c8` (grouping as the
+//! appender does). The small cases report `ratio_floor` to theirs.
+//!
 //! Every line reports the CPU the whole machine spent per append (or per
 //! MiB), so a missed target says what bound it; the small appends add
 //! `switches_per_append`, both daemons' context switches per append.
@@ -40,6 +46,8 @@
 mod cases;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "shared/floor.rs"]
+mod floor;
 #[path = "shared/postgres.rs"]
 mod postgres;
 #[path = "shared/restore_case.rs"]
@@ -127,6 +135,10 @@ impl PeerCases {
 }
 
 fn main() {
+    if let Ok(role) = std::env::var(floor::FLOOR_ROLE_ENV) {
+        floor::floor_main(&role);
+        return;
+    }
     if let (Ok(role), Ok(config)) = (std::env::var(ROLE_ENV), std::env::var(CONFIG_ENV)) {
         daemon_main(&role, Path::new(&config));
         return;
@@ -157,8 +169,9 @@ fn main() {
             PeerCases::default()
         }
     };
+    let floors = run_floor(root.path(), &sizes);
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    rt.block_on(run_twinlog(root.path(), &sizes, quick, &peers));
+    rt.block_on(run_twinlog(root.path(), &sizes, quick, &peers, &floors));
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
 
@@ -216,7 +229,40 @@ fn run_postgres(p: &Programs, root: &Path, sizes: &Sizes) -> PeerCases {
     out
 }
 
-async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases) {
+/// The raw chain's cases (`benches/shared/floor.rs`), by name.
+type Floors = std::collections::BTreeMap<&'static str, f64>;
+
+fn run_floor(root: &Path, sizes: &Sizes) -> Floors {
+    let run = Duration::from_secs(u64::from(sizes.secs));
+    let mut out = Floors::new();
+    for (name, wait_twin, clients) in [
+        ("floor_local_128b_c1", false, 1),
+        ("floor_twin_128b_c1", true, 1),
+        ("floor_twin_128b_c8", true, 8),
+    ] {
+        eprintln!("{name} ...");
+        syncfs(root);
+        let chain = floor::Floor::start(&root.join("floor"), wait_twin);
+        // Warm both files' first pages and the sockets.
+        chain.run(clients, run / 4);
+        let busy = MachineBusy::start();
+        let started = Instant::now();
+        let rate = chain.run(clients, run);
+        let appends = rate * started.elapsed().as_secs_f64();
+        let cpu_us = busy.secs() / appends.max(1.0) * 1e6;
+        drop(chain);
+        out.insert(name, rate);
+        Line::new(PEERS, name, rate, "appends/s")
+            .int("clients", clients as u64)
+            .num("us_per_append", 1e6 / rate * clients as f64)
+            .num("cpu_us_per_append", cpu_us)
+            .print();
+    }
+    let _ = std::fs::remove_dir_all(root.join("floor"));
+    out
+}
+
+async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases, floors: &Floors) {
     let run = Duration::from_secs(u64::from(sizes.secs));
     // What PostgreSQL's cases left dirty is written back before ours run.
     syncfs(root);
@@ -271,6 +317,14 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases)
             line = line
                 .num("ratio_to_local_128b_c1", rate / local_c1)
                 .num("target_to_local_128b_c1", 0.8);
+        }
+        let floor = format!("floor_{name}");
+        if let Some((&floor, &v)) = floors.get_key_value(floor.as_str()) {
+            line = line
+                .text("floor", floor)
+                .num("floor_value", v)
+                .num("ratio_floor", rate / v)
+                .num("target_floor", 0.7);
         }
         peers.compare(line, peer, target).print();
     }

@@ -57,6 +57,11 @@ impl Line {
         self
     }
 
+    pub fn text(mut self, key: &'static str, v: &str) -> Line {
+        self.fields.push((key, json_str(v)));
+        self
+    }
+
     pub fn flag(mut self, key: &'static str, v: bool) -> Line {
         self.fields.push((key, v.to_string()));
         self
