@@ -38,10 +38,16 @@
 //! `floor_twin_128b_c1` and `floor_twin_128b_c8` (grouping as the
 //! appender does). The small cases report `ratio_floor` to theirs.
 //!
+//! `budget_twin_128b_c1` (`benches/shared/budget.rs`): where the time of
+//! one `twin` append goes, stage by stage, from marks in the client and
+//! both daemons.
+//!
 //! Every line reports the CPU the whole machine spent per append (or per
 //! MiB), so a missed target says what bound it; the small appends add
 //! `switches_per_append`, both daemons' context switches per append.
 
+#[path = "shared/budget.rs"]
+mod budget;
 #[path = "shared/repl_cases.rs"]
 mod cases;
 #[path = "common/mod.rs"]
@@ -329,6 +335,10 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases,
         peers.compare(line, peer, target).print();
     }
 
+    drop(clients);
+    budget_case(&mut pair, root, run).await;
+    let clients = pair.clients().await;
+
     eprintln!("bulk_frames_1mib ...");
     pair.converged(&clients[0], Duration::from_secs(60)).await;
     let probe = Probe::take(&pair);
@@ -375,6 +385,66 @@ async fn run_twinlog(root: &Path, sizes: &Sizes, quick: bool, peers: &PeerCases,
         .num("mib", sizes.restore_mib() as f64)
         .num("cpu_ms_per_mib", busy / sizes.restore_mib() as f64 * 1e3);
     peers.compare(line, "pg_basebackup", 1.5).print();
+}
+
+/// `budget_twin_128b_c1`: where the time of one `twin` append goes, from
+/// marks in the client and both daemons (`twinlog::budget`), which run
+/// with the marks on for this case only (restarted with `TWINLOG_BUDGET`
+/// and again without). Its value is the mean µs of an append with the
+/// marks on; `at_<stage>` the mean µs after the append's `client_send`.
+async fn budget_case(pair: &mut Pair, root: &Path, run: Duration) {
+    eprintln!("budget_twin_128b_c1 ...");
+    budget::self_check();
+    let dir = root.join("budget");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the budget's dir");
+    let prefix = dir.join("marks");
+    let env = twinlog::budget::BUDGET_ENV;
+    pair.restart_with_env(env, Some(prefix.display().to_string()));
+    let clients = pair.clients().await;
+    pair.converged(&clients[0], Duration::from_secs(60)).await;
+    append_round(&clients, 1, Durability::Twin, run / 4).await;
+    twinlog::budget::start(prefix);
+    let (appends, secs) = append_round(&clients, 1, Durability::Twin, run).await;
+    twinlog::budget::stop();
+    drop(clients);
+    // Stopped by SIGTERM: each daemon's last 50 ms of marks may be lost,
+    // which leaves the last appends without them (counted by `appends`).
+    pair.restart_with_env(env, None);
+    let b = budget::Budget::read(&dir, "marks");
+    b.print_table();
+    let mut line = Line::new(PEERS, "budget_twin_128b_c1", b.total_us(), "us")
+        .int("appends", b.appends)
+        .num("rate_marked", appends as f64 / secs)
+        .lower_is_better();
+    for (stage, at) in &b.at_us {
+        line.fields
+            .push((stage_field(*stage), common::json_num(*at)));
+    }
+    line.print();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn stage_field(s: twinlog::budget::Stage) -> &'static str {
+    use twinlog::budget::Stage::*;
+    match s {
+        ClientSend => "at_client_send",
+        PrimaryReceived => "at_primary_received",
+        Queued => "at_queued",
+        AppenderWoken => "at_appender_woken",
+        Staged => "at_staged",
+        Published => "at_published",
+        StreamWritten => "at_stream_written",
+        LocalSynced => "at_local_synced",
+        TwinReceived => "at_twin_received",
+        TwinWriterWoken => "at_twin_writer_woken",
+        TwinSynced => "at_twin_synced",
+        TwinAckSent => "at_twin_ack_sent",
+        AckReceived => "at_ack_received",
+        AnswerReady => "at_answer_ready",
+        AnswerSent => "at_answer_sent",
+        ClientReceived => "at_client_received",
+    }
 }
 
 /// Four closed-loop appenders of 1 MiB frames with `twin` durability for

@@ -41,6 +41,23 @@ pub fn monotonic() -> Instant {
     Instant::now()
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock an `Instant` reads, as a
+/// number that compares across the processes of one machine (the budget's
+/// marks). 0 if the clock cannot be read.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a pointer to a
+    // local that outlives the call.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if ret != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
 /// The wall clock, in milliseconds since the Unix epoch: for what is
 /// shown and recorded, never for a deadline.
 pub fn unix_ms() -> u64 {

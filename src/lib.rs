@@ -4,6 +4,7 @@
 //! [`wal::Wal`] is the small embedding API over the same files.
 
 pub mod archive;
+pub mod budget;
 pub mod clock;
 pub mod daemon;
 pub mod layout;

@@ -431,6 +431,8 @@ pub(crate) struct Daemon {
     config: PathBuf,
     log: PathBuf,
     child: testkit::Guard,
+    /// Set in its environment at each start.
+    env: Vec<(&'static str, String)>,
 }
 
 impl Daemon {
@@ -440,6 +442,7 @@ impl Daemon {
             config,
             log,
             child: testkit::Guard::default(),
+            env: Vec::new(),
         }
     }
 
@@ -453,6 +456,7 @@ impl Daemon {
         let child = Command::new(std::env::current_exe().expect("the bench's own path"))
             .env(ROLE_ENV, self.role)
             .env(CONFIG_ENV, &self.config)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -532,6 +536,19 @@ impl Pair {
         pair.primary.start();
         pair.twin.start();
         pair
+    }
+
+    /// Stop both daemons and start them again with `key` set to `value`
+    /// in their environment (`None`: not set).
+    pub(crate) fn restart_with_env(&mut self, key: &'static str, value: Option<String>) {
+        self.stop();
+        for d in [&mut self.primary, &mut self.twin] {
+            d.env.retain(|(k, _)| *k != key);
+            if let Some(v) = &value {
+                d.env.push((key, v.clone()));
+            }
+            d.start();
+        }
     }
 
     /// A client connected to the primary, retried while it starts.

@@ -14,6 +14,7 @@ pub async fn serve_primary(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
     restoring::refuse_restoring(&cfg.data_dir)?;
+    crate::budget::start_from_env();
     let identity = load_identity(&cfg.data_dir)?;
     let (pins, roles) = pins_and_roles(&cfg);
     let listen = resolve("listen", &cfg.listen)?;

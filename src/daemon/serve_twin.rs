@@ -13,6 +13,7 @@ pub async fn serve_twin(
     shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
     restoring::refuse_restoring(&cfg.data_dir)?;
+    crate::budget::start_from_env();
     let identity = load_identity(&cfg.data_dir)?;
     let fp = cfg
         .primary_fingerprint

@@ -449,3 +449,14 @@ pub(crate) fn write_atomic(
     fs.rename(&tmp, &dir.join(name))?;
     fs.sync_dir(dir)
 }
+
+/// Append `bytes` to `path`, created if missing, without a sync: for
+/// diagnostics (the budget's marks), never for state.
+pub(crate) fn append_text(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?
+        .write_all(bytes)
+}

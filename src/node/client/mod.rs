@@ -251,11 +251,14 @@ impl Client {
                 id: waiting.id(),
                 req: &req,
             });
+            crate::budget::mark(crate::budget::Stage::ClientSend);
             pipe.write(&[&head, body], self.deadline)
                 .await
                 .map_err(|e| silent(&self.conn, self.deadline, e))?;
             let after = self.deadline.saturating_add(syncing(body.len() as u64));
-            return match waiting.answer(after).await {
+            let answer = waiting.answer(after).await;
+            crate::budget::mark(crate::budget::Stage::ClientReceived);
+            return match answer {
                 Ok(Response::Error(e)) => Err(e.into()),
                 Ok(resp) => Ok(resp),
                 Err(e) => Err(silent(&self.conn, self.deadline, e)),

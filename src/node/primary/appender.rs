@@ -170,6 +170,7 @@ impl Appender {
                 .await
                 .map_err(|e| ApiError::Refused(WriteRefusal::Stopping { why: e.to_string() }))?;
         } else {
+            crate::budget::mark(crate::budget::Stage::Queued);
             self.jobs
                 .as_ref()
                 .ok_or_else(stopped)?
@@ -193,6 +194,7 @@ impl Drop for Appender {
 fn run(mut steps: Steps, mut rx: mpsc::UnboundedReceiver<Job>) {
     let mut group = Vec::new();
     while let Some(first) = rx.blocking_recv() {
+        crate::budget::mark(crate::budget::Stage::AppenderWoken);
         group.push(first);
         while group.len() < GROUP_MAX {
             match rx.try_recv() {
@@ -252,6 +254,7 @@ impl Steps {
             }
         }
         drop(ids);
+        crate::budget::mark(crate::budget::Stage::Staged);
         if let Some(&(last, _, _)) = self.staged.last() {
             // Shipped while the local sync runs.
             let all = Bytes::from(std::mem::take(&mut self.wire));
@@ -262,7 +265,9 @@ impl Steps {
                 (seq, b)
             }));
             (self.shipped)(last, bytes);
+            crate::budget::mark(crate::budget::Stage::Published);
             let synced = self.log.sync_through(last);
+            crate::budget::mark(crate::budget::Stage::LocalSynced);
             self.in_hand.durable_through(last);
             match synced {
                 Ok(()) => {

@@ -123,6 +123,7 @@ impl Primary {
                     None => reading = false,
                 },
                 Some(answer) = in_flight.next(), if !in_flight.is_empty() => {
+                    crate::budget::mark(crate::budget::Stage::AnswerReady);
                     // Every answer ready now goes out in one write.
                     out.clear();
                     crate::repl::msg::encode_into(&mut out, &answer);
@@ -132,6 +133,7 @@ impl Primary {
                     if let Err(e) = self.send_within(&mut send, &out).await {
                         break Err(e);
                     }
+                    crate::budget::mark(crate::budget::Stage::AnswerSent);
                 }
                 else => break Ok(()),
             }
@@ -233,7 +235,10 @@ async fn read_pipeline(
         // A pipeline may wait for its next request as long as it likes;
         // one begun must arrive whole within the deadline.
         let Piped { id, req } = match net::read_msg_within::<Piped>(&mut recv, deadline).await {
-            Ok(Some(piped)) => piped,
+            Ok(Some(piped)) => {
+                crate::budget::mark(crate::budget::Stage::PrimaryReceived);
+                piped
+            }
             Ok(None) => break None,
             Err(NetError::Message(e)) => {
                 primary.refusals.note(Cut::Undecodable.name());

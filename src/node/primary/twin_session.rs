@@ -144,6 +144,7 @@ impl Primary {
                         }
                     }
                     PrimaryAction::Acked(durable) => {
+                        crate::budget::mark(crate::budget::Stage::AckReceived);
                         tracing::debug!(durable, "twin acknowledged");
                         let seq_cst = std::sync::atomic::Ordering::SeqCst;
                         match hold_update(durable, std::mem::take(&mut handshake)) {
@@ -423,6 +424,7 @@ async fn write_gathered(
 ) -> Result<(), NetError> {
     if !gathered.is_empty() {
         send.write_all_chunks(gathered).await?;
+        crate::budget::mark(crate::budget::Stage::StreamWritten);
         gathered.clear();
     }
     Ok(())

@@ -185,6 +185,7 @@ impl<'t> Session<'t> {
     async fn transmit(&mut self) -> Result<(), NetError> {
         while let Some(m) = self.core.poll_transmit() {
             net::write_msg(&mut self.ctl_send, &m).await?;
+            crate::budget::mark(crate::budget::Stage::TwinAckSent);
         }
         Ok(())
     }

@@ -82,6 +82,7 @@ pub(super) fn write_frames(
             }
             Err(mpsc::error::TryRecvError::Disconnected) => break,
         };
+        crate::budget::mark(crate::budget::Stage::TwinWriterWoken);
         // One `Committed` per batch, for its last frame: the session wakes
         // once per chunk, not once per frame.
         let applied = applier.apply(batch);
@@ -89,6 +90,7 @@ pub(super) fn write_frames(
             // Caught up: the sync comes now, and its report carries the
             // commit.
             if let Some(synced) = applier.sync_if_caught_up() {
+                crate::budget::mark(crate::budget::Stage::TwinSynced);
                 let _ = out.send(Written::CommittedSynced { committed, synced });
                 continue;
             }
@@ -126,6 +128,7 @@ pub(super) async fn read_frames(
     loop {
         match recv.read_chunks(&mut bufs).await {
             Ok(Some(n)) => {
+                crate::budget::mark(crate::budget::Stage::TwinReceived);
                 let read = bufs[..n].iter_mut().map(std::mem::take).collect();
                 if tx.send(Ok(read)).await.is_err() {
                     return;
