@@ -173,10 +173,10 @@ fn child_main(role: &str) {
                 let shutdown = daemon::shutdown_on_signals().map_err(|e| e.to_string())?;
                 let served = if role == "serve-primary" {
                     let cfg = PrimaryConfig::load(&config).map_err(|e| e.to_string())?;
-                    daemon::serve_primary(cfg, shutdown).await
+                    daemon::serve_primary(cfg, shutdown.clone()).await
                 } else {
                     let cfg = TwinConfig::load(&config).map_err(|e| e.to_string())?;
-                    daemon::serve_twin(cfg, shutdown).await
+                    daemon::serve_twin(cfg, shutdown.clone()).await
                 }
                 .map_err(|e| e.to_string())?;
                 // A switchover changed the role: serve the new one in a new
@@ -184,11 +184,11 @@ fn child_main(role: &str) {
                 // Under an arbiter: a replaced primary rejoins by itself,
                 // and one whose lease ended starts again.
                 let served = if role == "serve-primary" {
-                    daemon::auto_failover::after_primary_serve(served, &config)
+                    daemon::auto_failover::after_primary_serve(served, &config, shutdown)
                         .await
                         .map_err(|e| e.to_string())?
                 } else {
-                    served
+                    daemon::auto_failover::stop_wins(served, &shutdown)
                 };
                 let (next, config) = match &served {
                     daemon::Served::Stopped | daemon::Served::Replaced { .. } => return Ok(()),

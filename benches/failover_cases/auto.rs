@@ -100,16 +100,9 @@ impl AutoPair {
                 }
             }
             if Instant::now() > deadline {
-                let logs: Vec<String> = self
-                    .boxes
-                    .iter()
-                    .map(|b| {
-                        std::fs::read_to_string(b.dir.with_extension("log")).unwrap_or_default()
-                    })
-                    .collect();
                 panic!(
                     "box {i} does not lead in 60 s; their logs:\n{}",
-                    logs.join("\n-----\n")
+                    self.logs()
                 );
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -151,8 +144,22 @@ impl AutoPair {
                 Ok(a) if a.durability == durability => return Instant::now(),
                 Ok(_) | Err(_) => {}
             }
-            assert!(Instant::now() < deadline, "no acknowledgement in 60 s");
+            if Instant::now() > deadline {
+                panic!(
+                    "no acknowledgement in 60 s; the boxes' logs:\n{}",
+                    self.logs()
+                );
+            }
         }
+    }
+
+    fn logs(&self) -> String {
+        let logs: Vec<String> = self
+            .boxes
+            .iter()
+            .map(|b| std::fs::read_to_string(b.dir.with_extension("log")).unwrap_or_default())
+            .collect();
+        logs.join("\n-----\n")
     }
 
     fn stop(&mut self) {

@@ -636,8 +636,10 @@ async fn run(cmd: Cmd, open: &Connections) -> Result<(), DaemonError> {
             daemon::init_tracing(log_json);
             let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
-            let served = daemon::serve_primary(cfg, shutdown).await?;
-            let served = daemon::auto_failover::after_primary_serve(served, config.path()?).await?;
+            let served = daemon::serve_primary(cfg, shutdown.clone()).await?;
+            let served =
+                daemon::auto_failover::after_primary_serve(served, config.path()?, shutdown)
+                    .await?;
             daemon::failover::continue_as(&served, log_json)?;
         }
         Cmd::CheckLog { config } => {

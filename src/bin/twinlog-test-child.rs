@@ -118,16 +118,16 @@ async fn serve(role: &str, config: &str) -> Result<(), Failed> {
     let shutdown = daemon::shutdown_on_signals()?;
     let config = PathBuf::from(config);
     let served = match role {
-        "primary" => daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown).await?,
-        "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown).await?,
+        "primary" => daemon::serve_primary(PrimaryConfig::load(&config)?, shutdown.clone()).await?,
+        "twin" => daemon::serve_twin(TwinConfig::load(&config)?, shutdown.clone()).await?,
         other => return Err(ChildError::NoRole(other.to_string()).into()),
     };
     // A switchover changed the role: become the daemon of the new one in a
     // new program image, as `daemon::failover::continue_as` makes the
     // shipped binaries do (the log's lock goes with the old image).
     let served = match role {
-        "primary" => daemon::auto_failover::after_primary_serve(served, &config).await?,
-        _ => served,
+        "primary" => daemon::auto_failover::after_primary_serve(served, &config, shutdown).await?,
+        _ => daemon::auto_failover::stop_wins(served, &shutdown),
     };
     let (role, config) = match &served {
         daemon::Served::Stopped | daemon::Served::Replaced { .. } => return Ok(()),

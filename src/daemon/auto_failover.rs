@@ -28,6 +28,8 @@ use crate::repl::HandedClient;
 /// How long a deposed primary's rejoin may take before it gives up (and
 /// is run again by the next start).
 pub const REJOIN_DEADLINE: Duration = Duration::from_secs(120);
+/// How long one try of the automatic rejoin waits for the new primary.
+pub const REJOIN_TRY: Duration = Duration::from_secs(10);
 
 /// What a primary's start under an arbiter found.
 pub(super) enum Start {
@@ -289,7 +291,9 @@ pub(super) fn hold_life(
 pub async fn after_primary_serve(
     served: Served,
     primary_config: &std::path::Path,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<Served, DaemonError> {
+    let served = stop_wins(served, &shutdown);
     match served {
         Served::Replaced { leader } => {
             let addr: super::Address = leader.addr.parse().map_err(|_| DaemonError::BadLeader {
@@ -305,13 +309,70 @@ pub async fn after_primary_serve(
                         value: leader.fingerprint.clone(),
                     })?;
             tracing::warn!(primary = %leader.addr, epoch = %EpochName(leader.epoch), "rejoining the new primary as its twin (auto_rejoin)");
-            let report =
-                super::failover::rejoin(primary_config, addr, fp, None, REJOIN_DEADLINE).await?;
+            let Some(report) = rejoin_while_it_waits(primary_config, addr, fp, shutdown).await?
+            else {
+                return Ok(Served::Stopped);
+            };
             Ok(Served::Deposed {
                 twin_config: report.twin_config,
             })
         }
         other => Ok(other),
+    }
+}
+
+/// A stop asked while the serve was ending (its lease lost, a newer term
+/// found) wins over what that end would start next (a new life, a
+/// rejoin): the SIGTERM that came meanwhile ends the daemon, and the next
+/// start finds the same state. A switchover's end (`Deposed`,
+/// `Promoted`) already rewrote the configuration, and is carried on.
+pub fn stop_wins(served: Served, shutdown: &watch::Receiver<bool>) -> Served {
+    match served {
+        Served::LeaseLost | Served::Replaced { .. } if *shutdown.borrow() => {
+            tracing::info!("stopping as asked, before what the serve's end would start");
+            Served::Stopped
+        }
+        other => other,
+    }
+}
+
+/// Rejoin the new primary, asking again while it cannot be reached: one
+/// that took the term a moment ago answers "waiting for its life" (its
+/// endpoint is up, its life not yet begun) until etcd grants its lease.
+/// Nothing here changes before an answer, so asking again is safe. Each
+/// try waits at most [`REJOIN_TRY`], the whole at most
+/// [`REJOIN_DEADLINE`]; None when `shutdown` came first (checked between
+/// tries, so a stop waits for one try at most).
+async fn rejoin_while_it_waits(
+    primary_config: &std::path::Path,
+    addr: super::Address,
+    fp: crate::net::Fingerprint,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Option<super::failover::RejoinReport>, DaemonError> {
+    let deadline = crate::node::clock::instant() + REJOIN_DEADLINE;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let left = deadline.saturating_duration_since(crate::node::clock::instant());
+        let tried =
+            super::failover::rejoin(primary_config, addr.clone(), fp, None, left.min(REJOIN_TRY))
+                .await;
+        match tried {
+            Err(DaemonError::Rejoin(e))
+                if matches!(*e, crate::node::rejoin::RejoinError::Connect { .. })
+                    && crate::node::clock::instant() + pause < deadline =>
+            {
+                tracing::info!(error = %e, retry_in_ms = pause.as_millis() as u64, "the new primary is not answering yet");
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = shutdown.wait_for(|&s| s) => return Ok(None),
+                }
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other.map(Some),
+        }
+        if *shutdown.borrow() {
+            return Ok(None);
+        }
     }
 }
 
@@ -380,5 +441,33 @@ pub(super) async fn give_back(cfg: &TwinConfig, failover: &FailoverSection, leas
         Err(e) => {
             tracing::warn!(error = %e, "the take-over's lease was not given back: it runs out")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_asked_as_the_serve_ended_wins_over_a_new_life_or_a_rejoin() {
+        let (tx, rx) = watch::channel(false);
+        let ended = |s: &Served| std::mem::discriminant(s);
+        assert_eq!(
+            ended(&stop_wins(Served::LeaseLost, &rx)),
+            ended(&Served::LeaseLost)
+        );
+        tx.send_replace(true);
+        assert_eq!(
+            ended(&stop_wins(Served::LeaseLost, &rx)),
+            ended(&Served::Stopped)
+        );
+        let twin_config = std::path::PathBuf::from("twin.toml");
+        assert_eq!(
+            ended(&stop_wins(Served::Deposed { twin_config }, &rx)),
+            ended(&Served::Deposed {
+                twin_config: "x".into()
+            }),
+            "a switchover's end is carried on: its configuration is written"
+        );
     }
 }

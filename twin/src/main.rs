@@ -282,7 +282,8 @@ async fn run(cmd: Cmd) -> Result<(), DaemonError> {
             daemon::init_tracing(log_json);
             let cfg = config.load()?;
             let shutdown = daemon::shutdown_on_signals()?;
-            let served = daemon::serve_twin(cfg, shutdown).await?;
+            let served = daemon::serve_twin(cfg, shutdown.clone()).await?;
+            let served = daemon::auto_failover::stop_wins(served, &shutdown);
             daemon::failover::continue_as(&served, log_json)?;
         }
         Cmd::ArchivePush { config, json } => {
