@@ -3,6 +3,8 @@
 //!
 //! - [`archive`]: the archive drill's record of acknowledged frames and
 //!   its checks of a log restored from the archive;
+//! - [`archive_pair`]: a pair archiving to Garage as the archive drills
+//!   run it, its writers, and `primary restore --from-archive` run;
 //! - [`auto_failover`]: the automatic-failover drill's acknowledgements
 //!   and its checks;
 //! - [`content`]: the frames a drill writes, checkable from their names;
@@ -17,6 +19,7 @@
 //!   check of one state with the real daemons.
 
 pub mod archive;
+pub mod archive_pair;
 pub mod auto_failover;
 pub mod content;
 pub mod daemons;
