@@ -3,6 +3,10 @@
 //!
 //! - [`archive`]: the archive drill's record of acknowledged frames and
 //!   its checks of a log restored from the archive;
+//! - [`archive_pair`]: a pair archiving to Garage as the archive drills
+//!   run it, its writers, and `primary restore --from-archive` run;
+//! - [`archive_adversary`]: the attacks on the bucket of the archive
+//!   drill's adversary phase, and its checks;
 //! - [`auto_failover`]: the automatic-failover drill's acknowledgements
 //!   and its checks;
 //! - [`content`]: the frames a drill writes, checkable from their names;
@@ -17,6 +21,8 @@
 //!   check of one state with the real daemons.
 
 pub mod archive;
+pub mod archive_adversary;
+pub mod archive_pair;
 pub mod auto_failover;
 pub mod content;
 pub mod daemons;

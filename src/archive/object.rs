@@ -258,6 +258,22 @@ impl Trailer {
     }
 }
 
+/// A drill's negative control only (feature `drill-sabotage`, and
+/// `TWINLOG_DRILL_SABOTAGE=accept-unsealed` in the environment): with a
+/// key, an object that is not sealed is read anyway, as builds before the
+/// rule did, so anyone who can write to the bucket can substitute frames.
+#[cfg(feature = "drill-sabotage")]
+fn unsealed_accepted() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "accept-unsealed");
+        if on {
+            tracing::error!("drill sabotage: objects that are not sealed are read under a key");
+        }
+        on
+    })
+}
+
 /// An object's name without its prefix: what its pieces are bound to.
 fn base_name(name: &str) -> &str {
     name.rsplit('/').next().unwrap_or(name)
@@ -414,6 +430,8 @@ impl ObjectReader {
         name: &str,
     ) -> Result<ObjectReader, Error> {
         let object = || name.to_owned();
+        #[cfg(feature = "drill-sabotage")]
+        let key = key.filter(|_| trailer.flags & FLAG_SEALED != 0 || !unsealed_accepted());
         if crc32fast::hash(&footer_stored) != trailer.footer_crc {
             return Err(Error::Corrupt("the footer does not match its crc".into()));
         }

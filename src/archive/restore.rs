@@ -433,6 +433,22 @@ pub(super) async fn fetch_all(
     Ok(())
 }
 
+/// A drill's negative control only (feature `drill-sabotage`, and
+/// `TWINLOG_DRILL_SABOTAGE=ignore-head` in the environment): a restore
+/// ignores the archive's head record, as builds before it did, so a
+/// bucket that lost its newest objects restores shorter, silently.
+#[cfg(feature = "drill-sabotage")]
+fn head_ignored() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "ignore-head");
+        if on {
+            tracing::error!("drill sabotage: the restore ignores the archive's head record");
+        }
+        on
+    })
+}
+
 /// Restore the box in `opts.data_dir` from the archive.
 pub async fn restore_from_archive(
     opts: ArchiveRestoreOptions,
@@ -449,6 +465,8 @@ pub async fn restore_from_archive(
         Err(e) if opts.accept_shorter => (None, Some(e.to_string())),
         Err(e) => return Err(e),
     };
+    #[cfg(feature = "drill-sabotage")]
+    let head = head.filter(|_| !head_ignored());
     let lost = head
         .as_ref()
         .and_then(|h| super::head::lost(h, archived_head, chain.newest_mark_ms, opts.until));

@@ -68,6 +68,10 @@ impl Seen {
 
     /// The bucket does not hold `name` as recorded.
     fn lose(&mut self, name: &SegmentName) {
+        #[cfg(feature = "drill-sabotage")]
+        if bucket_trusted() {
+            return;
+        }
         if let Some(s) = self.present.remove(name) {
             tracing::error!(first = name.first, last = name.last, generation = name.generation, "an archived object is gone or changed: retention holds until its frames are archived again");
             self.missing.insert(*name, s);
@@ -157,6 +161,24 @@ impl Seen {
     }
 }
 
+/// A drill's negative control only (feature `drill-sabotage`, and
+/// `TWINLOG_DRILL_SABOTAGE=trust-bucket` in the environment): the box
+/// believes the bucket holds every object it recorded, as one that
+/// listed it once would: no listing makes an object missing, and no HEAD
+/// is made before a drop, so retention drops segments whose objects are
+/// gone, moved or replaced.
+#[cfg(feature = "drill-sabotage")]
+fn bucket_trusted() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let on = std::env::var("TWINLOG_DRILL_SABOTAGE").is_ok_and(|v| v == "trust-bucket");
+        if on {
+            tracing::error!("drill sabotage: this box trusts the bucket to hold what it recorded");
+        }
+        on
+    })
+}
+
 /// The runs `known` covers, whatever their lineage (the caller filtered).
 fn covered_any(known: &Known) -> Vec<(u64, u64)> {
     let mut objects: Vec<(u64, u64)> = known.iter().map(|&(f, l, _)| (f, l)).collect();
@@ -212,6 +234,11 @@ pub(crate) async fn confirm_before(
         };
         for (name, recorded) in objects {
             if headed.contains_key(&name) {
+                continue;
+            }
+            #[cfg(feature = "drill-sabotage")]
+            if bucket_trusted() {
+                headed.insert(name, true);
                 continue;
             }
             done.heads += 1;

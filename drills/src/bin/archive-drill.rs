@@ -52,42 +52,33 @@
 //! [--seed S] [--segment-kib 256] [--cap-kib 1024] [--pace-mib 2]
 //! [--broken archive-floor-off]`
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use testkit::garage::{self, Garage};
-use twinlog::archive::archiver::ArchiveStatus;
+use testkit::garage::Garage;
 use twinlog::daemon::config::ArchiveSection;
-use twinlog::daemon::{self, PrimaryConfig, TwinConfig};
 use twinlog::net::Identity;
-use twinlog::node::{Client, Durability, TwinStatus};
+use twinlog::node::TwinStatus;
 
-use drills::archive::{acked_in, check_restored, holes, payload, runs, Acked, Sent};
+use drills::archive::{acked_in, check_restored, holes, runs, Acked};
+use drills::archive_pair::{
+    brief, lock, repeats, run_restore, twin_archive, wait_on, writer, Archiving, Load, Secrets,
+    Shape,
+};
 use drills::daemons::{
-    connect, dir_bytes, primary_status_now, tenths, twin_status_now, Bins, Pair, PairOpts, Proc,
+    connect, dir_bytes, primary_status_now, tenths, twin_status_now, Bins, PairOpts,
 };
 use drills::{Args, Context, DrillError, Result, Rng};
 
-const KIND: u16 = 0x8000;
 const WRITERS: u64 = 4;
 /// How long the pair, Garage or a state may take before the drill gives up.
 const WAIT: Duration = Duration::from_secs(120);
-const POLL: Duration = Duration::from_millis(100);
-/// Distinct payloads the writers repeat at other sequences.
-const REPEATS: usize = 4;
-/// One frame in this many is a repeat.
-const REPEAT_ONE_IN: u64 = 8;
 /// Writer 0 appends a frame larger than a segment every this many frames.
 const LARGE_EVERY: u64 = 700;
-/// The one frame of several 4 MiB pieces (an object past 8 MiB goes as a
-/// multipart upload).
-const HUGE_BYTES: usize = (9 << 20) + 12_345;
 /// The daemons' endpoint (killed second), and a node that only holds
 /// replicas (killed first).
 const ENDPOINT_NODE: usize = 0;
@@ -95,199 +86,6 @@ const REPLICA_NODE: usize = 1;
 const SABOTAGE: &str = "archive-floor-off";
 /// What the sabotaged daemons log once retention ignores the floor.
 const SABOTAGE_SAYS: &str = "retention ignores the archive";
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What the writers share.
-struct Load {
-    acked: Mutex<Acked>,
-    count: AtomicU64,
-    bytes: AtomicU64,
-    repeats: AtomicU64,
-    /// Acknowledged `local` although `twin` was asked (the policy is
-    /// `wait`: never).
-    local: AtomicU64,
-    failed: AtomicU64,
-    errors: Mutex<Vec<String>>,
-    /// A sequence acknowledged twice.
-    twice: Mutex<Vec<u64>>,
-    huge_at: AtomicU64,
-    /// Acknowledged frames at which the writers wait: raised as the drill
-    /// goes on, so that the load is spread over the Garage faults
-    /// whatever the machine's pace.
-    limit: AtomicU64,
-    stop: AtomicBool,
-}
-
-impl Load {
-    fn new() -> Load {
-        Load {
-            acked: Mutex::new(Acked::new()),
-            count: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            repeats: AtomicU64::new(0),
-            local: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            errors: Mutex::new(Vec::new()),
-            twice: Mutex::new(Vec::new()),
-            huge_at: AtomicU64::new(0),
-            limit: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-        }
-    }
-
-    fn count(&self) -> u64 {
-        self.count.load(Ordering::SeqCst)
-    }
-}
-
-/// The frame a writer sends next.
-fn next_frame(
-    w: u64,
-    n: u64,
-    rng: &mut Rng,
-    repeats: &[Arc<Sent>],
-    segment: u64,
-    huge: bool,
-) -> (Arc<Sent>, bool) {
-    if huge {
-        let blob = payload(rng, HUGE_BYTES, true);
-        let meta = format!("w{w} #{n} huge").into_bytes();
-        return (
-            Arc::new(Sent {
-                kind: KIND,
-                meta,
-                blob,
-            }),
-            false,
-        );
-    }
-    if rng.below(REPEAT_ONE_IN) == 0 {
-        return (repeats[rng.below(REPEATS as u64) as usize].clone(), true);
-    }
-    let len = if w == 0 && n % LARGE_EVERY == LARGE_EVERY - 1 {
-        // Past a segment: a segment of its own.
-        (segment + rng.below(segment * 2)) as usize
-    } else {
-        64 + rng.below(6000) as usize
-    };
-    let random = rng.below(2) == 0;
-    let blob = payload(rng, len, random);
-    let meta = format!("w{w} #{n}").into_bytes();
-    (
-        Arc::new(Sent {
-            kind: KIND,
-            meta,
-            blob,
-        }),
-        false,
-    )
-}
-
-/// A writer: `twin` appends in a closed loop up to the load's limit
-/// until told to stop, each acknowledgement kept. Writer 0 sends the
-/// 9 MiB frame once `huge_after` frames were acknowledged in all.
-#[allow(clippy::too_many_arguments)]
-async fn writer(
-    w: u64,
-    c: Client,
-    seed: u64,
-    repeats: Arc<Vec<Arc<Sent>>>,
-    segment: u64,
-    huge_after: u64,
-    load: Arc<Load>,
-) {
-    let mut rng = Rng::new(seed.wrapping_mul(1000) + w);
-    let mut n = 0u64;
-    let mut huge_sent = w != 0;
-    while !load.stop.load(Ordering::SeqCst) {
-        if load.count() >= load.limit.load(Ordering::SeqCst) {
-            tokio::time::sleep(POLL).await;
-            continue;
-        }
-        let huge = !huge_sent && load.count() >= huge_after;
-        let (sent, repeat) = next_frame(w, n, &mut rng, &repeats, segment, huge);
-        n += 1;
-        match c
-            .append(KIND, &sent.meta, &sent.blob, Durability::Twin)
-            .await
-        {
-            Ok((seq, got)) => {
-                if huge {
-                    huge_sent = true;
-                    load.huge_at.store(seq, Ordering::SeqCst);
-                }
-                if got != Durability::Twin {
-                    load.local.fetch_add(1, Ordering::SeqCst);
-                }
-                load.bytes
-                    .fetch_add(sent.blob.len() as u64, Ordering::SeqCst);
-                if repeat {
-                    load.repeats.fetch_add(1, Ordering::SeqCst);
-                }
-                if lock(&load.acked).insert(seq, sent).is_some() {
-                    lock(&load.twice).push(seq);
-                }
-                load.count.fetch_add(1, Ordering::SeqCst);
-            }
-            Err(e) => {
-                load.failed.fetch_add(1, Ordering::SeqCst);
-                {
-                    let mut errs = lock(&load.errors);
-                    if errs.len() < 5 {
-                        errs.push(format!("writer {w}: {e}"));
-                    }
-                }
-                // The policy is `wait`: an error is the connection's; try
-                // again after a breath rather than spin.
-                tokio::time::sleep(POLL).await;
-            }
-        }
-    }
-}
-
-/// Until `f` answers Ok, polled; its last Err (what it saw) after `limit`.
-async fn wait_on<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = std::result::Result<T, String>>,
-{
-    let by = Instant::now() + limit;
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(seen) if Instant::now() > by => {
-                return Err(DrillError(format!(
-                    "still not {what} after {limit:?}; last seen: {seen}"
-                )))
-            }
-            Err(_) => tokio::time::sleep(POLL).await,
-        }
-    }
-}
-
-/// The twin's archive status, or what stands in for it.
-async fn twin_archive(
-    metrics: SocketAddr,
-) -> std::result::Result<(TwinStatus, ArchiveStatus), String> {
-    let t = twin_status_now(metrics)
-        .await
-        .ok_or_else(|| "the twin does not answer /status".to_owned())?;
-    let a = t
-        .archive
-        .clone()
-        .ok_or_else(|| "the twin's status shows no archive".to_owned())?;
-    Ok((t, a))
-}
-
-fn brief(a: &ArchiveStatus) -> String {
-    format!(
-        "floor {}, lag {} segments ({} bytes, {} s), {} uploaded, error {:?}",
-        a.floor, a.lag_segments, a.lag_bytes, a.lag_secs, a.uploaded_segments, a.last_error
-    )
-}
 
 /// Kill Garage's node `node` (SIGKILL; its data stays).
 fn kill_node(g: &mut Garage, node: usize) -> Result<()> {
@@ -300,16 +98,6 @@ fn restart_node(g: &mut Garage, node: usize) -> Result<()> {
         .ctx(|| format!("restart Garage node {node}"))
 }
 
-/// `text` (an `[archive]` table) appended to the configuration at `cfg`.
-fn with_archive(cfg: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(cfg)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .ctx(|| format!("add [archive] to {}", cfg.display()))
-}
-
 /// Where the drill is: seconds since its start, frames acknowledged.
 fn stamp(started: Instant, load: &Load) -> String {
     format!(
@@ -317,20 +105,6 @@ fn stamp(started: Instant, load: &Load) -> String {
         started.elapsed().as_secs_f64(),
         load.count()
     )
-}
-
-/// The last `n` lines of a daemon's stderr.
-fn last_lines(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Files of mode 0600 holding `text`.
-fn private(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).ctx(|| format!("write {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .ctx(|| format!("chmod {}", path.display()))
 }
 
 /// What a sampler sees while the load runs and the archive catches up.
@@ -464,98 +238,36 @@ async fn run() -> Result<bool> {
     // Garage: three nodes, each holding a replica of everything.
     let mut g = tokio::task::block_in_place(|| Garage::start(&work.join("garage"), 3))
         .ctx(|| "start Garage (three nodes)".into())?;
-    let secrets = work.join("secrets");
-    std::fs::create_dir_all(&secrets).ctx(|| "mkdir secrets".into())?;
-    let key_file = secrets.join("archive.key");
-    drills::daemons::run(
-        &bins.primary,
-        &["archive-key", "--out", &key_file.display().to_string()],
-    )?;
-    let creds = secrets.join("s3.toml");
-    private(
-        &creds,
-        &format!(
-            "access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
-            garage::KEY_ID,
-            garage::SECRET
-        ),
-    )?;
-    // `[archive]` as an operator writes it: keys left out take their
-    // defaults.
-    let archive_toml = format!(
-        "\n[archive]\nurl = \"s3://{}/drill\"\nendpoint = \"{}\"\nregion = \"{}\"\ncredentials_file = \"{}\"\nuploader = \"twin\"\nzstd_level = 3\nkey_file = \"{}\"\nmax_mib_per_s = {pace}\n",
-        garage::BUCKET,
-        g.endpoint(ENDPOINT_NODE),
-        garage::REGION,
-        creds.display(),
-        key_file.display(),
-    );
-
-    let pair = Pair::init(
+    let secrets = Secrets::make(&work.join("secrets"), &bins.primary)?;
+    let archive_toml = secrets.archive_toml("drill", &g.endpoint(ENDPOINT_NODE), pace);
+    let Archiving {
+        pair,
+        mut primary,
+        mut twin,
+        section,
+        plog_err,
+        tlog_err,
+    } = Archiving::start(
         &work,
+        &bins,
         &PairOpts {
             segment_bytes: segment,
             max_bytes: cap,
             restore: None,
         },
-    )?;
-    with_archive(&pair.pcfg, &archive_toml)?;
-    with_archive(&pair.tcfg, &archive_toml)?;
-    let section = PrimaryConfig::load(&pair.pcfg)
-        .ctx(|| "load primary.toml".into())?
-        .archive
-        .ok_or_else(|| DrillError("primary.toml has no [archive] after adding it".into()))?;
-    let mut t = TwinConfig::load(&pair.tcfg).ctx(|| "load twin.toml".into())?;
-    t.retention.max_bytes = cap;
-    std::fs::write(&pair.tcfg, t.render()).ctx(|| "write twin.toml".into())?;
-    let (plog_err, tlog_err) = (work.join("primary.stderr"), work.join("twin.stderr"));
-    let mut primary = Proc::serve(&bins.primary, &pair.pcfg, &plog_err)?;
-    let mut twin = Proc::serve(&bins.twin, &pair.tcfg, &tlog_err)?;
+        &archive_toml,
+        cap,
+        WAIT,
+    )
+    .await?;
     let (pm, tm) = (pair.primary_metrics, pair.twin_metrics);
-    let up_by = Instant::now() + WAIT;
-    loop {
-        for (proc, log) in [(&mut primary, &plog_err), (&mut twin, &tlog_err)] {
-            if let Some((status, _)) = proc.try_finished()? {
-                return Err(DrillError(format!(
-                    "a daemon exited at its start ({status}): {}",
-                    last_lines(log, 5)
-                )));
-            }
-        }
-        let p = primary_status_now(pm).await;
-        let a = twin_archive(tm).await;
-        if p.as_ref().is_some_and(|p| p.twin_connected)
-            && a.as_ref().is_ok_and(|(_, a)| a.uploading)
-        {
-            break;
-        }
-        if Instant::now() > up_by {
-            return Err(DrillError(format!(
-                "the pair did not come up archiving in {WAIT:?}: twin connected {:?}, twin's archive {:?}",
-                p.map(|p| p.twin_connected),
-                a.map(|(_, a)| brief(&a))
-            )));
-        }
-        tokio::time::sleep(POLL).await;
-    }
 
     // The load.
     let admin: Arc<Identity> = Arc::new(pair.admin()?);
-    let load = Arc::new(Load::new());
-    load.limit.store(frames / 2, Ordering::SeqCst);
+    let load = Arc::new(Load::default());
+    load.allow(frames / 2);
     let mut rng = Rng::new(seed ^ 0xa2c1);
-    let repeats: Arc<Vec<Arc<Sent>>> = Arc::new(
-        (0..REPEATS)
-            .map(|i| {
-                let len = 200 + rng.below(5000) as usize;
-                Arc::new(Sent {
-                    kind: KIND,
-                    meta: b"repeat".to_vec(),
-                    blob: payload(&mut rng, len, i % 2 == 0),
-                })
-            })
-            .collect(),
-    );
+    let repeats = repeats(&mut rng);
     let mut writers = Vec::new();
     for w in 0..WRITERS {
         let c = connect(
@@ -570,8 +282,11 @@ async fn run() -> Result<bool> {
             c,
             seed,
             repeats.clone(),
-            segment,
-            frames / 2,
+            Shape {
+                segment,
+                large_every: LARGE_EVERY,
+                huge_after: frames / 2,
+            },
             load.clone(),
         )));
     }
@@ -1008,47 +723,20 @@ fn restore_at(
     spans: &[(u64, u64)],
 ) -> Result<Point> {
     let dir = work.join(format!("restore-{what}"));
-    let (cfg, _) = daemon::init_primary(&dir, testkit::free_udp(), testkit::free_tcp(), None)
-        .ctx(|| format!("init {}", dir.display()))?;
-    let mut c = PrimaryConfig::load(&cfg).ctx(|| format!("load {}", cfg.display()))?;
-    c.archive = Some(section.clone());
-    c.segment_bytes = segment;
-    std::fs::write(&cfg, c.render()).ctx(|| format!("write {}", cfg.display()))?;
-    let t0 = Instant::now();
-    let out = Command::new(primary_bin)
-        .arg("restore")
-        .arg("--config")
-        .arg(&cfg)
-        .args([
-            "--from-archive",
-            &section.url,
-            "--until",
-            &until.to_string(),
-            "--json",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .ctx(|| format!("run {} restore", primary_bin.display()))?;
-    let seconds = t0.elapsed().as_secs_f64();
+    let run = run_restore(primary_bin, &dir, section, segment, Some(until))?;
     let mut pt = Point {
         until,
         what,
-        seconds,
-        restored: out.status.success(),
+        seconds: run.seconds,
+        restored: run.ok,
         checked: 0,
         lost: 0,
         differ: 0,
         past: 0,
         error: None,
     };
-    if !out.status.success() {
-        // Its last line is the error; the lines before, its log.
-        let err = String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .to_owned();
+    if !run.ok {
+        let err = run.error;
         let gaps = holes(spans, until);
         let missing = acked_in(acked, &gaps);
         pt.lost = missing.len() as u64;
@@ -1060,7 +748,7 @@ fn restore_at(
         if missing.is_empty() {
             println!(
                 "BROKEN: the restore to {until} failed ({}) though the bucket holds frames 1 to {until}: {err}",
-                out.status
+                run.exit
             );
         } else {
             println!(
@@ -1072,13 +760,8 @@ fn restore_at(
         pt.error = Some(err);
         return Ok(pt);
     }
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).ctx(|| {
-        format!(
-            "restore to {until}: its JSON report: {:?}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })?;
-    let r = check_restored(&dir.join(daemon::LOG_DIR), segment, until, acked)?;
+    let report = run.report;
+    let r = check_restored(&run.log_dir, segment, until, acked)?;
     pt.checked = r.checked;
     pt.lost = r.lost.len() as u64;
     pt.differ = r.differ.len() as u64;
