@@ -82,11 +82,6 @@ pub const ATTACKS: &[Attack] = &[
         restore_now: true,
         what: "the newest object holding frames only the bucket holds replaced, under its name, by unsealed bytes with valid crcs holding other frames",
     },
-];
-
-/// Attacks a run makes only when named (`--attacks`): each breaks the
-/// rule on today's code (drills/README.md, *archive*, "Found").
-pub const PROBES: &[Attack] = &[
     Attack {
         name: "renamed",
         control: "trust-bucket",
@@ -100,6 +95,9 @@ pub const PROBES: &[Attack] = &[
         what: "the oldest object holding frames only the primary holds (the twin's cap is half the primary's) replaced by another lineage's object sealed under the same key",
     },
 ];
+
+/// Attacks a run makes only when named (`--attacks`): none today.
+pub const PROBES: &[Attack] = &[];
 
 /// The negative controls: daemons and restore built with the feature
 /// `drill-sabotage`, run with `TWINLOG_DRILL_SABOTAGE=<name>`.

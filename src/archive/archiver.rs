@@ -97,6 +97,9 @@ pub struct ArchiveStatus {
     /// HEAD requests made before drops, and the segments they let go.
     #[serde(default)]
     pub drop_heads: u64,
+    /// Ranged GETs made before drops to open objects this box did not
+    /// upload (with a key): two per object, once.
+    pub drop_reads: u64,
     #[serde(default)]
     pub drop_confirmed_segments: u64,
     /// The head record as this box last wrote or read it: how far the
@@ -307,10 +310,12 @@ impl Archiver {
             let ours = |n: &SegmentName| n.lineage == lineage(&history, &epochs, n.last);
             let before = c.before.min(self.keep_from());
             let bucket = &self.settings.bucket;
-            let done = confirm_before(bucket, &self.seen, sealed, before, ours).await;
+            let key = self.settings.codec.key.as_ref();
+            let done = confirm_before(bucket, key, &self.seen, sealed, before, ours).await;
             self.update_floor(&history, &epochs);
             self.set_status(|s| {
                 s.drop_heads += done.heads;
+                s.drop_reads += done.reads;
                 s.drop_confirmed_segments += done.segments;
             });
             let _ = c.reply.send(done.before);
@@ -503,7 +508,7 @@ impl Archiver {
                             size: sent.stored_bytes,
                             e_tag: sent.e_tag.clone(),
                         };
-                        s.record(sent.name, stored);
+                        s.record_uploaded(sent.name, stored);
                     }
                     self.since_snapshot
                         .fetch_add(sent.plain_bytes, Ordering::SeqCst);

@@ -253,6 +253,37 @@ impl Bucket {
         Ok(b)
     }
 
+    /// The bytes `range` of `key`, only while it is still the object
+    /// whose entity tag is `e_tag` (a conditional GET): None when it is
+    /// gone or is another object now.
+    pub async fn get_range_of(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        e_tag: Option<&str>,
+    ) -> Result<Option<Bytes>, Error> {
+        let want = range.end - range.start;
+        let opts = object_store::GetOptions {
+            range: Some(range.into()),
+            if_match: e_tag.map(str::to_owned),
+            ..object_store::GetOptions::default()
+        };
+        let got = match self.store.get_opts(&ObjPath::from(key), opts).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. })
+            | Err(object_store::Error::Precondition { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let b = got.bytes().await?;
+        if b.len() as u64 != want {
+            return Err(Error::Corrupt(format!(
+                "{key}: {} bytes came back for a range of {want}",
+                b.len()
+            )));
+        }
+        Ok(Some(b))
+    }
+
     /// A whole small object in one request (one version of it, whatever
     /// is written meanwhile); None when the bucket holds nothing there.
     /// One larger than `max` is refused before its bytes are read.

@@ -44,6 +44,61 @@ pub async fn open_object(
     })
 }
 
+/// What a check of an object's seal found.
+#[derive(Debug)]
+pub enum Vouched {
+    /// It opens under the key, bound to its name: written by a holder of
+    /// the key for this place.
+    Sealed,
+    /// It is gone, or is another object than the one `stored` describes.
+    Changed,
+    /// It does not open under the key as this name: why, by name.
+    Refused(Error),
+}
+
+/// Whether the object `key`, as `stored` describes it (its size and
+/// entity tag, from a HEAD or a listing), opens under `archive_key`: its
+/// trailer and footer read by conditional GETs of that very object (two
+/// requests), its footer opened as the object of this name. A failed
+/// request is an error: nothing is known.
+pub async fn vouch_for(
+    bucket: &Bucket,
+    key: &str,
+    stored: &super::bucket::Stored,
+    archive_key: &ArchiveKey,
+) -> Result<Vouched, Error> {
+    let size = stored.size;
+    if size < TRAILER_LEN as u64 {
+        return Ok(Vouched::Refused(Error::Corrupt(format!(
+            "{key}: {size} bytes, shorter than a trailer"
+        ))));
+    }
+    let tag = stored.e_tag.as_deref();
+    let Some(t) = bucket
+        .get_range_of(key, size - TRAILER_LEN as u64..size, tag)
+        .await?
+    else {
+        return Ok(Vouched::Changed);
+    };
+    let trailer = match Trailer::decode(&t) {
+        Ok(t) => t,
+        Err(e) => return Ok(Vouched::Refused(e.in_object(key))),
+    };
+    let fr = match trailer.footer_range(size) {
+        Ok(r) => r,
+        Err(e) => return Ok(Vouched::Refused(e.in_object(key))),
+    };
+    let Some(footer) = bucket.get_range_of(key, fr, tag).await? else {
+        return Ok(Vouched::Changed);
+    };
+    Ok(
+        match ObjectReader::open(trailer, footer.to_vec(), Some(archive_key), size, key) {
+            Ok(_) => Vouched::Sealed,
+            Err(e) => Vouched::Refused(e.in_object(key)),
+        },
+    )
+}
+
 type Fetch = tokio::task::JoinHandle<Result<(usize, usize, bytes::Bytes), Error>>;
 
 /// An object's pieces in order, each opened and checked, fetched a few at

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
 use super::bucket::{Bucket, Stored};
+use super::codec::ArchiveKey;
 use super::names::{lineage, SegmentName};
 use crate::repl::epochs::EpochStart;
 
@@ -49,6 +50,12 @@ pub(crate) struct Seen {
     missing: BTreeMap<SegmentName, Stored>,
     /// Objects found missing since start.
     pub found_missing: u64,
+    /// The objects this box knows to be genuine, as they were when it
+    /// knew it: those it uploaded, and (with a key) those whose footer it
+    /// opened under the key as the object of their name. Any other is
+    /// only a name in a listing until then: one that anyone who can write
+    /// to the bucket could have put there.
+    vouched: BTreeMap<SegmentName, Stored>,
 }
 
 impl Seen {
@@ -56,6 +63,20 @@ impl Seen {
     pub fn record(&mut self, name: SegmentName, stored: Stored) {
         self.missing.remove(&name);
         self.present.insert(name, stored);
+    }
+
+    /// An object this box uploaded, as the bucket answered the upload.
+    pub fn record_uploaded(&mut self, name: SegmentName, stored: Stored) {
+        self.vouched.insert(name, stored.clone());
+        self.record(name, stored);
+    }
+
+    /// Whether this box knows `name`, as `stored` describes it, to be
+    /// genuine.
+    fn vouched_for(&self, name: &SegmentName, stored: &Stored) -> bool {
+        self.vouched
+            .get(name)
+            .is_some_and(|v| v.same_as(stored) && v.e_tag.is_some() == stored.e_tag.is_some())
     }
 
     /// The present objects, as retention's coverage counts them.
@@ -72,6 +93,7 @@ impl Seen {
         if bucket_trusted() {
             return;
         }
+        self.vouched.remove(name);
         if let Some(s) = self.present.remove(name) {
             tracing::error!(first = name.first, last = name.last, generation = name.generation, "an archived object is gone or changed: retention holds until its frames are archived again");
             self.missing.insert(*name, s);
@@ -200,17 +222,23 @@ pub(crate) struct Confirmed {
     pub before: u64,
     /// HEAD requests made.
     pub heads: u64,
+    /// Ranged GETs made to open objects this box had not vouched for.
+    pub reads: u64,
     /// Segments confirmed.
     pub segments: u64,
 }
 
 /// Which of the sealed segments `sealed` (first, last, bytes; oldest
 /// first) below `before` may leave the box: those whose covering objects
-/// a HEAD now finds as recorded, up to the first that is not. An object
-/// found gone or changed is recorded missing; a failed request confirms
-/// nothing further and records nothing.
+/// a HEAD now finds as recorded, up to the first that is not. With a key
+/// (`archive_key`), an object this box did not upload or open before is
+/// also opened under it (its trailer and footer, by conditional GETs of
+/// the object the HEAD found): a name in a listing is not a copy. An
+/// object found gone, changed or not opening is recorded missing; a
+/// failed request confirms nothing further and records nothing.
 pub(crate) async fn confirm_before(
     bucket: &Bucket,
+    archive_key: Option<&ArchiveKey>,
     seen: &Mutex<Seen>,
     sealed: &[(u64, u64, u64)],
     before: u64,
@@ -242,14 +270,41 @@ pub(crate) async fn confirm_before(
                 continue;
             }
             done.heads += 1;
-            let ok = match bucket.head(&bucket.segment_key(&name)).await {
-                Ok(Some(now)) if recorded.same_as(&now) => true,
-                Ok(_) => {
-                    if let Ok(mut s) = seen.lock() {
-                        s.lose(&name);
-                    }
-                    false
+            let key = bucket.segment_key(&name);
+            let lose = || {
+                if let Ok(mut s) = seen.lock() {
+                    s.lose(&name);
                 }
+                false
+            };
+            let ok = match bucket.head(&key).await {
+                Ok(Some(now)) if recorded.same_as(&now) => {
+                    let vouched = seen.lock().map(|s| s.vouched_for(&name, &now));
+                    match (archive_key, vouched) {
+                        (None, _) | (_, Ok(true)) => true,
+                        (Some(k), _) => {
+                            done.reads += 2;
+                            match super::fetch::vouch_for(bucket, &key, &now, k).await {
+                                Ok(super::fetch::Vouched::Sealed) => {
+                                    if let Ok(mut s) = seen.lock() {
+                                        s.vouched.insert(name, now);
+                                    }
+                                    true
+                                }
+                                Ok(super::fetch::Vouched::Changed) => lose(),
+                                Ok(super::fetch::Vouched::Refused(why)) => {
+                                    tracing::error!(%key, error = %why, "a listed object does not open under the key: not a copy of these frames");
+                                    lose()
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, first, "opening an object before a drop failed: the segment stays");
+                                    false
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(_) => lose(),
                 Err(e) => {
                     tracing::warn!(error = %e, first, "the HEAD before a drop failed: the segment stays");
                     false

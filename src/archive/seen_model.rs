@@ -131,7 +131,8 @@ impl Model {
                 } else {
                     name(want).first
                 };
-                let done = confirm_before(&self.bucket, &self.seen, &sealed, before, ours).await;
+                let done =
+                    confirm_before(&self.bucket, None, &self.seen, &sealed, before, ours).await;
                 let mut dropped = 0;
                 for i in self.box_first..SEGMENTS {
                     if name(i).last >= done.before {
