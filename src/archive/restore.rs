@@ -577,7 +577,7 @@ pub async fn restore_from_archive(
     };
     progress(&prog);
     let wanted: Vec<(SegmentName, u64)> = wanted.into_iter().copied().collect();
-    let started = std::time::Instant::now();
+    let started = crate::clock::monotonic();
     let (tx, rx) = tokio::sync::mpsc::channel(PIECES_QUEUED);
     let (sync_tx, sync_rx) = std::sync::mpsc::sync_channel::<()>(1);
     let l = log.clone();
@@ -617,7 +617,7 @@ pub async fn restore_from_archive(
     report.segments = written.segments;
     report.bytes = written.bytes;
     report.write_secs = started.elapsed().as_secs_f64();
-    let t = std::time::Instant::now();
+    let t = crate::clock::monotonic();
     sync(&log).await?;
     report.sync_secs = t.elapsed().as_secs_f64();
     if log.head_seq() != target {
@@ -626,7 +626,7 @@ pub async fn restore_from_archive(
             log.head_seq()
         )));
     }
-    let t = std::time::Instant::now();
+    let t = crate::clock::monotonic();
     finish(&opts.data_dir, &fs, log, &chain.epochs, target).await?;
     report.store_secs = t.elapsed().as_secs_f64();
     report.head = target;

@@ -65,7 +65,7 @@ impl TieredCache {
         }
         let list = bucket.segments().await?;
         if let Ok(mut l) = self.listing.lock() {
-            *l = Some((std::time::Instant::now(), list.clone()));
+            *l = Some((crate::clock::monotonic(), list.clone()));
         }
         Ok(list)
     }

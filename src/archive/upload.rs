@@ -39,7 +39,7 @@ impl Pace {
         if self.bytes_per_s == 0 {
             return;
         }
-        let now = Instant::now();
+        let now = crate::clock::monotonic();
         let start = self.next_free.map_or(now, |t| t.max(now));
         if start > now {
             tokio::time::sleep(start - now).await;

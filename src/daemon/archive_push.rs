@@ -35,7 +35,7 @@ impl Shown {
         });
         Shown {
             bar,
-            started: Instant::now(),
+            started: crate::clock::monotonic(),
             last_line: None,
         }
     }
@@ -49,7 +49,7 @@ impl Shown {
         }
         let done = p.segments_done == p.segments;
         if done || self.last_line.is_none_or(|t| t.elapsed() >= LINE_EVERY) {
-            self.last_line = Some(Instant::now());
+            self.last_line = Some(crate::clock::monotonic());
             let secs = self.started.elapsed().as_secs_f64().max(1e-3);
             eprintln!(
                 "archive-push: segment {}/{}, {:.1}/{:.1} MiB at {:.1} MiB/s",
