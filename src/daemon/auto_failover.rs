@@ -47,6 +47,8 @@ pub(super) struct Life {
     pub arbiter: Arbiter,
     pub gate: Arc<arbiter::LeaseGate>,
     pub sync: Arc<SyncRecorder>,
+    /// Judges each read while the life is held: why etcd is not believed.
+    pub forgot: crate::node::arbiter::gate::Forgetting,
 }
 
 /// The clients a primary serves, as a twin taking over admits them.
@@ -212,6 +214,7 @@ pub(super) async fn start_primary(
                     arbiter,
                     gate,
                     sync,
+                    forgot: knowing.forgetting(),
                 })));
             }
             Ok(Begun::Replaced { newer, leader }) => {
@@ -220,7 +223,7 @@ pub(super) async fn start_primary(
                     tracing::error!(error = %e, "the fence is kept in memory only");
                 }
                 tracing::warn!(newer = %EpochName(newer), "a newer term leads: this primary is fenced");
-                match leader {
+                match leader.or_else(|| knowing.peer_leading(newer)) {
                     Some(leader) => {
                         let learned = knowing.memory.update(|m| {
                             m.peer = Some(Peer {
@@ -274,16 +277,61 @@ impl Held {
 pub(super) fn hold_life(
     node: &Arc<Primary>,
     life: Box<Life>,
+    epochs: &Arc<Epochs>,
     shutdown: watch::Receiver<bool>,
 ) -> Held {
     node.hold_lease(life.gate.clone(), life.sync);
     let lost = life.gate.watch_lost();
-    life.gate.clone().keep(life.arbiter.clone(), shutdown);
+    life.gate
+        .clone()
+        .keep(life.arbiter.clone(), life.forgot.clone(), shutdown.clone());
+    give_back_when_fenced(
+        epochs.clone(),
+        life.gate.clone(),
+        life.arbiter.clone(),
+        shutdown,
+    );
     Held {
         lost,
         arbiter: life.arbiter,
         gate: life.gate,
     }
+}
+
+/// A life fenced by a newer epoch while its lease holds (etcd was rolled
+/// back past that epoch's take, so it let this box lead below it) gives
+/// its lease back: the newer box can then lead, and this one follows it.
+fn give_back_when_fenced(
+    epochs: Arc<Epochs>,
+    gate: Arc<arbiter::LeaseGate>,
+    arbiter: Arbiter,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut fenced = epochs.watch_fenced();
+    tokio::spawn(async move {
+        let newer = async {
+            loop {
+                let st = epochs.state();
+                if st.seen > st.current() {
+                    return st.seen;
+                }
+                if fenced.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        let newer = tokio::select! {
+            n = newer => n,
+            _ = stop.wait_for(|&s| s) => return,
+        };
+        // The fence already stops every acknowledgement; the revoke frees
+        // the leader key, and the next renewal, refused, ends the serve
+        // (a switchover's hand-over does the same, and ends it sooner).
+        tracing::warn!(newer = %EpochName(newer), "fenced by a newer epoch while holding the lease: the lease is given back");
+        if let Err(e) = arbiter.revoke(gate.id()).await {
+            tracing::warn!(error = %e, "the lease was not revoked: the newer box waits for it to run out");
+        }
+    });
 }
 
 /// After a serve: a primary a newer term replaced rejoins it as its twin

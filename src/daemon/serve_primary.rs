@@ -162,7 +162,8 @@ pub async fn serve_primary(
         |d| d.is_some(),
         DEPOSED_GRACE,
     );
-    let held = life.map(|life| auto_failover::hold_life(&node, life, shutdown.clone()));
+    let held =
+        life.map(|life| auto_failover::hold_life(&node, life, &epochs_for_call, shutdown.clone()));
     let shutdown = match &held {
         Some(h) => stop_on(shutdown, h.lost.clone(), |&l| l, std::time::Duration::ZERO),
         None => shutdown,

@@ -114,6 +114,55 @@ pub struct View {
     pub revision: i64,
 }
 
+impl View {
+    /// Take one key of the pair's, as read at `mod_revision` under
+    /// `lease`; a value that does not parse is refused by why. Keys that
+    /// are not the pair's are passed over.
+    pub fn read(
+        &mut self,
+        keys: &Keys,
+        key: &str,
+        value: &[u8],
+        mod_revision: i64,
+        lease: i64,
+    ) -> Result<(), String> {
+        let versioned = |value| Versioned {
+            value,
+            mod_revision,
+        };
+        if key == keys.epoch {
+            let text = std::str::from_utf8(value).map_err(|e| e.to_string())?;
+            let epoch: u64 = text
+                .trim()
+                .parse()
+                .map_err(|e| format!("{text:?} is not an epoch: {e}"))?;
+            self.epoch = Some(versioned(epoch));
+        } else if key == keys.leader {
+            let record: LeaderRecord = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+            self.leader = Some(Versioned {
+                value: record,
+                mod_revision,
+            });
+            self.leader_lease = lease;
+        } else if key == keys.sync {
+            let record: SyncRecord = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+            self.sync = Some(Versioned {
+                value: record,
+                mod_revision,
+            });
+        } else if key == keys.generation {
+            let text = std::str::from_utf8(value).map_err(|e| e.to_string())?;
+            self.generation = Some(Versioned {
+                value: text.to_owned(),
+                mod_revision,
+            });
+        } else if key == keys.clients {
+            self.clients = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
 /// What a transaction checks before it writes anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Compare {

@@ -11,7 +11,8 @@
 //!
 //! - [`ack`]: who may acknowledge what (fencing, no twin);
 //! - [`arbiter`]: automatic failover's rules; [`amnesia`]: an arbiter
-//!   that forgot, told from one that remembers;
+//!   that forgot, told from one that remembers; [`claim`]: one decision
+//!   on one read of it;
 //! - [`epochs`]: which epoch wrote which frames, the fork point, fencing;
 //! - [`msg`]: the control messages and their encoding;
 //! - [`wire`]: the frame stream, a log's own bytes;
@@ -29,6 +30,7 @@ pub mod ack;
 pub mod amnesia;
 pub mod apply;
 pub mod arbiter;
+pub mod claim;
 #[cfg(any(test, feature = "testing"))]
 pub mod cluster;
 pub mod epochs;

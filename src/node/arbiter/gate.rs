@@ -44,6 +44,10 @@ struct Calls {
     failed: u64,
 }
 
+/// Why etcd is not believed, judged on one read while a life is held
+/// (`None`: it remembers what this box knows).
+pub type Forgetting = Arc<dyn Fn(&crate::repl::arbiter::View) -> Option<String> + Send + Sync>;
+
 /// The lease one primary life holds.
 #[derive(Debug)]
 pub struct LeaseGate {
@@ -108,6 +112,13 @@ impl LeaseGate {
         }
     }
 
+    /// The life is over whatever etcd still grants: its lease is not
+    /// relied on again.
+    fn give_up(&self) {
+        lock(&self.lease).lose();
+        self.lost.send_replace(true);
+    }
+
     fn failed(&self, why: String) {
         let mut c = lock(&self.calls);
         c.reachable = false;
@@ -162,9 +173,14 @@ impl LeaseGate {
     /// renewal waits at most what the lease has left or a third of the
     /// TTL, whichever is longer; what the gate allows never depends on
     /// it, only on the answers.
+    ///
+    /// With each renewal etcd is read and `forgot` judges the read: an
+    /// etcd that forgot what this box knows (restored under this very
+    /// lease, say) ends the life, as a lease it says is gone does.
     pub fn keep(
         self: Arc<Self>,
         arbiter: Arbiter,
+        forgot: Forgetting,
         mut stop: watch::Receiver<bool>,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
@@ -196,6 +212,13 @@ impl LeaseGate {
                                 "etcd says this primary's lease is gone: this life is over"
                             );
                             return;
+                        }
+                        if let Ok(view) = arbiter.view().await {
+                            if let Some(why) = forgot(&view) {
+                                tracing::error!(why = %why, "etcd forgot what this box knows: this life is over");
+                                self.give_up();
+                                return;
+                            }
                         }
                     }
                     Err(e) => {

@@ -12,10 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::memory::MemoryFile;
-use super::peer::{word_of, Asker, Heard};
+use super::peer::{word_of, word_within, Asker, Heard};
 use super::{Arbiter, ArbiterError, LeaseGate};
-use crate::repl::amnesia::{after_amnesia, judge, life_above, Amnesia, Judged, Memory, PeerWord};
+use crate::repl::amnesia::{judge, Judged, Memory, PeerWord};
 use crate::repl::arbiter::{self, LeaderRecord, NotNow};
+use crate::repl::claim::{claim_life, Claim, Known, Step};
 use crate::repl::epochs::EpochName;
 use crate::repl::lease::LeaseRules;
 use crate::repl::HandedClient;
@@ -48,6 +49,10 @@ pub enum NoLife {
     Arbiter(#[from] ArbiterError),
 }
 
+/// How long a primary about to take a life on etcd's word waits for the
+/// other box's word: about one reconnect of its twin.
+const TRUSTED_ASK: Duration = Duration::from_millis(500);
+
 /// How often a primary waiting for its life looks again.
 fn poll(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(50), Duration::from_millis(500))
@@ -79,31 +84,77 @@ impl Knowing {
             .or_else(|| self.memory.get().peer.map(|p| p.addr))
     }
 
-    /// After etcd forgot: the floor this box's epoch must go above, from an
-    /// operator's release or the other box's word, or why it may not lead
-    /// (`hint` says what an operator may do about it).
-    pub(super) async fn floor_after(
-        &self,
-        amnesia: &Amnesia,
-        own: &PeerWord,
-        arbiter_epoch: u64,
-        hint: &str,
-    ) -> Result<u64, String> {
-        if let Some(n) = (self.released_above)() {
-            return Ok(n.max(own.newest).max(arbiter_epoch));
-        }
-        let addr = self.peer_addr();
-        let peer = word_of(
-            &self.heard,
-            self.asker.as_ref(),
-            addr.as_deref(),
-            own.clone(),
+    /// The other box as the leader of `epoch`, when its address and key
+    /// are known: it holds a newer epoch than this box (its word said so)
+    /// though etcd names no leader.
+    pub fn peer_leading(&self, epoch: u64) -> Option<LeaderRecord> {
+        let addr = self.peer_addr()?;
+        let fingerprint = match &self.asker {
+            Some(a) => a.fingerprint().to_string(),
+            None => self.memory.get().peer?.fingerprint,
+        };
+        Some(LeaderRecord {
+            epoch,
+            fingerprint,
+            addr,
+        })
+    }
+
+    /// A judge of reads while a life is held: why etcd is not believed,
+    /// if it forgot what this box knows.
+    pub fn forgetting(&self) -> super::gate::Forgetting {
+        let (memory, own, amnesia) = (self.memory.clone(), self.own.clone(), self.amnesia.clone());
+        Arc::new(
+            move |view| match judge_read(view, &memory.get(), own().newest) {
+                Judged::Forgot(why) => {
+                    let why = why.to_string();
+                    amnesia.send_replace(Some(why.clone()));
+                    Some(why)
+                }
+                Judged::Trusted { .. } => None,
+            },
         )
-        .await
-        .map_err(|e| {
-            format!("{amnesia}; this box leads only with the other box's history, and {e}{hint}")
-        })?;
-        after_amnesia(own, &peer, arbiter_epoch).map_err(|d| format!("{amnesia}; {d}"))
+    }
+
+    /// Decide on `view` as `claim` does ([`crate::repl::claim`]): when
+    /// the arbiter forgot, the other box's word is heard or asked and the
+    /// decision made again with it. What the read taught is recorded and
+    /// the amnesia shown before the claim is answered.
+    pub(super) async fn decide(
+        &self,
+        view: &crate::repl::arbiter::View,
+        claim: impl Fn(&Known) -> Claim,
+    ) -> Result<Claim, String> {
+        let own = (self.own)();
+        let judged = judge_read(view, &self.memory.get(), own.newest);
+        let mut known = Known {
+            judged,
+            own,
+            peer: None,
+            released_above: (self.released_above)(),
+        };
+        let mut decided = claim(&known);
+        if let Step::AskPeer = decided.step {
+            let addr = self.peer_addr();
+            let (asker, mine) = (self.asker.as_ref(), known.own.clone());
+            let word = match decided.amnesia {
+                // etcd forgot: nothing is led without the other's word.
+                Some(_) => word_of(&self.heard, asker, addr.as_deref(), mine).await,
+                // etcd remembers: the other box, if it answers at once,
+                // may still know of a term etcd was rolled back past.
+                None => word_within(&self.heard, asker, addr.as_deref(), mine, TRUSTED_ASK).await,
+            };
+            known.peer = Some(word.map_err(|e| e.to_string()));
+            decided = claim(&known);
+        }
+        self.amnesia
+            .send_replace(decided.amnesia.as_ref().map(|a| a.to_string()));
+        if let Some(memory) = decided.keep.take() {
+            self.memory
+                .observe(memory)
+                .map_err(|e| format!("recording what etcd holds in ARBITER: {e}"))?;
+        }
+        Ok(decided)
     }
 
     /// A take etcd committed at `epoch` and `revision`, under a new
@@ -115,24 +166,10 @@ impl Knowing {
         revision: i64,
         generation: Option<String>,
     ) -> std::io::Result<()> {
-        self.memory.update(|m| {
-            if let Some(g) = generation {
-                // Revisions are counted anew within a generation.
-                m.generation = Some(g);
-                m.revision = revision;
-            }
-            m.epoch = m.epoch.max(epoch);
-            m.revision = m.revision.max(revision);
-        })?;
+        self.memory
+            .update(|m| m.took(epoch, revision, generation))?;
         self.amnesia.send_replace(None);
         Ok(())
-    }
-
-    /// Record `memory`; a failure is said and the arbiter not acted on.
-    fn keep(&self, memory: Memory) -> Result<(), Wait> {
-        self.memory
-            .observe(memory)
-            .map_err(|e| Wait::Said(format!("recording what etcd holds in ARBITER: {e}")))
     }
 }
 
@@ -212,66 +249,30 @@ async fn try_begin(
     knowing: &Knowing,
 ) -> Result<Option<Begun>, Wait> {
     let view = arbiter.view().await?;
-    let own = (knowing.own)();
-    let (epoch, mut txn, generation) = match judge_read(&view, &knowing.memory.get(), own.newest) {
-        Judged::Trusted { memory, bootstrap } => {
-            knowing.amnesia.send_replace(None);
-            knowing.keep(memory)?;
-            let (epoch, txn) = match arbiter::begin_life(arbiter.keys(), &view, mine, unserved, me)
-            {
-                Ok(t) => t,
-                Err(NotNow::Replaced { newer, .. }) => {
-                    return Ok(Some(Begun::Replaced {
-                        newer,
-                        leader: view.leader.map(|l| l.value),
-                    }))
-                }
-                Err(NotNow::Led(l)) => return Err(Wait::Led(l)),
-                // `begin_life` refuses only as above; a refusal it may learn
-                // later is waited out and said as it is.
-                Err(other) => return Err(Wait::NotNow(other)),
-            };
-            if bootstrap {
-                let g = mint_generation();
-                let txn = arbiter::with_generation(txn, arbiter.keys(), &view, &g);
-                (epoch, txn, Some(g))
-            } else {
-                (epoch, txn, None)
+    let fresh = mint_generation();
+    let claim = knowing
+        .decide(&view, |known| {
+            claim_life(arbiter.keys(), &view, known, mine, unserved, me, &fresh)
+        })
+        .await
+        .map_err(Wait::Said)?;
+    let (epoch, mut txn, generation) = match claim.step {
+        Step::Take {
+            epoch,
+            txn,
+            generation,
+        } => {
+            if let Some(amnesia) = &claim.amnesia {
+                tracing::warn!(%amnesia, epoch = %EpochName(epoch), "etcd forgot: this box leads above both boxes' histories");
             }
+            (epoch, txn, generation)
         }
-        Judged::Forgot(amnesia) => {
-            knowing.amnesia.send_replace(Some(amnesia.to_string()));
-            let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
-            let floor = knowing
-                .floor_after(
-                    &amnesia,
-                    &own,
-                    arbiter_epoch,
-                    ": `primary release --arbiter-lost --epoch-above N` if it is gone for good",
-                )
-                .await
-                .map_err(Wait::Said)?;
-            let epoch = life_above(mine, floor);
-            let g = mint_generation();
-            let txn =
-                arbiter::take_after_amnesia(arbiter.keys(), &view, epoch, me, &g).map_err(|e| {
-                    match e {
-                        NotNow::Led(l) => Wait::Led(l),
-                        other => Wait::NotNow(other),
-                    }
-                })?;
-            tracing::warn!(%amnesia, epoch = %EpochName(epoch), "etcd forgot: this box leads above both boxes' histories");
-            (epoch, txn, Some(g))
-        }
+        Step::Replaced { newer, leader } => return Ok(Some(Begun::Replaced { newer, leader })),
+        Step::Led(l) => return Err(Wait::Led(l)),
+        Step::NotNow(why) => return Err(Wait::NotNow(why)),
+        Step::Wait(why) => return Err(Wait::Said(why)),
+        Step::AskPeer => return Err(Wait::Said("the other box's word was not heard".into())),
     };
-    // Never an epoch this box would refuse to record.
-    if epoch <= own.newest && !(unserved && epoch == mine) {
-        return Err(Wait::Said(format!(
-            "the arbiter would give epoch {}, not above this box's {}",
-            EpochName(epoch),
-            EpochName(own.newest)
-        )));
-    }
     txn.then
         .push(arbiter::record_clients(arbiter.keys(), clients));
     let gate = LeaseGate::new(rules);
@@ -317,15 +318,7 @@ async fn try_begin(
 pub fn judge_read(view: &crate::repl::arbiter::View, memory: &Memory, newest: u64) -> Judged {
     #[cfg(feature = "drill-sabotage")]
     if trust_etcd() {
-        return Judged::Trusted {
-            memory: Memory {
-                generation: view.generation.as_ref().map(|g| g.value.clone()),
-                epoch: view.epoch.as_ref().map_or(0, |e| e.value),
-                revision: view.revision,
-                peer: memory.peer.clone(),
-            },
-            bootstrap: view.generation.is_none(),
-        };
+        return crate::repl::amnesia::believe(view, memory);
     }
     judge(view, memory, newest)
 }

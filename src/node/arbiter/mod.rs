@@ -25,8 +25,7 @@ use etcd_client::{
     Txn as EtcdTxn, TxnOp,
 };
 
-use crate::repl::arbiter::{Compare, Keys, LeaderRecord, SyncRecord, Txn, Versioned, View};
-use crate::repl::HandedClient;
+use crate::repl::arbiter::{Compare, Keys, LeaderRecord, Txn, View};
 
 pub mod gate;
 pub mod life;
@@ -175,47 +174,8 @@ impl Arbiter {
         };
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
-            let garbled = |why: String| ArbiterError::Garbled {
-                key: key.clone(),
-                why,
-            };
-            if key == self.keys.epoch {
-                let text = std::str::from_utf8(kv.value()).map_err(|e| garbled(e.to_string()))?;
-                let value: u64 = text
-                    .trim()
-                    .parse()
-                    .map_err(|e| garbled(format!("{text:?} is not an epoch: {e}")))?;
-                view.epoch = Some(Versioned {
-                    value,
-                    mod_revision: kv.mod_revision(),
-                });
-            } else if key == self.keys.leader {
-                let value: LeaderRecord =
-                    serde_json::from_slice(kv.value()).map_err(|e| garbled(e.to_string()))?;
-                view.leader = Some(Versioned {
-                    value,
-                    mod_revision: kv.mod_revision(),
-                });
-                view.leader_lease = kv.lease();
-            } else if key == self.keys.sync {
-                let value: SyncRecord =
-                    serde_json::from_slice(kv.value()).map_err(|e| garbled(e.to_string()))?;
-                view.sync = Some(Versioned {
-                    value,
-                    mod_revision: kv.mod_revision(),
-                });
-            } else if key == self.keys.generation {
-                let value = std::str::from_utf8(kv.value())
-                    .map_err(|e| garbled(e.to_string()))?
-                    .to_owned();
-                view.generation = Some(Versioned {
-                    value,
-                    mod_revision: kv.mod_revision(),
-                });
-            } else if key == self.keys.clients {
-                view.clients = serde_json::from_slice::<Vec<HandedClient>>(kv.value())
-                    .map_err(|e| garbled(e.to_string()))?;
-            }
+            view.read(&self.keys, &key, kv.value(), kv.mod_revision(), kv.lease())
+                .map_err(|why| ArbiterError::Garbled { key, why })?;
         }
         Ok(view)
     }

@@ -43,6 +43,8 @@ impl Heard {
 /// Why the other box's word could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum AskError {
+    #[error("the other box said nothing within {ms} ms")]
+    Silent { ms: u64 },
     #[error("the other box has not been heard from, and its address is not known here (set `peer` in [failover])")]
     Unknown,
     #[error("{addr}: {why}")]
@@ -121,6 +123,43 @@ pub async fn word_of(
     match (asker, addr) {
         (Some(asker), Some(addr)) => asker.ask(addr, mine).await,
         _ => Err(AskError::Unknown),
+    }
+}
+
+/// The other box's word before a life on etcd's word: heard (its twin's
+/// hello reaches this waiting primary) or asked, whichever comes first
+/// within `limit`. A box that is down, or a twin that does not dial back
+/// in time, leaves nothing; the caller goes on without it.
+pub async fn word_within(
+    heard: &Heard,
+    asker: Option<&Asker>,
+    addr: Option<&str>,
+    mine: PeerWord,
+    limit: Duration,
+) -> Result<PeerWord, AskError> {
+    if let Some(w) = heard.fresh() {
+        return Ok(w);
+    }
+    let asked = async {
+        if let (Some(asker), Some(addr)) = (asker, addr) {
+            if let Ok(w) = asker.ask(addr, mine).await {
+                return w;
+            }
+        }
+        std::future::pending().await
+    };
+    let hello = async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if let Some(w) = heard.fresh() {
+                return w;
+            }
+        }
+    };
+    tokio::select! {
+        w = asked => Ok(w),
+        w = hello => Ok(w),
+        _ = tokio::time::sleep(limit) => Err(AskError::Silent { ms: limit.as_millis() as u64 }),
     }
 }
 

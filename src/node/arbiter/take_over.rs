@@ -12,11 +12,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::life::{judge_read, mint_generation, Knowing};
+use super::life::{mint_generation, Knowing};
 use super::{Arbiter, ArbiterError};
-use crate::repl::amnesia::{Judged, Peer};
-use crate::repl::arbiter::{self, LeaderRecord};
-use crate::repl::epochs::{next_term, EpochName};
+use crate::repl::arbiter::LeaderRecord;
+use crate::repl::claim::{claim_take_over, Step as Decided};
+use crate::repl::epochs::EpochName;
 
 /// What the watch sees, for `status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,68 +136,44 @@ async fn attempt(
     knowing: &Knowing,
 ) -> Result<Step, ArbiterError> {
     let view = arbiter.view().await?;
-    let own = (knowing.own)();
-    let judged = judge_read(&view, &knowing.memory.get(), own.newest);
-    if let Some(l) = &view.leader {
-        if let Judged::Trusted { memory, .. } = judged {
-            knowing.amnesia.send_replace(None);
-            // Where the leader serves is where to ask it, should etcd
-            // forget later.
-            let mut memory = memory;
-            if l.value.fingerprint != me.fingerprint {
-                memory.peer = Some(Peer {
-                    addr: l.value.addr.clone(),
-                    fingerprint: l.value.fingerprint.clone(),
-                });
-            }
-            if let Err(e) = knowing.memory.observe(memory) {
-                tracing::warn!(error = %e, "recording what etcd holds in ARBITER");
-            }
+    let fresh = mint_generation();
+    let claim = knowing
+        .decide(&view, |known| {
+            claim_take_over(arbiter.keys(), &view, known, head, me, &fresh)
+        })
+        .await;
+    let claim = match claim {
+        Ok(c) => c,
+        // The read is not acted on while what it taught is not kept.
+        Err(why) => {
+            return Ok(match view.leader {
+                None => Step::NotEligible { why, led: true },
+                Some(l) => {
+                    tracing::warn!(error = %why, "etcd was read");
+                    Step::Led(l.value)
+                }
+            })
         }
-        return Ok(Step::Led(l.value.clone()));
-    }
-    let (epoch, txn, generation) = match judged {
-        Judged::Trusted { memory, bootstrap } => {
-            knowing.amnesia.send_replace(None);
-            if let Err(e) = knowing.memory.observe(memory) {
-                return Ok(Step::NotEligible {
-                    why: format!("recording what etcd holds in ARBITER: {e}"),
-                    led: true,
-                });
-            }
-            match arbiter::take_over(arbiter.keys(), &view, head, own.newest, me) {
-                Ok((epoch, txn)) if bootstrap => {
-                    let g = mint_generation();
-                    let txn = arbiter::with_generation(txn, arbiter.keys(), &view, &g);
-                    (epoch, txn, Some(g))
-                }
-                Ok((epoch, txn)) => (epoch, txn, None),
-                Err(why) => {
-                    return Ok(Step::NotEligible {
-                        why: why.to_string(),
-                        led: view.epoch.is_some(),
-                    })
-                }
-            }
+    };
+    let (epoch, txn, generation) = match claim.step {
+        Decided::Take {
+            epoch,
+            txn,
+            generation,
+        } => (epoch, txn, generation),
+        Decided::Led(l) => return Ok(Step::Led(l)),
+        Decided::NotNow(why) => {
+            return Ok(Step::NotEligible {
+                why: why.to_string(),
+                led: view.epoch.is_some() || claim.amnesia.is_some(),
+            })
         }
-        Judged::Forgot(amnesia) => {
-            knowing.amnesia.send_replace(Some(amnesia.to_string()));
-            let arbiter_epoch = view.epoch.as_ref().map_or(0, |v| v.value);
-            let floor = match knowing.floor_after(&amnesia, &own, arbiter_epoch, "").await {
-                Ok(f) => f,
-                Err(why) => return Ok(Step::NotEligible { why, led: true }),
-            };
-            let epoch = next_term(floor);
-            let g = mint_generation();
-            match arbiter::take_after_amnesia(arbiter.keys(), &view, epoch, me, &g) {
-                Ok(txn) => (epoch, txn, Some(g)),
-                Err(why) => {
-                    return Ok(Step::NotEligible {
-                        why: why.to_string(),
-                        led: true,
-                    })
-                }
-            }
+        Decided::Wait(why) => return Ok(Step::NotEligible { why, led: true }),
+        Decided::Replaced { .. } | Decided::AskPeer => {
+            return Ok(Step::NotEligible {
+                why: "the other box's word was not heard".into(),
+                led: true,
+            })
         }
     };
     let (lease, _) = arbiter.grant().await?;

@@ -222,12 +222,7 @@ impl Epochs {
     /// process served yet (an arbiter learns of that one only when its
     /// life begins there).
     pub fn newest_taken(&self) -> u64 {
-        let st = self.lock();
-        if !st.unserved {
-            return st.newest();
-        }
-        let starts = st.history.starts();
-        starts.len().checked_sub(2).map_or(0, |i| starts[i].epoch)
+        self.lock().newest_taken()
     }
 
     /// Whether this primary is held by its start after a crash, until its

@@ -37,6 +37,13 @@ impl Primary {
             // The other box asks for this log's epochs: etcd forgot, and
             // it leads only with both histories in hand.
             tracing::info!(?word, "the other box asked for this primary's epochs");
+            // Its history came over the pinned link, as a hello's does: a
+            // newer epoch there fences this primary (etcd was rolled back
+            // past that epoch's take, and this box took a life below it).
+            let asking = word.epochs.current();
+            if asking > self.epochs.current() {
+                self.fence(asking, "the other box, asking for this log's epochs");
+            }
             let answer = crate::repl::amnesia::PeerWord {
                 epochs: self.epochs.history(),
                 head: self.log.head_seq(),

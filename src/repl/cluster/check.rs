@@ -47,6 +47,21 @@ pub enum Violation {
     /// A box records as heard an epoch that no box ever began: a fence
     /// that no primary proved.
     PhantomEpoch { side: Side, epoch: u64 },
+    /// Under an arbiter: a box took an epoch not above every epoch begun
+    /// before it, so epochs went backwards.
+    EpochNotAbove { side: Side, epoch: u64, newest: u64 },
+    /// Under an arbiter: a box acknowledged a write under an epoch below
+    /// one another box began: two boxes led at once, or epochs went
+    /// backwards and the older life's writes will be cut.
+    AckUnderOlderEpoch {
+        frame: FrameId,
+        by: Side,
+        epoch: u64,
+        newer: u64,
+    },
+    /// Under an arbiter: a box refused to record an epoch its
+    /// transaction took, leaving the pair headless.
+    RefusedWhatItTook { side: Side, epoch: u64, why: String },
 }
 
 impl Cluster {

@@ -32,11 +32,14 @@
 //! the operator's steps (`operator.rs`) and the checker (`check.rs`) are
 //! apart.
 
+mod auto;
 mod check;
+mod etcd;
 mod operator;
 
 use std::time::{Duration, Instant};
 
+pub use auto::{ArbiterSabotage, LEASE_TTL};
 pub use check::Violation;
 pub use operator::{PromoteError, RejoinError};
 
@@ -272,6 +275,8 @@ pub struct Cluster {
     /// The next switchover's twin loses power right after it records its
     /// new epoch, before it answers.
     pub crash_at_takeover: bool,
+    /// Automatic failover: the arbiter and each box's side of it.
+    auto: Option<auto::Auto>,
     journal: Vec<String>,
 }
 
@@ -307,6 +312,7 @@ impl Cluster {
             begun: [0].into_iter().collect(),
             sabotage: Sabotage::default(),
             crash_at_takeover: false,
+            auto: None,
             journal: Vec::new(),
         }
     }
@@ -383,7 +389,7 @@ impl Cluster {
 
     /// Whether `side`, as a primary, answers as a fenced one.
     fn fenced_for_answers(&self, side: Side) -> bool {
-        self.epochs(side).fenced() && !self.sabotage.ignore_fence
+        (self.epochs(side).fenced() && !self.sabotage.ignore_fence) || !self.lease_allows(side)
     }
 
     /// A client writes the blob `alphabet` names to `side`, asking for
@@ -500,6 +506,7 @@ impl Cluster {
                     self.seen
                         .push(Violation::DeposedAcknowledged { frame, by: side });
                 }
+                self.check_leader(side, frame);
                 self.acknowledged.push(Acknowledgement {
                     frame,
                     by: side,
@@ -539,6 +546,11 @@ impl Cluster {
         self.drop_link("partition", None);
     }
 
+    /// Whether the network between the boxes is down.
+    pub fn is_partitioned(&self) -> bool {
+        self.partitioned
+    }
+
     pub fn heal(&mut self) {
         self.partitioned = false;
     }
@@ -553,6 +565,7 @@ impl Cluster {
             return;
         }
         self.drop_link(&format!("{side:?} lost power"), Some(side));
+        self.arbiter_crash(side);
         let cfg = self.cfg;
         let m = self.machine_mut(side);
         m.switchover = None;
@@ -583,10 +596,12 @@ impl Cluster {
             return;
         }
         let same_epoch = self.sabotage.same_epoch_restart;
+        let arbiter = self.auto.is_some();
         let m = self.machine_mut(side);
         m.up = true;
         let life = match m.role {
-            Role::Primary if !same_epoch => {
+            // Under an arbiter the life is taken there.
+            Role::Primary if !same_epoch && !arbiter => {
                 let head = m.log.head_seq();
                 m.epochs
                     .restart(head)
@@ -624,7 +639,10 @@ impl Cluster {
             m.deposed = true;
         }
         if m.epochs.hear(epoch, by) {
-            self.note(format!("{side:?} fenced by {by}: epoch {epoch}"));
+            self.note(format!(
+                "{side:?} fenced by {by}: epoch {}",
+                super::epochs::EpochName(epoch)
+            ));
         }
     }
 
@@ -658,7 +676,7 @@ impl Cluster {
         }
         for p in Side::BOTH {
             let t = p.other();
-            if self.reachable(p, Role::Primary) && self.reachable(t, Role::Twin) {
+            if self.reachable(p, Role::Primary) && self.serves(p) && self.reachable(t, Role::Twin) {
                 // Every frame shipped before is durable before the
                 // handshake, as the twin session syncs first.
                 self.sync(p);
@@ -718,6 +736,7 @@ impl Cluster {
         }
         self.drive_switchovers();
         self.call_predecessors();
+        self.drive_arbiter();
     }
 
     /// Carry out what a core of the connection whose primary end is `p`

@@ -117,7 +117,7 @@ impl Cluster {
 
     /// A box whose epoch is promoted (`twin promote`, a takeover) runs as
     /// a primary, and owes its predecessor a call.
-    fn become_primary(&mut self, side: Side) {
+    pub(super) fn become_primary(&mut self, side: Side) {
         let call = !self.sabotage.no_predecessor_call;
         let now = self.now.at;
         let head = self.log_head(side);
@@ -513,6 +513,17 @@ impl Cluster {
         }
     }
 
+    /// Whether `p` streams to its twin, which holds and acknowledged
+    /// its whole log.
+    pub(super) fn settled_on(&self, p: Side) -> bool {
+        let head = self.log(p).head_seq();
+        let acked = self.link.as_ref().map_or(0, |(_, l)| l.primary.acked());
+        self.streaming()
+            && self.machine(p).staged == head
+            && self.log(p.other()).head_seq() == head
+            && acked == head
+    }
+
     /// Bring the boxes back to one primary streaming to its twin, as an
     /// operator would after the faults: heal the network, start every
     /// box, rejoin a stale primary to the newer one, promote a twin left
@@ -571,13 +582,7 @@ impl Cluster {
                 [p] => {
                     let p = *p;
                     for _ in 0..max_ms {
-                        let head = self.log(p).head_seq();
-                        let acked = self.link.as_ref().map_or(0, |(_, l)| l.primary.acked());
-                        if self.streaming()
-                            && self.machine(p).staged == head
-                            && self.log(p.other()).head_seq() == head
-                            && acked == head
-                        {
+                        if self.settled_on(p) {
                             return Ok(p);
                         }
                         self.advance(1);

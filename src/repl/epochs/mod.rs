@@ -347,6 +347,17 @@ impl EpochState {
         self.seen.max(self.current())
     }
 
+    /// The newest epoch known to have been taken by a life: [`newest`](Self::newest),
+    /// less an epoch this box's own promotion began and no process served
+    /// yet (an arbiter learns of that one only when its life begins).
+    pub fn newest_taken(&self) -> u64 {
+        if !self.unserved {
+            return self.newest();
+        }
+        let starts = self.history.starts();
+        starts.len().checked_sub(2).map_or(0, |i| starts[i].epoch)
+    }
+
     /// A primary holding this state may acknowledge nothing: a newer
     /// epoch exists, so another box is, or was made, the primary; or a
     /// hold stops it.
