@@ -480,6 +480,14 @@ fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones()
     let reqs = [
         ("Hello", RestoreReq::Hello),
         ("Frames", RestoreReq::Frames { from: 1, offset: 0 }),
+        (
+            "Digests",
+            RestoreReq::Digests {
+                from: 1,
+                through: 2,
+                step: 1,
+            },
+        ),
     ];
     for (name, m) in reqs {
         assert_eq!(
@@ -502,6 +510,7 @@ fn restore_messages_have_their_documented_indices_and_extend_the_snapshot_ones()
         ),
         ("Frames", RestoreResp::Frames { through: 1 }),
         ("Refused", RestoreResp::Refused("x".into())),
+        ("Digests", RestoreResp::Digests(vec![[0; 16]])),
     ];
     for (name, m) in resps {
         assert_eq!(

@@ -335,6 +335,62 @@ async fn a_resumed_restore_cuts_the_frames_its_twin_replaced_whatever_their_byte
     );
 }
 
+/// A restore killed after it wrote its frames, resumed after a kept
+/// frame changed on the box's disk into another whole frame (its own crc
+/// good, its epoch the same): the resumed run checks what it kept
+/// against the twin by digest, cuts from the frame that differs, and
+/// fetches it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_restore_checks_the_frames_it_kept_and_fetches_a_changed_one_again() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let twin = root.path().join("twin");
+    {
+        let log = Log::open(twin.join("log")).expect("log");
+        for i in 0..300u32 {
+            log.append_raw(0x8000, b"", format!("frame {i}").as_bytes())
+                .expect("append");
+        }
+    }
+    let box_id = Arc::new(Identity::mint().expect("mint"));
+    let data = root.path().join("box");
+    std::fs::create_dir_all(&data).expect("mkdir");
+    let (addr, twin_id, _stop) = serve_restores_with(&twin, &box_id, Epochs::in_memory(0)).await;
+    let report = restore_into(&data, addr, &twin_id, &box_id)
+        .await
+        .expect("restore");
+    assert_eq!(report.head, 300);
+    std::fs::write(data.join(restore::RESTORING_FILE), b"killed\n").expect("mark");
+    // Frame 211 becomes another whole frame, as a bad disk or a hand may
+    // leave it; the frames after it are the twin's again.
+    {
+        let log = Log::open(data.join("log")).expect("log");
+        log.set_follower(true);
+        log.truncate_after(210).expect("cut");
+        log.append_at(211, 0x8000, b"", b"not the twin's")
+            .expect("append_at");
+        for seq in 212..=300u64 {
+            log.append_at(seq, 0x8000, b"", format!("frame {}", seq - 1).as_bytes())
+                .expect("append_at");
+        }
+        log.sync().expect("sync");
+    }
+    let report = restore_into(&data, addr, &twin_id, &box_id)
+        .await
+        .expect("resumed restore");
+    assert!(report.resumed);
+    assert_eq!(report.verify_cut_after, Some(210), "{report:?}");
+    assert_eq!(report.verified, 210, "{report:?}");
+    assert_eq!(report.frames, 90, "fetched again from 211: {report:?}");
+    let ours = Log::open(data.join("log")).expect("log");
+    for seq in [1, 210, 211, 212, 300] {
+        assert_eq!(
+            ours.read(seq).expect("ours").blob,
+            format!("frame {}", seq - 1).into_bytes(),
+            "frame {seq}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restored_box_holds_every_file_of_the_twin_s_store_whatever_the_names() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -108,6 +108,12 @@ pub struct RestoreReport {
     /// since cut them too (frames its primary lost) and holds others
     /// there, written in another epoch.
     pub cut_after: Option<u64>,
+    /// Frames an earlier run kept, checked against the twin's by digest
+    /// before this run went on.
+    pub verified: u64,
+    /// A kept frame differed from the twin's: everything from it was cut
+    /// and fetched again (this names the last frame kept).
+    pub verify_cut_after: Option<u64>,
 }
 
 /// The entry being written, as the partial file says.
@@ -259,6 +265,57 @@ fn reconcile(log: &Log, epochs: &Epochs, w: &Welcome) -> Result<Option<u64>, Res
     Ok(cut)
 }
 
+/// Check the frames an earlier run kept against the twin's, by the
+/// digests online verify uses (sequence, kind, epoch, meta and blob):
+/// a crc passing on this box's disk proves no more than that the bytes
+/// are what this box wrote. Answers how many were compared and the first
+/// that differs. Frames below the twin's first are no longer on it and
+/// keep their crcs' word alone.
+async fn verify_kept(
+    conn: &Connection,
+    log: &Arc<Log>,
+    epochs: &Epochs,
+    w: &Welcome,
+) -> Result<(u64, Option<u64>), RestoreError> {
+    use crate::repl::verify::{digests, Found, Search};
+    let (from, through) = (log.first_seq().max(w.first), log.head_seq().min(w.head));
+    if from > through {
+        return Ok((0, None));
+    }
+    if from > log.first_seq() {
+        tracing::warn!(
+            first = log.first_seq(),
+            twin_first = w.first,
+            "kept frames below the twin's first are checked by their crcs only"
+        );
+    }
+    let history = epochs.history();
+    let mut search = Search::new(from, through, 64);
+    let mut step = search.step();
+    while let Found::Ask(a) = step {
+        let (l, h) = (log.clone(), history.clone());
+        let ours = tokio::task::spawn_blocking(move || {
+            digests(&l, &h, a.from, a.through, a.step, |_, _| {})
+        })
+        .await
+        .map_err(|e| RestoreError::Protocol(e.to_string()))??;
+        let req = RestoreReq::Digests {
+            from: a.from,
+            through: a.through,
+            step: a.step,
+        };
+        let theirs = match ask(conn, &req).await?.0 {
+            RestoreResp::Digests(d) => d,
+            other => return Err(RestoreError::Protocol(format!("{other:?} to Digests"))),
+        };
+        step = search.answer(&ours, &theirs);
+    }
+    Ok(match step {
+        Found::Differs(seq) => (seq - from, Some(seq)),
+        _ => (through - from + 1, None),
+    })
+}
+
 async fn hello(conn: &Connection) -> Result<Welcome, RestoreError> {
     match ask(conn, &RestoreReq::Hello).await?.0 {
         RestoreResp::Welcome {
@@ -356,6 +413,18 @@ pub async fn restore(
         cut_after,
         ..RestoreReport::default()
     };
+    if resumed {
+        let (verified, differs) = verify_kept(&conn, &log, &epochs, &w).await?;
+        report.verified = verified;
+        if let Some(seq) = differs {
+            tracing::warn!(
+                seq,
+                "a frame an earlier run kept differs from the twin's: it and every later one are cut and fetched again"
+            );
+            log.truncate_after(seq - 1)?;
+            report.verify_cut_after = Some(seq - 1);
+        }
+    }
     let mut prog = Progress {
         head: log.head_seq(),
         target: w.head,

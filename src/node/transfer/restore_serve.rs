@@ -36,6 +36,10 @@ pub enum RestoreReq {
     /// Frames from `from` to the head, the first from byte `offset` of its
     /// blob.
     Frames { from: u64, offset: u64 },
+    /// The digests of frames `from..=through`, one per `step` frames, as
+    /// online verify digests them: a resumed restore checks the frames it
+    /// kept against the twin's.
+    Digests { from: u64, through: u64, step: u64 },
 }
 
 /// What the source answers (snapshot requests are answered as
@@ -57,6 +61,8 @@ pub enum RestoreResp {
     Frames { through: u64 },
     /// Refused, by name.
     Refused(String),
+    /// The digests asked, in order.
+    Digests(Vec<crate::repl::verify::Digest>),
 }
 
 /// One frame of a restore stream; `blob_len - from` bytes follow, none for
@@ -229,6 +235,44 @@ async fn answer(
             Ok(())
         }
         RestoreReq::Frames { from, offset } => Ok(frames(source, from, offset, send).await?),
+        RestoreReq::Digests {
+            from,
+            through,
+            step,
+        } => {
+            let resp = digests(source, from, through, step).await;
+            net::write_msg(&mut send, &resp).await?;
+            let _ = send.finish();
+            Ok(())
+        }
+    }
+}
+
+/// The digests of `from..=through`, or why not: a range this log does not
+/// hold, or more ranges than one answer carries.
+async fn digests(source: &Arc<RestoreSource>, from: u64, through: u64, step: u64) -> RestoreResp {
+    let (first, head) = (source.log.first_seq(), source.log.head_seq());
+    if step == 0 || from < first || through > head || from > through {
+        return RestoreResp::Refused(format!(
+            "digests of {from}..={through} by {step}: this log holds {first}..={head}"
+        ));
+    }
+    let ranges = (through - from) / step + 1;
+    if ranges > crate::repl::verify::MAX_DIGESTS {
+        return RestoreResp::Refused(format!(
+            "{ranges} digests asked, at most {}",
+            crate::repl::verify::MAX_DIGESTS
+        ));
+    }
+    let (log, epochs) = (source.log.clone(), source.epochs.history());
+    let digested = tokio::task::spawn_blocking(move || {
+        crate::repl::verify::digests(&log, &epochs, from, through, step, |_, _| {})
+    })
+    .await;
+    match digested {
+        Ok(Ok(d)) => RestoreResp::Digests(d),
+        Ok(Err(e)) => RestoreResp::Refused(format!("digesting {from}..={through}: {e}")),
+        Err(e) => RestoreResp::Refused(format!("digesting {from}..={through}: {e}")),
     }
 }
 
