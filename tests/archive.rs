@@ -10,6 +10,7 @@ use std::sync::Arc;
 use twinlog::archive::archiver::{ArchiveSettings, Archiver};
 use twinlog::archive::bucket::{Bucket, Spec};
 use twinlog::archive::codec::{ArchiveKey, Codec};
+use twinlog::archive::names::SegmentName;
 use twinlog::archive::object::TimeMark;
 use twinlog::archive::restore::{restore_from_archive, ArchiveRestoreOptions, Until};
 use twinlog::archive::upload::{upload_segment, Pace, SegmentJob};
@@ -415,4 +416,66 @@ async fn until_time_restores_through_the_last_frame_marked_by_then() {
         matches!(early, Err(Error::NothingByTime { .. })),
         "{early:?}"
     );
+}
+
+/// Objects anyone who can write to the bucket could add, beside a sealed
+/// archive's own: one claiming the first segment's frames under a newer
+/// generation, one claiming frames far past the archive's end, one
+/// starting inside the chain. None opens under the key; the restore
+/// passes over the first two by name, never puts the third on its chain,
+/// and restores the genuine frames exactly.
+#[tokio::test]
+async fn objects_that_do_not_open_are_passed_over_for_the_genuine_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_log(&tmp.path().join("src"), 120);
+    let key = ArchiveKey::mint().unwrap();
+    let bucket = bucket_in(&tmp.path().join("bucket"));
+    let codec = Codec {
+        zstd_level: None,
+        key: Some(key.clone()),
+    };
+    let archived = archive_all(&src, &bucket, &codec).await;
+    let genuine = bucket.segments().await.unwrap();
+    assert!(genuine.len() >= 3, "{genuine:?}");
+    let (first, _) = genuine[0];
+    let (second, _) = genuine[1];
+    let (newest, _) = *genuine.last().unwrap();
+    let junk = [
+        SegmentName {
+            generation: first.generation + 5,
+            ..first
+        },
+        SegmentName {
+            last: 1_000_000,
+            generation: newest.generation + 9,
+            ..newest
+        },
+        SegmentName {
+            first: first.first + 1,
+            last: second.last,
+            ..second
+        },
+    ];
+    for name in junk {
+        let mut up = bucket.writer(&bucket.segment_key(&name));
+        up.write(bytes::Bytes::from(vec![0x5a; 4096]))
+            .await
+            .unwrap();
+        up.finish().await.unwrap();
+    }
+    let data = tmp.path().join("box");
+    let report = restore_from_archive(opts(&data, &bucket, Some(key), Until::End), quiet())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.head, archived);
+    assert_eq!(report.passed_over.len(), 2, "{:?}", report.passed_over);
+    for name in &junk[..2] {
+        let key = bucket.segment_key(name);
+        assert!(
+            report.passed_over.iter().any(|said| said.contains(&key)),
+            "{key} not named in {:?}",
+            report.passed_over
+        );
+    }
+    assert_same_frames(&src, &data, archived);
 }

@@ -16,7 +16,7 @@ use super::codec::ArchiveKey;
 use super::fetch::{open_object, Pieces};
 use super::head::{read_head, same_life};
 use super::held::check_held;
-use super::names::{epochs_through, lineage, of_lineage, SegmentName, SnapshotName};
+use super::names::{epochs_through, lineage, SegmentName, SnapshotName};
 use super::object::{Content, SegmentInfo};
 use super::replay::Replay;
 use super::walk::FrameWalk;
@@ -96,6 +96,9 @@ pub struct ArchiveRestoreReport {
     /// With `accept_shorter`: the frames the head names archived and the
     /// bucket no longer holds, that the restore asked for.
     pub lost: Option<(u64, u64)>,
+    /// Objects that did not open (not sealed, under another key, altered)
+    /// and were passed over for others holding the same frames.
+    pub passed_over: Vec<String>,
 }
 
 /// One lineage's segments, oldest first, contiguous from frame 1.
@@ -107,6 +110,8 @@ struct Chain {
     snapshots: Vec<(SnapshotName, u64)>,
     /// When the newest segment's last frame was marked durable.
     newest_mark_ms: Option<u64>,
+    /// Objects that did not open and were passed over for others.
+    passed_over: Vec<String>,
 }
 
 impl Chain {
@@ -137,16 +142,66 @@ async fn segment_info(
     }
 }
 
+/// Whether `e` is the object's own fault (it does not decode, open or
+/// match its name), so another object may stand in for it; a bucket that
+/// does not answer is not.
+fn object_fault(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corrupt(_)
+            | Error::KeyNeeded { .. }
+            | Error::WrongKey { .. }
+            | Error::Unseal { .. }
+            | Error::Unsealed { .. }
+    )
+}
+
+/// The most objects a restore passes over before it gives up: each costs
+/// a request or two, and a bucket full of them is refused by name.
+const MAX_PASSED_OVER: usize = 1000;
+
 /// The newest lineage in the bucket: the one of the segment reaching
-/// furthest (newest generation first), and every segment of it.
+/// furthest (newest generation first) that opens, and its segments from
+/// the first, each following the one before. Anyone who can write to the
+/// bucket can add objects: one that does not open is passed over for the
+/// next (`passed_over`), and one whose frames overlap the chain is not on
+/// it, so such objects cannot stop a restore the genuine ones make.
 async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error> {
-    let all = bucket.segments().await?;
-    let newest = all
-        .iter()
-        .max_by_key(|(n, _)| (n.last, n.generation))
-        .ok_or_else(|| Error::Missing(format!("{}: no archived segment", bucket.url())))?;
-    let info = segment_info(bucket, &newest.0, newest.1, key).await?;
-    let segments = of_lineage(&all, &info.history, &info.epochs);
+    let mut all = bucket.segments().await?;
+    all.sort_by_key(|(n, _)| std::cmp::Reverse((n.last, n.generation)));
+    let mut passed_over = Vec::new();
+    let mut refused = Vec::new();
+    let mut found = None;
+    let mut first_fault = None;
+    for (n, size) in &all {
+        match segment_info(bucket, n, *size, key).await {
+            Ok(info) => {
+                found = Some(info);
+                break;
+            }
+            Err(e) if object_fault(&e) && passed_over.len() < MAX_PASSED_OVER => {
+                tracing::warn!(error = %e, "an archived object does not open: passed over");
+                passed_over.push(e.to_string());
+                refused.push(*n);
+                first_fault.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let info = match (found, first_fault) {
+        (Some(info), _) => info,
+        (None, Some(e)) => return Err(e),
+        (None, None) => {
+            return Err(Error::Missing(format!(
+                "{}: no archived segment",
+                bucket.url()
+            )))
+        }
+    };
+    // What did not open is not tried again.
+    all.retain(|(n, _)| !refused.contains(n));
+    all.sort();
+    let segments = path_of(bucket, key, &all, &info, &mut passed_over).await?;
     let mut snapshots: Vec<_> = bucket
         .snapshots()
         .await?
@@ -160,7 +215,72 @@ async fn chain(bucket: &Bucket, key: Option<&ArchiveKey>) -> Result<Chain, Error
         epochs: info.epochs,
         segments,
         snapshots,
+        passed_over,
     })
+}
+
+/// The lineage's segments as a chain: from the lowest first frame, each
+/// next one starting right after the one before (or, past a gap, the
+/// next that starts later). Of several objects starting at one frame, the
+/// newest generation that opens; an object that starts inside the chain
+/// is not on it.
+async fn path_of(
+    bucket: &Bucket,
+    key: Option<&ArchiveKey>,
+    sorted: &[(SegmentName, u64)],
+    info: &SegmentInfo,
+    passed_over: &mut Vec<String>,
+) -> Result<Vec<(SegmentName, u64)>, Error> {
+    let ours: Vec<_> = sorted
+        .iter()
+        .filter(|(n, _)| n.lineage == lineage(&info.history, &info.epochs, n.last))
+        .copied()
+        .collect();
+    let mut path: Vec<(SegmentName, u64)> = Vec::new();
+    let mut at = 0;
+    while at < ours.len() {
+        let first = ours[at].0.first;
+        let end = at
+            + ours[at..]
+                .iter()
+                .take_while(|(n, _)| n.first == first)
+                .count();
+        let starts_inside = path.last().is_some_and(|(p, _)| first <= p.last);
+        if !starts_inside {
+            let mut group: Vec<_> = ours[at..end].to_vec();
+            group.sort_by_key(|(n, _)| std::cmp::Reverse(n.generation));
+            path.push(choose(bucket, key, &group, passed_over).await?);
+        }
+        at = end;
+    }
+    Ok(path)
+}
+
+/// Of objects holding frames from one first frame, newest generation
+/// first, the first that opens; one alone is taken as it is (its fetch
+/// opens it).
+async fn choose(
+    bucket: &Bucket,
+    key: Option<&ArchiveKey>,
+    group: &[(SegmentName, u64)],
+    passed_over: &mut Vec<String>,
+) -> Result<(SegmentName, u64), Error> {
+    if let [one] = group {
+        return Ok(*one);
+    }
+    let mut first_fault = None;
+    for (n, size) in group {
+        match segment_info(bucket, n, *size, key).await {
+            Ok(_) => return Ok((*n, *size)),
+            Err(e) if object_fault(&e) && passed_over.len() < MAX_PASSED_OVER => {
+                tracing::warn!(error = %e, "an archived object does not open: passed over");
+                passed_over.push(e.to_string());
+                first_fault.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(first_fault.unwrap_or_else(|| Error::Missing("no object to choose from".into())))
 }
 
 /// Whether the chain's segments hold every frame `from..=to`; the first
@@ -528,6 +648,7 @@ pub async fn restore_from_archive(
         head_unix_ms: head.as_ref().map(|h| h.unix_ms),
         lost,
         lineage: format!("{:016x}", lineage(&chain.history, &chain.epochs, target)),
+        passed_over: chain.passed_over.clone(),
         ..ArchiveRestoreReport::default()
     };
     if log.head_seq() >= log.first_seq() {
