@@ -203,6 +203,9 @@ pub async fn run(cfg: &PrimaryConfig, url: &str, how: How<'_>) -> Result<(), Dae
                 "LOST: frames {from} to {to}, which the head record says were archived, are gone from the bucket; restored without them (--accept-shorter)"
             );
         }
+        for said in &report.passed_over {
+            println!("passed over, another object holds its frames: {said}");
+        }
         if report.snapshot_at > 0 {
             println!(
                 "started from the store snapshot archived at frame {}",

@@ -254,6 +254,15 @@ pub async fn run(
                 mib(report.salvaged_bytes)
             );
         }
+        if report.resumed {
+            println!(
+                "{} frames an earlier run kept checked against the twin's",
+                report.verified
+            );
+        }
+        if let Some(kept) = report.verify_cut_after {
+            println!("frame {} an earlier run kept was not the twin's: it and every later one were fetched again", kept + 1);
+        }
         if let Some(at) = report.snapshot_at {
             println!(
                 "snapshot at {at}: {:.1} MiB received, {:.1} MiB already staged",

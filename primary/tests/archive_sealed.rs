@@ -2,11 +2,12 @@
 //! Garage as the bucket and `primary restore --from-archive` as an
 //! operator runs it. Anyone who can write to the bucket, without the key,
 //! tries to substitute the log: another log's unencrypted objects copied
-//! into the prefix (reaching further than the real archive), then a sealed
-//! object copied under another name. Each is refused by name, the first
-//! before the box is touched, the second where the restore reaches it;
-//! with them gone, the restore resumes and gives exactly the archive's
-//! frames.
+//! into the prefix (reaching further than the real archive), and a sealed
+//! object copied under another name. Neither opens: each is passed over
+//! by name and the restore gives exactly the archive. An object of ours
+//! holding another's bytes, with nothing to stand in for it, is refused
+//! where the restore reaches it; made whole again, the restore resumes
+//! and gives exactly the archive's frames.
 
 mod support;
 use support::archive::{archived_log, blob, garage_bucket, get, init, key_file, put, with_archive};
@@ -32,24 +33,9 @@ fn objects_that_do_not_open_under_the_key_are_refused_by_name() {
     let cfg = init(&data);
     with_archive(&cfg, &url, Some(&g), &key_path);
     let c = cfg.to_str().expect("utf-8");
-    let refused = primary(&["restore", "--config", c, "--from-archive", &url]);
-    exits(&refused, 1, "a restore through unencrypted objects");
-    let said = stderr(&refused);
-    assert!(
-        foreign.iter().any(|(k, _)| said.contains(k.as_str())) && said.contains("not encrypted"),
-        "the refusal names the object and what it is: {said}"
-    );
-    // Refused before the box was touched.
-    assert!(!data.join("log").exists() && !data.join("RESTORING").exists());
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        for (k, _) in &foreign {
-            bucket.delete(k).await.expect("delete");
-        }
-    });
-
-    // A sealed object of ours copied under a newer generation's name:
-    // its bytes are whole, but its pieces are bound to its own name.
+    // A sealed object of ours copied under a newer generation's name: its
+    // bytes are whole, but its pieces are bound to its own name.
     let (victim, _) = &ours[2];
     let name = SegmentName::parse(victim).expect("a segment's name");
     let moved = bucket.segment_key(&SegmentName {
@@ -57,16 +43,67 @@ fn objects_that_do_not_open_under_the_key_are_refused_by_name() {
         ..name
     });
     put(&bucket, &moved, get(&bucket, victim));
+    // Neither stands in for the archive: each is passed over by name for
+    // the objects that open, and the restore gives exactly the archive.
+    let first = tmp.path().join("first");
+    let cfg1 = init(&first);
+    with_archive(&cfg1, &url, Some(&g), &key_path);
+    let c1 = cfg1.to_str().expect("utf-8");
+    let out = primary(&["restore", "--config", c1, "--from-archive", &url, "--json"]);
+    exits(&out, 0, "a restore beside unencrypted and renamed objects");
+    let report: serde_json::Value =
+        serde_json::from_str(stdout(&out).trim()).expect("one JSON line");
+    assert_eq!(report["head"], archived_to, "{report}");
+    let passed: Vec<String> = report["passed_over"]
+        .as_array()
+        .expect("passed_over")
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        passed
+            .iter()
+            .any(|p| p.contains(&moved) && p.contains("renamed")),
+        "the renamed object is named: {passed:?}"
+    );
+    assert!(
+        passed
+            .iter()
+            .any(|p| foreign.iter().any(|(k, _)| p.contains(k.as_str()))
+                && p.contains("not encrypted")),
+        "an unencrypted object is named with what it is: {passed:?}"
+    );
+    let log = Log::open(first.join("log")).expect("the restored log");
+    for n in 1..=archived_to {
+        assert!(log.read(n).expect("read").blob == blob("a", n), "frame {n}");
+    }
+    drop(log);
+    rt.block_on(async {
+        for (k, _) in &foreign {
+            bucket.delete(k).await.expect("delete");
+        }
+        bucket.delete(&moved).await.expect("delete");
+    });
+
+    // Our own object's name holding another of our sealed objects' bytes,
+    // with nothing else to stand in: refused where the restore reaches
+    // it, before any of its frames.
+    let (other, _) = &ours[3];
+    let original = get(&bucket, victim);
+    put(&bucket, victim, get(&bucket, other));
     let refused = primary(&["restore", "--config", c, "--from-archive", &url]);
-    exits(&refused, 1, "a restore through a renamed object");
+    exits(
+        &refused,
+        1,
+        "a restore through an object holding another's bytes",
+    );
     let said = stderr(&refused);
     assert!(
-        said.contains(&moved) && said.contains("renamed"),
-        "the refusal names the renamed object: {said}"
+        said.contains(victim.as_str()) && said.contains("does not open"),
+        "the refusal names the object: {said}"
     );
-    // Refused where the restore reached it, before any of its frames.
     assert!(data.join("RESTORING").exists());
-    rt.block_on(async { bucket.delete(&moved).await.expect("delete") });
+    put(&bucket, victim, original);
 
     // What is left is the archive: the restore resumes, every frame it
     // held the archive's, and ends with exactly the archive's frames.

@@ -50,8 +50,8 @@ pub enum NoLife {
 }
 
 /// How long a primary about to take a life on etcd's word waits for the
-/// other box's word: about one reconnect of its twin.
-const TRUSTED_ASK: Duration = Duration::from_millis(500);
+/// other box's word: a twin that follows it dials back sooner.
+const TRUSTED_ASK: Duration = Duration::from_millis(200);
 
 /// How often a primary waiting for its life looks again.
 fn poll(ttl: Duration) -> Duration {
